@@ -1,0 +1,161 @@
+//! Communicators: the byte-moving interface every engine uses, an MPI implementation
+//! bound at run time (`dynmpi`) and an in-process thread mock for tests (`mock`).
+
+pub mod dynmpi;
+pub mod mock;
+
+use crate::Result;
+
+/// An outstanding non-blocking operation. `Null` is a completed (or never started) one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Request {
+    #[default]
+    Null,
+    /// Backend-specific bits of the request handle.
+    Active(u64),
+}
+
+/// Largest single message handed to the transport; longer messages go in pieces so
+/// that element counts never overflow MPI's `int`.
+pub const MAX_PIECE_BYTES: usize = 1 << 30;
+
+/// A process group that moves bytes. Ranks are indices into this group.
+pub trait Communicator: Send + Sync {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// `MPI_Comm_split`: collective; ranks with equal `color` form a new group ordered by `key`.
+    fn split(&self, color: i32, key: i32) -> Result<Box<dyn Communicator>>;
+    /// `MPI_Comm_free`: collective; the communicator must not be used afterwards.
+    fn free(&self) -> Result<()>;
+    /// `MPI_Barrier`.
+    fn barrier(&self) -> Result<()>;
+    /// `MPI_Allgather` of `send.len()` bytes per rank into `recv` (`size * send.len()` bytes).
+    fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<()>;
+    /// Name of the host this rank runs on (groups ranks by node).
+    fn host_name(&self) -> Result<String>;
+
+    /// Starts sending `len` bytes at `buf` to `peer` with `tag`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and unmodified until the request completes.
+    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request>;
+
+    /// Starts receiving exactly `len` bytes from `peer` with `tag` into `buf`.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and otherwise untouched until the request completes.
+    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request>;
+
+    /// Completes every request (each becomes `Null`).
+    fn wait_all(&self, reqs: &mut [Request]) -> Result<()>;
+
+    /// Completes one request and returns its index, or `None` when all are `Null`.
+    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>>;
+
+    /// `MPI_Alltoallv` with byte counts and displacements (each below `i32::MAX`).
+    ///
+    /// # Safety
+    /// Every described region must be valid for the call's duration.
+    unsafe fn alltoallv(
+        &self,
+        send: *const u8,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: *mut u8,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()>;
+
+    /// True when the transport accepts CUDA device pointers.
+    fn cuda_aware(&self) -> bool {
+        false
+    }
+}
+
+/// Posts a send of any length, in pieces of at most [`MAX_PIECE_BYTES`]; piece `i`
+/// uses tag `tag + i`. Returns the number of requests pushed.
+///
+/// # Safety
+/// As [`Communicator::isend`].
+pub unsafe fn isend_pieces(
+    comm: &dyn Communicator,
+    buf: *const u8,
+    len: usize,
+    peer: usize,
+    tag: i32,
+    out: &mut Vec<Request>,
+) -> Result<usize> {
+    let n = pieces(len);
+    for i in 0..n {
+        let off = i * MAX_PIECE_BYTES;
+        let l = (len - off).min(MAX_PIECE_BYTES);
+        // SAFETY: the caller guarantees `buf..buf+len`; each piece lies inside it.
+        out.push(unsafe { comm.isend(buf.add(off), l, peer, tag + i as i32)? });
+    }
+    Ok(n)
+}
+
+/// Receive-side twin of [`isend_pieces`].
+///
+/// # Safety
+/// As [`Communicator::irecv`].
+pub unsafe fn irecv_pieces(
+    comm: &dyn Communicator,
+    buf: *mut u8,
+    len: usize,
+    peer: usize,
+    tag: i32,
+    out: &mut Vec<Request>,
+) -> Result<usize> {
+    let n = pieces(len);
+    for i in 0..n {
+        let off = i * MAX_PIECE_BYTES;
+        let l = (len - off).min(MAX_PIECE_BYTES);
+        // SAFETY: the caller guarantees `buf..buf+len`; each piece lies inside it.
+        out.push(unsafe { comm.irecv(buf.add(off), l, peer, tag + i as i32)? });
+    }
+    Ok(n)
+}
+
+/// Number of pieces a message of `len` bytes is cut into (at least one).
+pub fn pieces(len: usize) -> usize {
+    len.div_ceil(MAX_PIECE_BYTES).max(1)
+}
+
+/// Gathers one `u64` per rank.
+pub fn allgather_u64(comm: &dyn Communicator, v: u64) -> Result<Vec<u64>> {
+    let mut out = vec![0u8; 8 * comm.size()];
+    comm.allgather(&v.to_le_bytes(), &mut out)?;
+    Ok(out
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+/// Gathers one `f64` per rank.
+pub fn allgather_f64(comm: &dyn Communicator, v: f64) -> Result<Vec<f64>> {
+    Ok(allgather_u64(comm, v.to_bits())?
+        .into_iter()
+        .map(f64::from_bits)
+        .collect())
+}
+
+/// Gathers a byte string of any (per-rank different) length from every rank.
+pub fn allgather_bytes(comm: &dyn Communicator, v: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let lens = allgather_u64(comm, v.len() as u64)?;
+    let width = lens.iter().copied().max().unwrap_or(0) as usize;
+    if width == 0 {
+        return Ok(vec![Vec::new(); comm.size()]);
+    }
+    let mut send = v.to_vec();
+    send.resize(width, 0);
+    let mut out = vec![0u8; width * comm.size()];
+    comm.allgather(&send, &mut out)?;
+    Ok(out
+        .chunks(width)
+        .zip(lens)
+        .map(|(c, l)| c[..l as usize].to_vec())
+        .collect())
+}

@@ -1,0 +1,3 @@
+//! Engines execute plans: packing, exchange through a communicator, unpacking.
+
+pub mod transpose;

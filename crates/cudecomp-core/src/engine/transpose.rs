@@ -1,0 +1,263 @@
+//! Executes a transpose plan on host memory through a communicator.
+//!
+//! Workspace layout (elements): packed send chunks from 0, packed receive chunks from
+//! `plan.recv_base`. Chunks are sent straight from the input / received straight into
+//! the output when the plan says they are dense there and aliasing allows it.
+
+use crate::comm::{irecv_pieces, isend_pieces, pieces, Communicator, Request};
+use crate::geometry::TransposeBackend;
+use crate::mem::host::{copy3, HostBuf};
+use crate::plan::TransposePlan;
+use crate::{unsupported, Result};
+
+/// Buffers of one host transpose. `input == output` (same start address) means in-place.
+#[derive(Clone, Copy, Debug)]
+pub struct HostTranspose<'a> {
+    pub plan: &'a TransposePlan,
+    pub backend: TransposeBackend,
+    pub elem: usize,
+    pub input: HostBuf,
+    pub output: HostBuf,
+    pub work: HostBuf,
+}
+
+const TAG_TRANSPOSE: i32 = 0;
+
+impl HostTranspose<'_> {
+    fn e(&self) -> i64 {
+        self.elem as i64
+    }
+
+    fn in_place(&self) -> bool {
+        self.input.ptr() == self.output.ptr()
+    }
+
+    fn pipelined(&self) -> bool {
+        self.backend == TransposeBackend::MpiP2pPl
+    }
+
+    fn send_direct(&self) -> bool {
+        self.plan.send_from_input && !self.in_place()
+    }
+
+    fn recv_direct(&self) -> bool {
+        self.plan.recv_into_output && !(self.in_place() && self.pipelined())
+    }
+
+    fn bytes(&self, peer_count: i64) -> usize {
+        (peer_count * self.e()) as usize
+    }
+
+    /// Where `peer`'s outgoing chunk lives: `(buffer, byte offset)`.
+    fn send_slot(&self, peer: usize) -> (HostBuf, i64) {
+        if self.send_direct() {
+            (self.input, self.plan.send_offset_in_input(peer) * self.e())
+        } else {
+            (self.work, self.plan.sends[peer].offset * self.e())
+        }
+    }
+
+    /// Where `peer`'s incoming chunk lands: `(buffer, byte offset)`.
+    fn recv_slot(&self, peer: usize) -> (HostBuf, i64) {
+        if self.recv_direct() {
+            (
+                self.output,
+                self.plan.recv_offset_in_output(peer) * self.e(),
+            )
+        } else {
+            (
+                self.work,
+                (self.plan.recv_base + self.plan.recvs[peer].offset) * self.e(),
+            )
+        }
+    }
+
+    fn pack(&self, peer: usize) -> Result<()> {
+        if self.send_direct() || self.plan.sends[peer].count == 0 {
+            return Ok(());
+        }
+        copy3(self.elem, self.input, self.work, &self.plan.pack(peer))
+    }
+
+    fn unpack(&self, peer: usize) -> Result<()> {
+        if self.recv_direct() || self.plan.recvs[peer].count == 0 {
+            return Ok(());
+        }
+        copy3(
+            self.elem,
+            self.work,
+            self.output,
+            &self.plan.unpack_from(peer, self.plan.recv_base),
+        )
+    }
+
+    /// In-place runs stage this rank's own chunk through the send region (packed before
+    /// anything lands in the shared buffer); out-of-place runs copy it directly.
+    fn self_before(&self) -> Result<()> {
+        let me = self.plan.me;
+        if self.in_place() {
+            if self.plan.sends[me].count > 0 {
+                copy3(self.elem, self.input, self.work, &self.plan.pack(me))?;
+            }
+            Ok(())
+        } else {
+            copy3(self.elem, self.input, self.output, &self.plan.self_copy())
+        }
+    }
+
+    fn self_after(&self) -> Result<()> {
+        if self.in_place() {
+            copy3(
+                self.elem,
+                self.work,
+                self.output,
+                &self.plan.unpack_self_packed(),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn post_recv(
+        &self,
+        comm: &dyn Communicator,
+        peer: usize,
+        reqs: &mut Vec<Request>,
+    ) -> Result<usize> {
+        let n = self.bytes(self.plan.recvs[peer].count);
+        if n == 0 {
+            return Ok(0);
+        }
+        let (buf, off) = self.recv_slot(peer);
+        let p = buf.range(off, n as i64)?;
+        // SAFETY: the range is inside `buf`, which outlives the exchange (waited below).
+        unsafe { irecv_pieces(comm, p, n, peer, TAG_TRANSPOSE, reqs) }
+    }
+
+    fn post_send(
+        &self,
+        comm: &dyn Communicator,
+        peer: usize,
+        reqs: &mut Vec<Request>,
+    ) -> Result<usize> {
+        let n = self.bytes(self.plan.sends[peer].count);
+        if n == 0 {
+            return Ok(0);
+        }
+        let (buf, off) = self.send_slot(peer);
+        let p = buf.range(off, n as i64)?;
+        // SAFETY: as in `post_recv`.
+        unsafe { isend_pieces(comm, p, n, peer, TAG_TRANSPOSE, reqs) }
+    }
+
+    /// Runs the transpose. `comm` is the plan's sub-communicator.
+    pub fn run(&self, comm: &dyn Communicator) -> Result<()> {
+        let plan = self.plan;
+        if plan.npeers() == 1 {
+            if self.in_place() && plan.is_identity_in_place() {
+                return Ok(());
+            }
+            self.self_before()?;
+            return self.self_after();
+        }
+        match self.backend {
+            TransposeBackend::MpiP2p => self.p2p(comm),
+            TransposeBackend::MpiP2pPl => self.p2p_pipelined(comm),
+            TransposeBackend::MpiA2a => self.alltoallv(comm),
+            b => unsupported!(
+                "transpose backend {} is not available for host buffers: expected MPI_P2P, MPI_P2P_PL or MPI_A2A",
+                b.display_name()
+            ),
+        }
+    }
+
+    fn others(&self) -> impl Iterator<Item = usize> + '_ {
+        self.plan.schedule.iter().map(|&(to, _)| to)
+    }
+
+    fn p2p(&self, comm: &dyn Communicator) -> Result<()> {
+        for p in self.others() {
+            self.pack(p)?;
+        }
+        self.self_before()?;
+        let mut reqs = Vec::new();
+        for &(to, from) in &self.plan.schedule {
+            self.post_recv(comm, from, &mut reqs)?;
+            self.post_send(comm, to, &mut reqs)?;
+        }
+        comm.wait_all(&mut reqs)?;
+        self.self_after()?;
+        for p in self.others() {
+            self.unpack(p)?;
+        }
+        Ok(())
+    }
+
+    /// Receives are posted first; each peer's chunk is packed and sent in turn, and each
+    /// arriving chunk is unpacked while later ones are still in flight.
+    fn p2p_pipelined(&self, comm: &dyn Communicator) -> Result<()> {
+        if self.in_place() {
+            self.self_before()?;
+        }
+        let mut recvs = Vec::new();
+        let mut owner = Vec::new();
+        let mut remaining = vec![0usize; self.plan.npeers()];
+        for &(_, from) in &self.plan.schedule {
+            let n = self.post_recv(comm, from, &mut recvs)?;
+            owner.extend(std::iter::repeat_n(from, n));
+            remaining[from] = n;
+        }
+        let mut sends = Vec::new();
+        for p in self.others() {
+            self.pack(p)?;
+            self.post_send(comm, p, &mut sends)?;
+        }
+        if !self.in_place() {
+            self.self_before()?;
+        }
+        while let Some(i) = comm.wait_any(&mut recvs)? {
+            let p = owner[i];
+            remaining[p] -= 1;
+            if remaining[p] == 0 {
+                self.unpack(p)?;
+            }
+        }
+        comm.wait_all(&mut sends)?;
+        self.self_after()
+    }
+
+    fn alltoallv(&self, comm: &dyn Communicator) -> Result<()> {
+        let np = self.plan.npeers();
+        let me = self.plan.me;
+        let mut sc = vec![0usize; np];
+        let mut sd = vec![0usize; np];
+        let mut rc = vec![0usize; np];
+        let mut rd = vec![0usize; np];
+        let (sbuf, _) = self.send_slot(me);
+        let (rbuf, _) = self.recv_slot(me);
+        for p in self.others() {
+            sc[p] = self.bytes(self.plan.sends[p].count);
+            rc[p] = self.bytes(self.plan.recvs[p].count);
+            sd[p] = self.send_slot(p).1 as usize;
+            rd[p] = self.recv_slot(p).1 as usize;
+            sbuf.range(sd[p] as i64, sc[p] as i64)?;
+            rbuf.range(rd[p] as i64, rc[p] as i64)?;
+        }
+        let fits =
+            |v: &[usize], c: &[usize]| v.iter().zip(c).all(|(&d, &n)| d + n < i32::MAX as usize);
+        if !fits(&sd, &sc) || !fits(&rd, &rc) || sc.iter().chain(&rc).any(|&n| pieces(n) > 1) {
+            // Counts beyond MPI's int: the point-to-point path cuts messages into pieces.
+            return self.p2p(comm);
+        }
+        for p in self.others() {
+            self.pack(p)?;
+        }
+        self.self_before()?;
+        // SAFETY: every (displacement, count) range was checked against its buffer above.
+        unsafe { comm.alltoallv(sbuf.ptr(), &sc, &sd, rbuf.ptr(), &rc, &rd)? };
+        self.self_after()?;
+        for p in self.others() {
+            self.unpack(p)?;
+        }
+        Ok(())
+    }
+}

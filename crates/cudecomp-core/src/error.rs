@@ -1,0 +1,60 @@
+//! Error type shared by every layer; each variant maps to one `cudecompResult_t` value
+//! and to one Python exception class in the bindings.
+
+use thiserror::Error;
+
+/// A failed library call. The message says what was expected and what was given.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Error {
+    /// Bad argument or call sequence (`CUDECOMP_RESULT_INVALID_USAGE`).
+    #[error("{0}")]
+    InvalidUsage(String),
+    /// Valid request that this build or backend cannot serve (`CUDECOMP_RESULT_NOT_SUPPORTED`).
+    #[error("{0}")]
+    NotSupported(String),
+    /// Broken internal invariant (`CUDECOMP_RESULT_INTERNAL_ERROR`).
+    #[error("{0}")]
+    Internal(String),
+    /// CUDA driver or NVRTC failure (`CUDECOMP_RESULT_CUDA_ERROR`).
+    #[error("{0}")]
+    Cuda(String),
+    /// MPI failure (`CUDECOMP_RESULT_MPI_ERROR`).
+    #[error("{0}")]
+    Mpi(String),
+    /// NCCL failure (`CUDECOMP_RESULT_NCCL_ERROR`).
+    #[error("{0}")]
+    Nccl(String),
+    /// NVSHMEM failure (`CUDECOMP_RESULT_NVSHMEM_ERROR`).
+    #[error("{0}")]
+    Nvshmem(String),
+}
+
+impl Error {
+    /// The matching `cudecompResult_t` value.
+    pub fn result_code(&self) -> i32 {
+        match self {
+            Error::InvalidUsage(_) => 1,
+            Error::NotSupported(_) => 2,
+            Error::Internal(_) => 3,
+            Error::Cuda(_) => 4,
+            Error::Mpi(_) => 6,
+            Error::Nccl(_) => 7,
+            Error::Nvshmem(_) => 8,
+        }
+    }
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// `return Err(Error::InvalidUsage(format!(...)))`.
+#[macro_export]
+macro_rules! invalid {
+    ($($arg:tt)*) => { return Err($crate::Error::InvalidUsage(format!($($arg)*))) };
+}
+
+/// `return Err(Error::NotSupported(format!(...)))`.
+#[macro_export]
+macro_rules! unsupported {
+    ($($arg:tt)*) => { return Err($crate::Error::NotSupported(format!($($arg)*))) };
+}

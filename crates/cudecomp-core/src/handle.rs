@@ -1,0 +1,419 @@
+//! Library handle and grid descriptors: the stateful objects behind `cudecomp.Handle`
+//! and `cudecomp.GridDesc`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::comm::{allgather_bytes, Communicator};
+use crate::engine::transpose::HostTranspose;
+use crate::geometry::{CommAxis, DataType, Grid, GridConfig};
+use crate::mem::HostBuf;
+use crate::plan::{Direction, TransposeLayouts, TransposePlan};
+use crate::{invalid, unsupported, Error, Result};
+
+/// Handle-owned host workspace, grown on demand and never shrunk. Its lock also
+/// serialises operations on one handle.
+#[derive(Default)]
+pub struct Workspace {
+    words: Vec<u64>,
+}
+
+impl Workspace {
+    /// A buffer of at least `bytes` bytes (8-byte aligned).
+    pub fn get(&mut self, bytes: usize) -> HostBuf {
+        let words = bytes.div_ceil(8);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+        }
+        let b = bytemuck_words(&mut self.words);
+        HostBuf::from_slice(b)
+    }
+
+    /// Current size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+fn bytemuck_words(w: &mut [u64]) -> &mut [u8] {
+    let len = std::mem::size_of_val(w);
+    // SAFETY: u64 has no padding and any byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// Where a handle's data lives; decides which backends it can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemorySpace {
+    /// Host memory (the CPU variant): MPI backends only.
+    Host,
+    /// CUDA device memory (the GPU variant).
+    Cuda,
+}
+
+struct Shared {
+    comm: Box<dyn Communicator>,
+    workspace: Mutex<Workspace>,
+    col_major_default: bool,
+}
+
+/// A library handle bound to a (private duplicate of a) communicator.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Handle {
+    /// Wraps a communicator the handle owns from now on. `col_major_default` is the
+    /// deprecated `CUDECOMP_USE_COL_MAJOR_RANK_ORDER=1` switch.
+    pub fn new(comm: Box<dyn Communicator>, col_major_default: bool) -> Handle {
+        Handle {
+            shared: Arc::new(Shared {
+                comm,
+                workspace: Mutex::new(Workspace::default()),
+                col_major_default,
+            }),
+        }
+    }
+
+    /// This process's rank in the handle's communicator.
+    pub fn rank(&self) -> usize {
+        self.shared.comm.rank()
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.shared.comm.size()
+    }
+
+    /// The handle's communicator.
+    pub fn comm(&self) -> &dyn Communicator {
+        self.shared.comm.as_ref()
+    }
+
+    /// Locks the handle for one operation (and gives access to its workspace).
+    pub fn lock_workspace(&self) -> MutexGuard<'_, Workspace> {
+        lock(&self.shared.workspace)
+    }
+
+    /// Collective: fails on every rank, without hanging, unless all ranks pass the same
+    /// bytes. `what` names the object in the message.
+    pub fn check_agreement(&self, what: &str, mine: &[u8]) -> Result<()> {
+        let all = allgather_bytes(self.comm(), mine)?;
+        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
+        if !differing.is_empty() {
+            invalid!(
+                "{what} differs across ranks: expected every rank to pass the same values, but rank(s) {differing:?} differ from rank 0"
+            );
+        }
+        Ok(())
+    }
+
+    /// Collective: validates `cfg` (the same on all ranks) and builds a grid descriptor
+    /// with its row and column communicators.
+    pub fn create_grid(&self, cfg: &GridConfig, space: MemorySpace) -> Result<GridDesc> {
+        self.check_agreement("grid configuration", &cfg.to_bytes())?;
+        let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
+        if space == MemorySpace::Host {
+            if !grid.transpose_backend.is_mpi() {
+                unsupported!(
+                    "transpose_comm_backend {}: the CPU variant supports MPI_P2P, MPI_P2P_PL and MPI_A2A only",
+                    grid.transpose_backend.enum_name()
+                );
+            }
+            if !grid.halo_backend.is_mpi() {
+                unsupported!(
+                    "halo_comm_backend {}: the CPU variant supports MPI and MPI_BLOCKING only",
+                    grid.halo_backend.enum_name()
+                );
+            }
+        }
+        let rank = self.rank();
+        let [row, col] = grid.coords(rank);
+        let col_comm = self.comm().split(col as i32, row as i32)?;
+        let row_comm = self.comm().split(row as i32, col as i32)?;
+        Ok(GridDesc {
+            handle: self.clone(),
+            grid,
+            rank,
+            subcomms: [col_comm, row_comm],
+            plans: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Collective: releases the handle's communicator.
+    pub fn finalize(&self) -> Result<()> {
+        self.comm().free()
+    }
+}
+
+/// One decomposition bound to a handle.
+pub struct GridDesc {
+    handle: Handle,
+    grid: Grid,
+    rank: usize,
+    /// Indexed by [`CommAxis`]: column then row communicator.
+    subcomms: [Box<dyn Communicator>; 2],
+    plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
+}
+
+impl GridDesc {
+    /// The resolved grid.
+    pub fn grid(&self) -> &Grid {
+        &self.grid
+    }
+
+    /// The owning handle.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The sub-communicator along `axis`.
+    pub fn subcomm(&self, axis: CommAxis) -> &dyn Communicator {
+        self.subcomms[axis as usize].as_ref()
+    }
+
+    /// The (cached) plan of one transpose.
+    pub fn transpose_plan(
+        &self,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+    ) -> Result<Arc<TransposePlan>> {
+        let key = (direction, *layouts);
+        if let Some(p) = lock(&self.plans).get(&key) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(TransposePlan::new(
+            &self.grid, self.rank, direction, layouts,
+        )?);
+        lock(&self.plans).insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Runs a transpose on host buffers. `work = None` uses the handle's workspace.
+    /// Buffer lengths are checked against the plan; the caller checks shapes and aliasing.
+    pub fn transpose_host(
+        &self,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+        dtype: DataType,
+        input: HostBuf,
+        output: HostBuf,
+        work: Option<HostBuf>,
+    ) -> Result<()> {
+        let plan = self.transpose_plan(direction, layouts)?;
+        let elem = dtype.size();
+        check_len("input", input, plan.input.size, elem)?;
+        check_len("output", output, plan.output.size, elem)?;
+        let need = self.grid.transpose_workspace_size() as usize * elem;
+        let mut ws = self.handle.lock_workspace();
+        let work = match work {
+            Some(w) => {
+                if w.len() < need {
+                    invalid!(
+                        "work: expected at least {need} bytes (get_transpose_workspace_size() = {} elements of {elem} bytes), got {} bytes",
+                        self.grid.transpose_workspace_size(),
+                        w.len()
+                    );
+                }
+                w
+            }
+            None => ws.get(need),
+        };
+        HostTranspose {
+            plan: &plan,
+            backend: self.grid.transpose_backend,
+            elem,
+            input,
+            output,
+            work,
+        }
+        .run(self.subcomm(direction.comm()))
+    }
+
+    /// Collective: releases the row and column communicators.
+    pub fn destroy(&self) -> Result<()> {
+        for c in &self.subcomms {
+            c.free()?;
+        }
+        Ok(())
+    }
+}
+
+fn check_len(what: &str, b: HostBuf, cells: i64, elem: usize) -> Result<()> {
+    let need = cells as usize * elem;
+    if b.len() < need {
+        return Err(Error::InvalidUsage(format!(
+            "{what}: expected at least {need} bytes ({cells} elements of {elem} bytes), got {}",
+            b.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::mock;
+    use crate::geometry::{PencilInfo, TransposeBackend};
+    use crate::plan::Layout;
+
+    /// Fills a pencil buffer with the global-index oracle (sentinel outside the interior).
+    fn fill(info: &PencilInfo, gdims: [i64; 3], sentinel: u64) -> Vec<u64> {
+        let l = Layout::of_pencil(info);
+        let mut v = vec![sentinel; info.size as usize];
+        let b = info.interior();
+        for z in b.lo[2]..b.lo[2] + b.len[2] {
+            for y in b.lo[1]..b.lo[1] + b.len[1] {
+                for x in b.lo[0]..b.lo[0] + b.len[0] {
+                    v[l.offset([x, y, z]) as usize] = (x + gdims[0] * (y + gdims[1] * z)) as u64;
+                }
+            }
+        }
+        v
+    }
+
+    fn as_buf(v: &mut [u64]) -> HostBuf {
+        HostBuf::from_slice(bytemuck_words(v))
+    }
+
+    fn roundtrip(
+        gdims: [i32; 3],
+        pdims: [i32; 2],
+        backend: TransposeBackend,
+        contiguous: [bool; 3],
+        in_place: bool,
+    ) {
+        let n = (pdims[0] * pdims[1]) as usize;
+        mock::run(n, |c| {
+            let h = Handle::new(c.split(0, c.rank() as i32).unwrap(), false);
+            let cfg = GridConfig {
+                gdims,
+                pdims,
+                transpose_comm_backend: backend as i32,
+                transpose_axis_contiguous: contiguous,
+                ..Default::default()
+            };
+            let g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            let gd = g.grid().gdims;
+            for d in Direction::ALL {
+                let lay = TransposeLayouts {
+                    input_halo: [1, 0, 2],
+                    output_padding: [0, 1, 1],
+                    ..Default::default()
+                };
+                let lay = if in_place {
+                    TransposeLayouts::default()
+                } else {
+                    lay
+                };
+                let (a, b) = d.axes();
+                let pi = g
+                    .grid()
+                    .pencil_info(a as i64, g.rank(), lay.input_halo, lay.input_padding)
+                    .unwrap();
+                let po = g
+                    .grid()
+                    .pencil_info(b as i64, g.rank(), lay.output_halo, lay.output_padding)
+                    .unwrap();
+                let mut input = fill(&pi, gd, u64::MAX);
+                let expect = fill(&po, gd, u64::MAX - 1);
+                let before = input.clone();
+                let out = if in_place {
+                    input.resize(pi.size.max(po.size) as usize, 0);
+                    let buf = as_buf(&mut input);
+                    g.transpose_host(d, &lay, DataType::Double, buf, buf, None)
+                        .unwrap();
+                    input.truncate(po.size as usize);
+                    input
+                } else {
+                    let mut out = vec![u64::MAX - 1; po.size as usize];
+                    g.transpose_host(
+                        d,
+                        &lay,
+                        DataType::Double,
+                        as_buf(&mut input),
+                        as_buf(&mut out),
+                        None,
+                    )
+                    .unwrap();
+                    assert_eq!(input, before, "{d:?} modified its input");
+                    out
+                };
+                assert_eq!(out, expect, "{d:?} rank {} {backend:?}", g.rank());
+            }
+            g.destroy().unwrap();
+        });
+    }
+
+    #[test]
+    fn transposes_all_backends_on_mock() {
+        for backend in [
+            TransposeBackend::MpiP2p,
+            TransposeBackend::MpiP2pPl,
+            TransposeBackend::MpiA2a,
+        ] {
+            for (gdims, pdims) in [
+                ([9, 10, 11], [2, 2]),
+                ([5, 7, 3], [3, 1]),
+                ([8, 8, 8], [1, 2]),
+                ([4, 5, 6], [1, 1]),
+            ] {
+                for contiguous in [[false; 3], [true; 3], [true, false, true]] {
+                    for in_place in [false, true] {
+                        roundtrip(gdims, pdims, backend, contiguous, in_place);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_configs_fail_on_every_rank() {
+        let res = mock::run(3, |c| {
+            let h = Handle::new(c.split(0, c.rank() as i32).unwrap(), false);
+            let cfg = GridConfig {
+                gdims: [4, 4, 4 + (c.rank() == 1) as i32],
+                pdims: [3, 1],
+                ..Default::default()
+            };
+            h.create_grid(&cfg, MemorySpace::Host).err()
+        });
+        assert!(res
+            .iter()
+            .all(|e| matches!(e, Some(Error::InvalidUsage(_)))));
+    }
+
+    #[test]
+    fn explicit_workspace_too_small() {
+        mock::run(2, |c| {
+            let h = Handle::new(c.split(0, c.rank() as i32).unwrap(), false);
+            let cfg = GridConfig {
+                gdims: [4, 4, 4],
+                pdims: [2, 1],
+                ..Default::default()
+            };
+            let g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            let mut a = vec![0u64; 64];
+            let mut b = vec![0u64; 64];
+            let mut w = vec![0u64; 4];
+            let r = g.transpose_host(
+                Direction::XToY,
+                &TransposeLayouts::default(),
+                DataType::Double,
+                as_buf(&mut a),
+                as_buf(&mut b),
+                Some(as_buf(&mut w)),
+            );
+            assert!(matches!(r, Err(Error::InvalidUsage(_))));
+        });
+    }
+}

@@ -1,0 +1,471 @@
+//! Pure data-movement plans: where every chunk of a transpose comes from and goes to.
+//!
+//! A plan is a function of (grid, rank, operation, halos, padding). Engines execute
+//! plans; backends only move the bytes the plan describes. One plan serves every
+//! backend and every memory space.
+
+use crate::geometry::{align, Axis, Box3, CommAxis, Grid, PencilInfo};
+use crate::Result;
+
+/// Maps global coordinates to element offsets in a local buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Element offset of the cell at `origin`.
+    pub base: i64,
+    /// Global coordinate of local index 0 along each global axis.
+    pub origin: [i64; 3],
+    /// Element stride of each global axis.
+    pub strides: [i64; 3],
+}
+
+impl Layout {
+    /// The layout of a pencil buffer as described by its pencil info (halos and padding included).
+    pub fn of_pencil(info: &PencilInfo) -> Layout {
+        let mut strides = [0; 3];
+        let mut s = 1;
+        for k in 0..3 {
+            strides[info.order[k]] = s;
+            s *= info.shape[k];
+        }
+        let interior = info.interior();
+        let origin = std::array::from_fn(|g| interior.lo[g] - info.halo_extents[g]);
+        Layout {
+            base: 0,
+            origin,
+            strides,
+        }
+    }
+
+    /// A dense layout of `b` in memory order `order`, starting at element `base`.
+    pub fn packed(b: &Box3, order: [Axis; 3], base: i64) -> Layout {
+        let mut strides = [0; 3];
+        let mut s = 1;
+        for &g in &order {
+            strides[g] = s;
+            s *= b.len[g];
+        }
+        Layout {
+            base,
+            origin: b.lo,
+            strides,
+        }
+    }
+
+    /// Element offset of global point `p`.
+    pub fn offset(&self, p: [i64; 3]) -> i64 {
+        self.base
+            + (0..3)
+                .map(|g| (p[g] - self.origin[g]) * self.strides[g])
+                .sum::<i64>()
+    }
+
+    /// True when `b` occupies one dense run of this layout, laid out exactly as
+    /// `Layout::packed(b, order, _)`: then it can be sent or received in place.
+    pub fn holds_packed(&self, b: &Box3, order: [Axis; 3]) -> bool {
+        let p = Layout::packed(b, order, 0);
+        (0..3).all(|g| b.len[g] <= 1 || p.strides[g] == self.strides[g])
+    }
+}
+
+/// One strided 3-D copy, axes in global order: `extent[g]` cells along global axis `g`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy3 {
+    pub src_offset: i64,
+    pub src_strides: [i64; 3],
+    pub dst_offset: i64,
+    pub dst_strides: [i64; 3],
+    pub extent: [i64; 3],
+}
+
+impl Copy3 {
+    /// Copies the cells of box `b` from layout `src` to layout `dst`.
+    pub fn between(b: &Box3, src: &Layout, dst: &Layout) -> Copy3 {
+        Copy3 {
+            src_offset: src.offset(b.lo),
+            src_strides: src.strides,
+            dst_offset: dst.offset(b.lo),
+            dst_strides: dst.strides,
+            extent: b.len,
+        }
+    }
+
+    /// Number of cells moved.
+    pub fn cells(&self) -> i64 {
+        self.extent.iter().product()
+    }
+
+    /// One past the largest element offset touched on the source side.
+    pub fn src_end(&self) -> i64 {
+        end(self.src_offset, &self.src_strides, &self.extent)
+    }
+
+    /// One past the largest element offset touched on the destination side.
+    pub fn dst_end(&self) -> i64 {
+        end(self.dst_offset, &self.dst_strides, &self.extent)
+    }
+
+    /// Smallest element offset touched on the source side.
+    pub fn src_start(&self) -> i64 {
+        start(self.src_offset, &self.src_strides, &self.extent)
+    }
+
+    /// Smallest element offset touched on the destination side.
+    pub fn dst_start(&self) -> i64 {
+        start(self.dst_offset, &self.dst_strides, &self.extent)
+    }
+}
+
+fn end(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
+    if extent.iter().any(|&e| e <= 0) {
+        return offset;
+    }
+    offset
+        + (0..3)
+            .map(|g| (extent[g] - 1) * strides[g].max(0))
+            .sum::<i64>()
+        + 1
+}
+
+fn start(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
+    if extent.iter().any(|&e| e <= 0) {
+        return offset;
+    }
+    offset
+        + (0..3)
+            .map(|g| (extent[g] - 1) * strides[g].min(0))
+            .sum::<i64>()
+}
+
+/// The four global transposes; the discriminant is upstream's operation index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    XToY = 0,
+    YToZ = 1,
+    ZToY = 2,
+    YToX = 3,
+}
+
+impl Direction {
+    /// All four in upstream's order.
+    pub const ALL: [Direction; 4] = [Self::XToY, Self::YToZ, Self::ZToY, Self::YToX];
+
+    /// `(input axis, output axis)`.
+    pub fn axes(self) -> (Axis, Axis) {
+        match self {
+            Self::XToY => (0, 1),
+            Self::YToZ => (1, 2),
+            Self::ZToY => (2, 1),
+            Self::YToX => (1, 0),
+        }
+    }
+
+    /// Upstream's operation name in reports (`TransposeXY`, ...).
+    pub fn report_name(self) -> &'static str {
+        match self {
+            Self::XToY => "TransposeXY",
+            Self::YToZ => "TransposeYZ",
+            Self::ZToY => "TransposeZY",
+            Self::YToX => "TransposeYX",
+        }
+    }
+
+    /// Python method name.
+    pub fn method_name(self) -> &'static str {
+        match self {
+            Self::XToY => "transpose_x_to_y",
+            Self::YToZ => "transpose_y_to_z",
+            Self::ZToY => "transpose_z_to_y",
+            Self::YToX => "transpose_y_to_x",
+        }
+    }
+
+    /// The sub-communicator that exchanges data for this transpose.
+    pub fn comm(self) -> CommAxis {
+        match self {
+            Self::XToY | Self::YToX => CommAxis::Col,
+            Self::YToZ | Self::ZToY => CommAxis::Row,
+        }
+    }
+}
+
+/// Halos and padding of a transpose's input and output, global order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TransposeLayouts {
+    pub input_halo: [i64; 3],
+    pub input_padding: [i64; 3],
+    pub output_halo: [i64; 3],
+    pub output_padding: [i64; 3],
+}
+
+/// One peer's share of a transpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Global cells exchanged.
+    pub region: Box3,
+    /// Element offset inside the packed send or receive region.
+    pub offset: i64,
+    /// Number of elements.
+    pub count: i64,
+}
+
+/// Everything a rank needs to execute one transpose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransposePlan {
+    pub direction: Direction,
+    pub input: PencilInfo,
+    pub output: PencilInfo,
+    pub in_layout: Layout,
+    pub out_layout: Layout,
+    pub comm: CommAxis,
+    /// Global ranks of the exchanging sub-communicator, by sub-communicator rank.
+    pub members: Vec<usize>,
+    /// This rank's index in `members`.
+    pub me: usize,
+    /// Memory order of packed chunks (the same on every rank).
+    pub pack_order: [Axis; 3],
+    /// What this rank sends to each peer (indexed by peer).
+    pub sends: Vec<Chunk>,
+    /// What this rank receives from each peer (indexed by peer).
+    pub recvs: Vec<Chunk>,
+    /// Element offset of the receive region in the workspace.
+    pub recv_base: i64,
+    /// Pairs `(send to, receive from)` for steps 1..P, in upstream's interleaved order.
+    pub schedule: Vec<(usize, usize)>,
+    /// Chunks are dense runs of the input, so they can be sent without packing.
+    pub send_from_input: bool,
+    /// Chunks are dense runs of the output, so they can be received without unpacking.
+    pub recv_into_output: bool,
+}
+
+impl TransposePlan {
+    /// Plans `direction` for `rank` with the given halos and padding.
+    pub fn new(
+        grid: &Grid,
+        rank: usize,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+    ) -> Result<TransposePlan> {
+        let (a, b) = direction.axes();
+        let what = direction.method_name();
+        grid.check_not_empty(a, what)?;
+        grid.check_not_empty(b, what)?;
+        let input = grid.pencil_info(a as i64, rank, layouts.input_halo, layouts.input_padding)?;
+        let output =
+            grid.pencil_info(b as i64, rank, layouts.output_halo, layouts.output_padding)?;
+        let comm = direction.comm();
+        let members = grid.comm_members(comm, rank);
+        let me = members.iter().position(|&r| r == rank).unwrap_or(0);
+        let (in_order, out_order) = (grid.orders[a], grid.orders[b]);
+        // Decided from the grid alone so that sender and receiver agree on it.
+        let pack_order = if in_order[2] == a || out_order[2] != b {
+            in_order
+        } else {
+            out_order
+        };
+        let mine_in = input.interior();
+        let mine_out = output.interior();
+        let chunks = |own: &Box3, peer_axis: Axis| -> Vec<Chunk> {
+            let mut off = 0;
+            members
+                .iter()
+                .map(|&r| {
+                    let region = own.intersect(&grid.owned_box(peer_axis, r));
+                    let count = region.volume();
+                    let c = Chunk {
+                        region,
+                        offset: off,
+                        count,
+                    };
+                    off += count;
+                    c
+                })
+                .collect()
+        };
+        let sends = chunks(&mine_in, b);
+        let recvs = chunks(&mine_out, a);
+        let in_layout = Layout::of_pencil(&input);
+        let out_layout = Layout::of_pencil(&output);
+        let send_from_input = sends
+            .iter()
+            .all(|c| c.count == 0 || in_layout.holds_packed(&c.region, pack_order));
+        let recv_into_output = recvs
+            .iter()
+            .all(|c| c.count == 0 || out_layout.holds_packed(&c.region, pack_order));
+        let recv_base = align(mine_in.volume());
+        let schedule = peer_schedule(me, members.len());
+        Ok(TransposePlan {
+            direction,
+            input,
+            output,
+            in_layout,
+            out_layout,
+            comm,
+            members,
+            me,
+            pack_order,
+            sends,
+            recvs,
+            recv_base,
+            schedule,
+            send_from_input,
+            recv_into_output,
+        })
+    }
+
+    /// Number of peers in the exchanging sub-communicator.
+    pub fn npeers(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Input → packed send slot of `peer` (send region at workspace offset 0).
+    pub fn pack(&self, peer: usize) -> Copy3 {
+        let c = &self.sends[peer];
+        let dst = Layout::packed(&c.region, self.pack_order, c.offset);
+        Copy3::between(&c.region, &self.in_layout, &dst)
+    }
+
+    /// Packed receive slot of `peer` (at `base`) → output.
+    pub fn unpack_from(&self, peer: usize, base: i64) -> Copy3 {
+        let c = &self.recvs[peer];
+        let src = Layout::packed(&c.region, self.pack_order, base + c.offset);
+        Copy3::between(&c.region, &src, &self.out_layout)
+    }
+
+    /// This rank's own chunk, packed in the send region → output (in-place runs).
+    pub fn unpack_self_packed(&self) -> Copy3 {
+        let c = &self.sends[self.me];
+        let src = Layout::packed(&c.region, self.pack_order, c.offset);
+        Copy3::between(&c.region, &src, &self.out_layout)
+    }
+
+    /// Input → output for the cells that stay on this rank.
+    pub fn self_copy(&self) -> Copy3 {
+        Copy3::between(
+            &self.sends[self.me].region,
+            &self.in_layout,
+            &self.out_layout,
+        )
+    }
+
+    /// Element offset of `peer`'s chunk in the input, when sending without packing.
+    pub fn send_offset_in_input(&self, peer: usize) -> i64 {
+        let r = &self.sends[peer].region;
+        self.in_layout.offset(r.lo)
+    }
+
+    /// Element offset of `peer`'s chunk in the output, when receiving without unpacking.
+    pub fn recv_offset_in_output(&self, peer: usize) -> i64 {
+        let r = &self.recvs[peer].region;
+        self.out_layout.offset(r.lo)
+    }
+
+    /// Elements of workspace this plan needs (never more than the grid's transpose workspace size).
+    pub fn workspace_elems(&self) -> i64 {
+        self.recv_base + self.output.interior().volume()
+    }
+
+    /// True when nothing moves between ranks and input and output coincide cell for cell.
+    pub fn is_identity_in_place(&self) -> bool {
+        self.npeers() == 1 && self.in_layout == self.out_layout
+    }
+}
+
+/// Upstream's peer order (reference §7.2): step `j` is remapped to interleave near and far
+/// peers; power-of-two sizes pair by XOR, others go round a ring.
+pub fn peer_schedule(me: usize, p: usize) -> Vec<(usize, usize)> {
+    (1..p)
+        .map(|j| {
+            let s = if j % 2 == 1 { j / 2 + 1 } else { p / 2 + j / 2 };
+            if p.is_power_of_two() {
+                (me ^ s, me ^ s)
+            } else {
+                ((me + s) % p, (me + p - s) % p)
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::GridConfig;
+
+    fn grid(gdims: [i32; 3], pdims: [i32; 2], contiguous: bool) -> Grid {
+        let cfg = GridConfig {
+            gdims,
+            pdims,
+            transpose_axis_contiguous: [contiguous; 3],
+            ..Default::default()
+        };
+        Grid::new(&cfg, (pdims[0] * pdims[1]) as usize, false).unwrap()
+    }
+
+    #[test]
+    fn schedule_is_a_permutation_and_symmetric() {
+        for p in 1..=9 {
+            for me in 0..p {
+                let s = peer_schedule(me, p);
+                let mut sends: Vec<_> = s.iter().map(|x| x.0).collect();
+                sends.sort();
+                assert_eq!(sends, (0..p).filter(|&x| x != me).collect::<Vec<_>>());
+                for (j, &(to, _)) in s.iter().enumerate() {
+                    // The peer I send to at step j receives from me at the same step.
+                    assert_eq!(peer_schedule(to, p)[j].1, me);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_cover_pencils_and_match_peers() {
+        for contiguous in [false, true] {
+            let g = grid([9, 10, 11], [2, 3], contiguous);
+            for d in Direction::ALL {
+                for rank in 0..6 {
+                    let p = TransposePlan::new(&g, rank, d, &TransposeLayouts::default()).unwrap();
+                    let total: i64 = p.sends.iter().map(|c| c.count).sum();
+                    assert_eq!(total, p.input.size);
+                    let total: i64 = p.recvs.iter().map(|c| c.count).sum();
+                    assert_eq!(total, p.output.size);
+                    assert!(p.workspace_elems() <= g.transpose_workspace_size());
+                    for (j, &peer) in p.members.iter().enumerate() {
+                        let q =
+                            TransposePlan::new(&g, peer, d, &TransposeLayouts::default()).unwrap();
+                        let (s, r) = (p.sends[j], q.recvs[p.me]);
+                        assert_eq!((s.region, s.count), (r.region, r.count));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn direct_paths_for_default_layout() {
+        // Default layout: X->Y chunks are cut along X (fastest): neither side is dense.
+        let g = grid([8, 8, 8], [2, 1], false);
+        let p = TransposePlan::new(&g, 0, Direction::XToY, &TransposeLayouts::default()).unwrap();
+        assert!(!p.send_from_input);
+        // Y->Z with Z slowest: chunks are Z slabs of the output.
+        let g = grid([8, 8, 8], [1, 2], false);
+        let p = TransposePlan::new(&g, 0, Direction::YToZ, &TransposeLayouts::default()).unwrap();
+        assert!(p.recv_into_output);
+        let halo = TransposeLayouts {
+            output_halo: [1, 0, 0],
+            ..Default::default()
+        };
+        let p = TransposePlan::new(&g, 0, Direction::YToZ, &halo).unwrap();
+        assert!(!p.recv_into_output);
+    }
+
+    #[test]
+    fn copy_bounds() {
+        let b = Box3 {
+            lo: [1, 2, 3],
+            len: [2, 3, 4],
+        };
+        let l = Layout::packed(&b, [2, 0, 1], 10);
+        let c = Copy3::between(&b, &l, &l);
+        assert_eq!(c.src_start(), 10);
+        assert_eq!(c.src_end(), 10 + 24);
+    }
+}

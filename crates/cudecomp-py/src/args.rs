@@ -1,0 +1,220 @@
+//! Argument parsing shared by the bound methods: enum members, integer and boolean
+//! triples, configuration objects.
+
+use cudecomp_core::geometry::{DataType, GridConfig};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyString, PyType};
+
+use crate::errors::invalid;
+
+/// A class of the Python package, imported once.
+pub fn class<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    module: &str,
+    name: &str,
+) -> PyResult<Bound<'py, PyType>> {
+    cell.get_or_try_init(py, || {
+        Ok::<_, PyErr>(
+            py.import(module)?
+                .getattr(name)?
+                .cast_into::<PyType>()?
+                .unbind(),
+        )
+    })
+    .map(|c| c.bind(py).clone())
+}
+
+static DATA_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static GRID_CONFIG: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static AUTOTUNE_OPTIONS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// `cudecomp.DataType`.
+pub fn data_type_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    class(py, &DATA_TYPE, "cudecomp._enums", "DataType")
+}
+
+/// `cudecomp.GridDescConfig`.
+pub fn grid_config_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    class(py, &GRID_CONFIG, "cudecomp._config", "GridDescConfig")
+}
+
+/// `cudecomp.GridDescAutotuneOptions`.
+pub fn autotune_options_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    class(
+        py,
+        &AUTOTUNE_OPTIONS,
+        "cudecomp._config",
+        "GridDescAutotuneOptions",
+    )
+}
+
+/// Python name of a data type, for messages.
+pub fn dtype_name(d: DataType) -> &'static str {
+    match d {
+        DataType::Float => "DataType.FLOAT",
+        DataType::Double => "DataType.DOUBLE",
+        DataType::FloatComplex => "DataType.FLOAT_COMPLEX",
+        DataType::DoubleComplex => "DataType.DOUBLE_COMPLEX",
+    }
+}
+
+/// `dtype=` argument: `None` or a `cudecomp.DataType` member; anything else is a TypeError.
+pub fn parse_dtype(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DataType>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if !v.is_instance(data_type_class(py)?.as_any())? {
+        return Err(PyTypeError::new_err(format!(
+            "dtype: expected a cudecomp.DataType member or None, got {} ({})",
+            v.repr()?,
+            v.get_type().name()?
+        )));
+    }
+    let code: i32 = v.extract()?;
+    DataType::from_i32(code)
+        .map(Some)
+        .ok_or_else(|| invalid(py, format!("dtype: unknown DataType value {code}")))
+}
+
+/// A Python int (not a bool) as i64; `what` names the argument in the TypeError.
+pub fn int_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
+    if v.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: expected an int, got a bool"
+        )));
+    }
+    v.call_method0("__index__")
+        .and_then(|i| i.extract::<i64>())
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what}: expected an int, got {}",
+                v.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })
+}
+
+fn sequence<'py>(
+    py: Python<'py>,
+    v: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if v.is_instance_of::<PyString>() || v.hasattr("keys")? {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: expected a sequence of 3 values, got {}",
+            v.get_type().name()?
+        )));
+    }
+    let items: Vec<Bound<'py, PyAny>> = v
+        .try_iter()
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what}: expected a sequence of 3 values, got {}",
+                v.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?
+        .collect::<PyResult<_>>()?;
+    if items.len() != 3 {
+        return Err(invalid(
+            py,
+            format!(
+                "{what}: expected 3 values (one per axis X, Y, Z), got {}",
+                items.len()
+            ),
+        ));
+    }
+    Ok(items)
+}
+
+/// Optional triple of ints (halos, padding): `None` means zeros.
+pub fn int_triple(py: Python<'_>, v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<[i64; 3]> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok([0; 3]);
+    };
+    let items = sequence(py, v, what)?;
+    let mut out = [0i64; 3];
+    for (o, it) in out.iter_mut().zip(&items) {
+        *o = int_arg(it, what)?;
+    }
+    Ok(out)
+}
+
+/// Optional triple of bools (halo periods): `None` means all false.
+pub fn bool_triple(
+    py: Python<'_>,
+    v: Option<&Bound<'_, PyAny>>,
+    what: &str,
+) -> PyResult<[bool; 3]> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok([false; 3]);
+    };
+    let items = sequence(py, v, what)?;
+    let mut out = [false; 3];
+    for (o, it) in out.iter_mut().zip(&items) {
+        let is_bool = it.is_instance_of::<PyBool>() || it.get_type().name()? == "bool";
+        let is_01 = !is_bool && matches!(int_arg(it, what), Ok(0 | 1));
+        if !is_bool && !is_01 {
+            return Err(PyTypeError::new_err(format!(
+                "{what}: expected booleans, got {}",
+                it.repr()?
+            )));
+        }
+        *o = it.is_truthy()?;
+    }
+    Ok(out)
+}
+
+/// Reads a `GridDescConfig` (TypeError for anything else).
+pub fn grid_config(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<GridConfig> {
+    if !v.is_instance(grid_config_class(py)?.as_any())? {
+        return Err(PyTypeError::new_err(format!(
+            "config: expected a cudecomp.GridDescConfig, got {}",
+            v.get_type().name()?
+        )));
+    }
+    type Export = (
+        [i32; 3],
+        [i32; 3],
+        [i32; 2],
+        i32,
+        i32,
+        [bool; 3],
+        [[i32; 3]; 3],
+        i32,
+    );
+    let (gdims, gdims_dist, pdims, rank_order, tb, ac, mo, hb): Export =
+        v.call_method0("_export")?.extract()?;
+    Ok(GridConfig {
+        gdims,
+        gdims_dist,
+        pdims,
+        rank_order,
+        transpose_comm_backend: tb,
+        transpose_axis_contiguous: ac,
+        transpose_mem_order: mo,
+        halo_comm_backend: hb,
+    })
+}
+
+/// A `GridDescConfig` Python object holding `cfg`.
+pub fn config_object<'py>(py: Python<'py>, cfg: &GridConfig) -> PyResult<Bound<'py, PyAny>> {
+    let values = (
+        cfg.gdims,
+        cfg.gdims_dist,
+        cfg.pdims,
+        cfg.rank_order,
+        cfg.transpose_comm_backend,
+        cfg.transpose_axis_contiguous,
+        cfg.transpose_mem_order,
+        cfg.halo_comm_backend,
+    );
+    grid_config_class(py)?.call_method1("_from_export", (values,))
+}

@@ -1,0 +1,264 @@
+//! Array arguments: reading the array interface, checking dtype/shape/writability, and
+//! deciding the element type of an operation.
+
+use cudecomp_core::geometry::DataType;
+use cudecomp_core::mem::HostBuf;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+
+use crate::args::{class, dtype_name};
+use crate::errors::invalid;
+
+/// What an operation needs to know about one array argument.
+#[derive(Clone, Debug)]
+pub struct ArrayArg {
+    /// Argument name, for messages.
+    pub what: &'static str,
+    pub ptr: usize,
+    pub shape: Vec<i64>,
+    pub itemsize: usize,
+    /// `None` for opaque (`V<n>`) or other storage.
+    pub dtype: Option<DataType>,
+    /// The typestr as given, for messages.
+    pub typestr: String,
+    pub readonly: bool,
+    /// True for the four supported typestrs and opaque storage.
+    pub usable: bool,
+}
+
+impl ArrayArg {
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.shape.iter().product::<i64>().max(0) as usize * self.itemsize
+    }
+
+    /// The byte range as a host buffer.
+    ///
+    /// # Safety
+    /// The Python object this was read from must stay alive, and must not be resized or
+    /// accessed by other code, while the buffer is in use.
+    pub unsafe fn host_buf(&self) -> HostBuf {
+        // SAFETY: forwarded to the caller.
+        unsafe { HostBuf::new(self.ptr as *mut u8, self.nbytes()) }
+    }
+
+    /// True when the byte ranges of `self` and `o` intersect.
+    pub fn overlaps(&self, o: &ArrayArg) -> bool {
+        let (a0, a1) = (self.ptr, self.ptr + self.nbytes());
+        let (b0, b1) = (o.ptr, o.ptr + o.nbytes());
+        a0 < b1 && b0 < a1
+    }
+
+    /// Fails unless the array can be written.
+    pub fn require_writable(&self, py: Python<'_>) -> PyResult<()> {
+        if self.readonly {
+            return Err(invalid(
+                py,
+                format!(
+                    "{}: expected a writable array, got a read-only one",
+                    self.what
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fails unless the C-contiguous shape is `expected`.
+    pub fn require_shape(&self, py: Python<'_>, expected: [i64; 3], hint: &str) -> PyResult<()> {
+        if self.shape != expected {
+            return Err(invalid(
+                py,
+                format!(
+                    "{}: expected shape {:?} ({hint}), got {:?}",
+                    self.what,
+                    tuple_text(&expected),
+                    tuple_text(&self.shape)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn tuple_text(v: &[i64]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("({})", parts.join(", "))
+}
+
+static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// Reads a C-contiguous 3-D NumPy array (the CPU variant's arrays). `any_dims` allows
+/// other ranks (workspace arrays).
+pub fn host_array(
+    py: Python<'_>,
+    v: &Bound<'_, PyAny>,
+    what: &'static str,
+    any_dims: bool,
+) -> PyResult<ArrayArg> {
+    if !v.is_instance(class(py, &NDARRAY, "numpy", "ndarray")?.as_any())? {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: expected a NumPy array (this is the CPU variant of cudecomp), got {}",
+            v.get_type().name()?
+        )));
+    }
+    let iface = v.getattr("__array_interface__")?.cast_into::<PyDict>()?;
+    parse_interface(py, &iface, what, any_dims)
+}
+
+/// Parses an array-interface dictionary (NumPy's `__array_interface__` or the CUDA array
+/// interface, which share these keys).
+pub fn parse_interface(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    what: &'static str,
+    any_dims: bool,
+) -> PyResult<ArrayArg> {
+    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        d.get_item(k)?
+            .ok_or_else(|| PyTypeError::new_err(format!("{what}: array interface lacks '{k}'")))
+    };
+    let data = get("data")?.cast_into::<PyTuple>()?;
+    let ptr: usize = data.get_item(0)?.extract()?;
+    let readonly: bool = data.get_item(1)?.extract()?;
+    let shape: Vec<i64> = get("shape")?.extract()?;
+    let typestr: String = get("typestr")?.extract()?;
+    if let Some(mask) = d.get_item("mask")? {
+        if !mask.is_none() {
+            return Err(invalid(
+                py,
+                format!(
+                    "{what}: arrays with a validity mask are not supported (mask must be None)"
+                ),
+            ));
+        }
+    }
+    if !any_dims && shape.len() != 3 {
+        return Err(invalid(
+            py,
+            format!(
+                "{what}: expected a 3-dimensional array, got {} dimensions",
+                shape.len()
+            ),
+        ));
+    }
+    let (order, kind, size) = split_typestr(&typestr).ok_or_else(|| {
+        invalid(
+            py,
+            format!("{what}: unrecognised array typestr {typestr:?}"),
+        )
+    })?;
+    if order == '>' && size > 1 {
+        return Err(invalid(
+            py,
+            format!("{what}: big-endian data ({typestr}) is not supported; expected native (little-endian) byte order"),
+        ));
+    }
+    if let Some(strides) = d.get_item("strides")? {
+        if !strides.is_none() {
+            let strides: Vec<i64> = strides.extract()?;
+            let mut expect = vec![0i64; shape.len()];
+            let mut s = size as i64;
+            for i in (0..shape.len()).rev() {
+                expect[i] = s;
+                s *= shape[i];
+            }
+            let dense = shape
+                .iter()
+                .zip(strides.iter().zip(&expect))
+                .all(|(&n, (&a, &b))| n <= 1 || a == b);
+            if !dense {
+                return Err(invalid(py, format!("{what}: expected a C-contiguous array, got strides {strides:?} for shape {shape:?}")));
+            }
+        }
+    }
+    let dtype = match (kind, size) {
+        ('f', 4) => Some(DataType::Float),
+        ('f', 8) => Some(DataType::Double),
+        ('c', 8) => Some(DataType::FloatComplex),
+        ('c', 16) => Some(DataType::DoubleComplex),
+        _ => None,
+    };
+    Ok(ArrayArg {
+        what,
+        ptr,
+        shape,
+        itemsize: size,
+        dtype,
+        typestr,
+        readonly,
+        usable: dtype.is_some() || kind == 'V',
+    })
+}
+
+fn split_typestr(t: &str) -> Option<(char, char, usize)> {
+    let mut it = t.chars();
+    let order = it.next()?;
+    let kind = it.next()?;
+    let size = it.as_str().parse().ok()?;
+    matches!(order, '<' | '>' | '|' | '=').then_some((order, kind, size))
+}
+
+/// Decides the operation's element type from the explicit `dtype` argument and the arrays
+/// (the first array supplies it when `dtype` is None), checking that all agree.
+pub fn resolve_dtype(
+    py: Python<'_>,
+    explicit: Option<DataType>,
+    arrays: &[&ArrayArg],
+) -> PyResult<DataType> {
+    for a in arrays {
+        if !a.usable {
+            return Err(invalid(
+                py,
+                format!(
+                    "{}: unsupported array dtype {:?}; expected float32, float64, complex64 or complex128 (or opaque 'V<n>' storage with an explicit dtype)",
+                    a.what, a.typestr
+                ),
+            ));
+        }
+    }
+    let dtype = match explicit {
+        Some(d) => d,
+        None => match arrays.first().and_then(|a| a.dtype) {
+            Some(d) => d,
+            None => {
+                let what = arrays.first().map_or("input", |a| a.what);
+                return Err(invalid(
+                    py,
+                    format!("{what}: opaque storage needs an explicit dtype (a cudecomp.DataType of the same element size)"),
+                ));
+            }
+        },
+    };
+    for a in arrays {
+        let ok = match a.dtype {
+            Some(d) => d == dtype,
+            None => a.itemsize == dtype.size(),
+        };
+        if !ok {
+            return Err(invalid(
+                py,
+                format!(
+                    "{}: dtype {} expects {}-byte {} elements, got an array of {:?}; an explicit dtype must agree with the arrays and does not convert data",
+                    a.what,
+                    dtype_name(dtype),
+                    dtype.size(),
+                    numpy_name(dtype),
+                    a.typestr
+                ),
+            ));
+        }
+    }
+    Ok(dtype)
+}
+
+/// NumPy dtype name of a data type.
+pub fn numpy_name(d: DataType) -> &'static str {
+    match d {
+        DataType::Float => "float32",
+        DataType::Double => "float64",
+        DataType::FloatComplex => "complex64",
+        DataType::DoubleComplex => "complex128",
+    }
+}

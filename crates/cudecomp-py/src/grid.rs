@@ -1,0 +1,415 @@
+//! `cudecomp.GridDesc` and `cudecomp.PencilInfo`.
+
+use std::sync::{Arc, Mutex};
+
+use cudecomp_core::geometry::{self, DataType};
+use cudecomp_core::handle as core;
+use cudecomp_core::plan::{Direction, TransposeLayouts};
+use pyo3::prelude::*;
+
+use crate::args::{config_object, int_arg, int_triple, parse_dtype};
+use crate::array::resolve_dtype;
+use crate::errors::{invalid, warn_resource, IntoPy};
+use crate::handle::Handle;
+use crate::variant;
+
+/// Local layout of one pencil (``cudecompPencilInfo_t``).
+///
+/// ``shape``, ``lo`` and ``hi`` are in local memory order (fastest axis first; ``lo``/``hi``
+/// are inclusive global bounds of the owned interior); ``halo_extents`` and ``padding`` in
+/// global order. Arrays holding the pencil have the C-contiguous shape ``array_shape``.
+#[pyclass(module = "cudecomp", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct PencilInfo {
+    info: geometry::PencilInfo,
+}
+
+#[pymethods]
+impl PencilInfo {
+    /// Local extents in memory order, halos and padding included.
+    #[getter]
+    fn shape(&self) -> (i64, i64, i64) {
+        self.info.shape.into()
+    }
+    /// Inclusive global lower bounds of the interior, in memory order.
+    #[getter]
+    fn lo(&self) -> (i64, i64, i64) {
+        self.info.lo.into()
+    }
+    /// Inclusive global upper bounds of the interior, in memory order.
+    #[getter]
+    fn hi(&self) -> (i64, i64, i64) {
+        self.info.hi.into()
+    }
+    /// Global axis stored at each memory position (fastest first).
+    #[getter]
+    fn order(&self) -> (usize, usize, usize) {
+        self.info.order.into()
+    }
+    /// Halo extents (global order).
+    #[getter]
+    fn halo_extents(&self) -> (i64, i64, i64) {
+        self.info.halo_extents.into()
+    }
+    /// Padding (global order).
+    #[getter]
+    fn padding(&self) -> (i64, i64, i64) {
+        self.info.padding.into()
+    }
+    /// Number of elements (product of ``shape``).
+    #[getter]
+    fn size(&self) -> i64 {
+        self.info.size
+    }
+    /// C-contiguous array shape holding this pencil: ``shape`` reversed.
+    #[getter]
+    fn array_shape(&self) -> (i64, i64, i64) {
+        self.info.array_shape().into()
+    }
+    fn __repr__(&self) -> String {
+        let i = &self.info;
+        format!(
+            "PencilInfo(shape={:?}, lo={:?}, hi={:?}, order={:?}, halo_extents={:?}, padding={:?}, size={})",
+            i.shape, i.lo, i.hi, i.order, i.halo_extents, i.padding, i.size
+        )
+    }
+}
+
+/// A decomposition created by ``Handle.create_grid`` (not constructible directly).
+#[pyclass(module = "cudecomp", frozen)]
+pub struct GridDesc {
+    handle: Py<Handle>,
+    state: Mutex<Option<Arc<core::GridDesc>>>,
+}
+
+/// Array and layout arguments of one transpose.
+pub struct TransposeCall<'a, 'py> {
+    pub input: &'a Bound<'py, PyAny>,
+    pub out: Option<&'a Bound<'py, PyAny>>,
+    pub work: Option<&'a Bound<'py, PyAny>>,
+    pub dtype: Option<&'a Bound<'py, PyAny>>,
+    pub input_halo_extents: Option<&'a Bound<'py, PyAny>>,
+    pub output_halo_extents: Option<&'a Bound<'py, PyAny>>,
+    pub input_padding: Option<&'a Bound<'py, PyAny>>,
+    pub output_padding: Option<&'a Bound<'py, PyAny>>,
+    pub stream: Option<&'a Bound<'py, PyAny>>,
+}
+
+/// Arguments of one halo update.
+pub struct HaloCall<'a, 'py> {
+    pub input: &'a Bound<'py, PyAny>,
+    pub halo_extents: &'a Bound<'py, PyAny>,
+    pub halo_periods: Option<&'a Bound<'py, PyAny>>,
+    pub dim: &'a Bound<'py, PyAny>,
+    pub padding: Option<&'a Bound<'py, PyAny>>,
+    pub work: Option<&'a Bound<'py, PyAny>>,
+    pub dtype: Option<&'a Bound<'py, PyAny>>,
+    pub stream: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl GridDesc {
+    /// Wraps a core descriptor owned by `handle`.
+    pub fn new(handle: Py<Handle>, gd: Arc<core::GridDesc>) -> Self {
+        GridDesc {
+            handle,
+            state: Mutex::new(Some(gd)),
+        }
+    }
+
+    /// InvalidUsageError unless `h` is the handle that created this grid.
+    pub fn check_owner(&self, py: Python<'_>, h: &Bound<'_, Handle>) -> PyResult<()> {
+        if !self.handle.bind(py).is(h) {
+            return Err(invalid(
+                py,
+                "grid: expected a GridDesc created by this Handle, got one of another Handle"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn live(&self, py: Python<'_>) -> PyResult<Arc<core::GridDesc>> {
+        self.handle.get().live(py)?;
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                invalid(
+                    py,
+                    "the GridDesc was destroyed: expected a live GridDesc".into(),
+                )
+            })
+    }
+
+    fn transpose<'py>(
+        &self,
+        py: Python<'py>,
+        direction: Direction,
+        c: TransposeCall<'_, 'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let gd = self.live(py)?;
+        let explicit = parse_dtype(py, c.dtype)?;
+        let layouts = TransposeLayouts {
+            input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
+            input_padding: int_triple(py, c.input_padding, "input_padding")?,
+            output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
+            output_padding: int_triple(py, c.output_padding, "output_padding")?,
+        };
+        let plan = gd.transpose_plan(direction, &layouts).py(py)?;
+        let input = variant::data_array(py, c.input, "input")?;
+        let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
+        input.require_shape(
+            py,
+            plan.input.array_shape(),
+            "the input pencil's PencilInfo.array_shape with these halos and padding",
+        )?;
+        let out_obj = match c.out.filter(|o| !o.is_none()) {
+            Some(o) => o.clone(),
+            None => {
+                variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?
+            }
+        };
+        let out = variant::data_array(py, &out_obj, "out")?;
+        resolve_dtype(py, Some(dtype), &[&out])?;
+        out.require_writable(py)?;
+        out.require_shape(
+            py,
+            plan.output.array_shape(),
+            "the output pencil's PencilInfo.array_shape with these halos and padding",
+        )?;
+        if input.ptr != out.ptr && input.overlaps(&out) {
+            return Err(invalid(py, "out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap".into()));
+        }
+        let work = match c.work.filter(|w| !w.is_none()) {
+            Some(w) => {
+                let w = variant::work_array(py, w)?;
+                w.require_writable(py)?;
+                if w.overlaps(&input) || w.overlaps(&out) {
+                    return Err(invalid(
+                        py,
+                        "work: expected memory disjoint from input and out".into(),
+                    ));
+                }
+                Some(w)
+            }
+            None => None,
+        };
+        variant::run_transpose(
+            py,
+            &gd,
+            direction,
+            &layouts,
+            dtype,
+            &input,
+            &out,
+            work.as_ref(),
+            c.stream,
+        )?;
+        Ok(out_obj)
+    }
+
+    fn update_halos(&self, py: Python<'_>, axis: usize, c: HaloCall<'_, '_>) -> PyResult<()> {
+        self.live(py)?;
+        let _ = (
+            axis,
+            c.input,
+            c.halo_extents,
+            c.halo_periods,
+            c.dim,
+            c.padding,
+            c.work,
+            c.dtype,
+            c.stream,
+        );
+        Err(crate::errors::unsupported(
+            py,
+            "halo updates are not implemented yet".into(),
+        ))
+    }
+}
+
+/// Emits the `#[pymethods]` block: the four transposes and three halo updates are
+/// generated from one template each (pyo3 registers only methods it sees after expansion).
+macro_rules! grid_methods {
+    (
+        transposes { $( $tname:ident => $dir:expr, $tdoc:literal; )* }
+        halos { $( $hname:ident => $axis:expr, $hdoc:literal; )* }
+        common { $($common:tt)* }
+    ) => {
+        #[pymethods]
+        impl GridDesc {
+            $(
+                #[doc = $tdoc]
+                #[doc = ""]
+                #[doc = "Collective. Returns ``out`` (allocated when omitted). In-place: pass ``out`` sharing"]
+                #[doc = "``input``'s data pointer; the buffer must hold the larger pencil. ``work=None`` uses"]
+                #[doc = "the handle's automatic workspace."]
+                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None))]
+                #[allow(clippy::too_many_arguments)]
+                fn $tname<'py>(
+                    &self,
+                    py: Python<'py>,
+                    input: &Bound<'py, PyAny>,
+                    out: Option<&Bound<'py, PyAny>>,
+                    work: Option<&Bound<'py, PyAny>>,
+                    dtype: Option<&Bound<'py, PyAny>>,
+                    input_halo_extents: Option<&Bound<'py, PyAny>>,
+                    output_halo_extents: Option<&Bound<'py, PyAny>>,
+                    input_padding: Option<&Bound<'py, PyAny>>,
+                    output_padding: Option<&Bound<'py, PyAny>>,
+                    stream: Option<&Bound<'py, PyAny>>,
+                ) -> PyResult<Bound<'py, PyAny>> {
+                    self.transpose(
+                        py,
+                        $dir,
+                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream },
+                    )
+                }
+            )*
+            $(
+                #[doc = $hdoc]
+                #[doc = ""]
+                #[doc = "Collective; updates the halo cells along global dimension ``dim`` in place."]
+                #[doc = "``halo_periods=None`` means no dimension is periodic."]
+                #[pyo3(signature = (input, halo_extents, halo_periods, dim, *, padding = None, work = None, dtype = None, stream = None))]
+                #[allow(clippy::too_many_arguments)]
+                fn $hname(
+                    &self,
+                    py: Python<'_>,
+                    input: &Bound<'_, PyAny>,
+                    halo_extents: &Bound<'_, PyAny>,
+                    halo_periods: Option<&Bound<'_, PyAny>>,
+                    dim: &Bound<'_, PyAny>,
+                    padding: Option<&Bound<'_, PyAny>>,
+                    work: Option<&Bound<'_, PyAny>>,
+                    dtype: Option<&Bound<'_, PyAny>>,
+                    stream: Option<&Bound<'_, PyAny>>,
+                ) -> PyResult<()> {
+                    self.update_halos(
+                        py,
+                        $axis,
+                        HaloCall { input, halo_extents, halo_periods, dim, padding, work, dtype, stream },
+                    )
+                }
+            )*
+            $($common)*
+        }
+    };
+}
+
+grid_methods! {
+    transposes {
+        transpose_x_to_y => Direction::XToY, "Global transpose from X-pencils to Y-pencils.";
+        transpose_y_to_z => Direction::YToZ, "Global transpose from Y-pencils to Z-pencils.";
+        transpose_z_to_y => Direction::ZToY, "Global transpose from Z-pencils to Y-pencils.";
+        transpose_y_to_x => Direction::YToX, "Global transpose from Y-pencils to X-pencils.";
+    }
+    halos {
+        update_halos_x => 0, "Halo update of an X-pencil array.";
+        update_halos_y => 1, "Halo update of a Y-pencil array.";
+        update_halos_z => 2, "Halo update of a Z-pencil array.";
+    }
+    common {
+    /// Collective: releases the descriptor. Any later use raises InvalidUsageError.
+    fn destroy(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle.get().live(py)?;
+        let gd = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let gd = gd.ok_or_else(|| invalid(py, "destroy(): the GridDesc was already destroyed".into()))?;
+        py.detach(|| gd.destroy()).py(py)
+    }
+
+    /// A copy of the resolved configuration (process grid, backends, rank order).
+    #[getter]
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let gd = self.live(py)?;
+        let g = gd.grid();
+        let mut cfg = g.config.clone();
+        cfg.pdims = [g.pdims[0] as i32, g.pdims[1] as i32];
+        cfg.rank_order = g.rank_order as i32;
+        config_object(py, &cfg)
+    }
+
+    /// The handle that created this descriptor.
+    #[getter]
+    fn handle(&self, py: Python<'_>) -> Py<Handle> {
+        self.handle.clone_ref(py)
+    }
+
+    /// Local layout of this rank's ``axis``-pencil (0 = X, 1 = Y, 2 = Z).
+    #[pyo3(signature = (axis, halo_extents = None, padding = None))]
+    fn get_pencil_info(
+        &self,
+        py: Python<'_>,
+        axis: &Bound<'_, PyAny>,
+        halo_extents: Option<&Bound<'_, PyAny>>,
+        padding: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PencilInfo> {
+        let gd = self.live(py)?;
+        let axis = int_arg(axis, "axis")?;
+        let halo = int_triple(py, halo_extents, "halo_extents")?;
+        let pad = int_triple(py, padding, "padding")?;
+        let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
+        Ok(PencilInfo { info })
+    }
+
+    /// Workspace elements the transposes need (multiply by the dtype size for bytes).
+    fn get_transpose_workspace_size(&self, py: Python<'_>) -> PyResult<i64> {
+        Ok(self.live(py)?.grid().transpose_workspace_size())
+    }
+
+    /// Workspace elements halo updates of this rank's ``axis``-pencil need.
+    fn get_halo_workspace_size(&self, py: Python<'_>, axis: &Bound<'_, PyAny>, halo_extents: &Bound<'_, PyAny>) -> PyResult<i64> {
+        let gd = self.live(py)?;
+        let axis = int_arg(axis, "axis")?;
+        if halo_extents.is_none() {
+            return Err(invalid(py, "halo_extents: expected 3 non-negative ints, got None".into()));
+        }
+        let halo = int_triple(py, Some(halo_extents), "halo_extents")?;
+        gd.grid().halo_workspace_size(axis, gd.rank(), halo).py(py)
+    }
+
+    /// Global rank ``displacement`` steps away along ``dim`` for this rank's
+    /// ``axis``-pencil; -1 when there is no neighbour.
+    fn get_shifted_rank(
+        &self,
+        py: Python<'_>,
+        axis: &Bound<'_, PyAny>,
+        dim: &Bound<'_, PyAny>,
+        displacement: &Bound<'_, PyAny>,
+        periodic: bool,
+    ) -> PyResult<i64> {
+        let gd = self.live(py)?;
+        let r = gd
+            .grid()
+            .shifted_rank(int_arg(axis, "axis")?, gd.rank(), int_arg(dim, "dim")?, int_arg(displacement, "displacement")?, periodic)
+            .py(py)?;
+        Ok(r.map_or(-1, |v| v as i64))
+    }
+
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.live(py) {
+            Ok(gd) => {
+                let g = gd.grid();
+                format!(
+                    "<cudecomp.GridDesc gdims={:?} pdims={:?} transpose={} halo={}>",
+                    g.gdims,
+                    g.pdims,
+                    g.transpose_backend.enum_name(),
+                    g.halo_backend.enum_name()
+                )
+            }
+            Err(_) => "<cudecomp.GridDesc (released)>".into(),
+        }
+    }
+    }
+}
+
+impl Drop for GridDesc {
+    fn drop(&mut self) {
+        if self.state.get_mut().map(|s| s.is_some()).unwrap_or(false) {
+            warn_resource("cudecomp.GridDesc was garbage-collected without destroy(); call destroy() collectively");
+        }
+    }
+}

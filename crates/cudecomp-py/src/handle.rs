@@ -1,0 +1,219 @@
+//! `cudecomp.Handle`: binds MPI (through mpi4py) and owns the workspace.
+
+use std::sync::{Arc, Mutex};
+
+use cudecomp_core::comm::dynmpi::{self, MpiDescription};
+use cudecomp_core::handle as core;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::args::{autotune_options_class, grid_config, int_arg};
+use crate::errors::{invalid, warn_resource, IntoPy};
+use crate::grid::GridDesc;
+use crate::variant;
+
+/// Library handle bound to an MPI communicator (collective to create and to finalize).
+///
+/// ``Handle(mpi_comm)`` takes an initialised ``mpi4py.MPI.Comm``; the GPU variant binds
+/// the current CUDA device. Use ``finalize()`` (or a ``with`` block) before MPI ends.
+#[pyclass(module = "cudecomp", frozen)]
+pub struct Handle {
+    state: Mutex<Option<core::Handle>>,
+    rank: usize,
+    nranks: usize,
+}
+
+impl Handle {
+    /// The live core handle, or InvalidUsageError after `finalize()`.
+    pub fn live(&self, py: Python<'_>) -> PyResult<core::Handle> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                invalid(
+                    py,
+                    "the Handle was finalized: expected a live Handle".into(),
+                )
+            })
+    }
+}
+
+fn describe(py: Python<'_>, comm: &Bound<'_, PyAny>) -> PyResult<MpiDescription> {
+    let (library, handle_bytes, comm, byte, request_null, status_bytes, undefined): (
+        String,
+        usize,
+        i64,
+        i64,
+        i64,
+        usize,
+        i32,
+    ) = py
+        .import("cudecomp._mpi")?
+        .call_method1("describe", (comm,))?
+        .extract()?;
+    Ok(MpiDescription {
+        library,
+        handle_bytes,
+        comm: comm as u64,
+        byte: byte as u64,
+        request_null: request_null as u64,
+        status_bytes,
+        undefined,
+    })
+}
+
+#[pymethods]
+impl Handle {
+    #[new]
+    fn new(py: Python<'_>, mpi_comm: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let d = describe(py, mpi_comm)?;
+        variant::check_handle_supported(py)?;
+        let comm = py.detach(|| dynmpi::duplicate(&d)).py(py)?;
+        let col_major =
+            std::env::var("CUDECOMP_USE_COL_MAJOR_RANK_ORDER").is_ok_and(|v| v.trim() == "1");
+        let h = core::Handle::new(comm, col_major);
+        Ok(Handle {
+            rank: h.rank(),
+            nranks: h.nranks(),
+            state: Mutex::new(Some(h)),
+        })
+    }
+
+    /// This process's rank in the handle's communicator.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks in the handle's communicator.
+    #[getter]
+    fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    /// Collective: releases the handle. Any later use raises InvalidUsageError.
+    fn finalize(&self, py: Python<'_>) -> PyResult<()> {
+        let h = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let h =
+            h.ok_or_else(|| invalid(py, "finalize(): the Handle was already finalized".into()))?;
+        py.detach(|| h.finalize()).py(py)
+    }
+
+    /// Collective: creates a grid descriptor from ``config`` and writes the resolved
+    /// ``pdims``, backends and ``rank_order`` back into ``config``.
+    #[pyo3(signature = (config, autotune_options = None))]
+    fn create_grid(
+        slf: &Bound<'_, Self>,
+        config: &Bound<'_, PyAny>,
+        autotune_options: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<GridDesc> {
+        let py = slf.py();
+        let h = slf.get().live(py)?;
+        let cfg = grid_config(py, config)?;
+        let options = match autotune_options.filter(|o| !o.is_none()) {
+            Some(o) if !o.is_instance(autotune_options_class(py)?.as_any())? => {
+                return Err(PyTypeError::new_err(format!(
+                    "autotune_options: expected a cudecomp.GridDescAutotuneOptions or None, got {}",
+                    o.get_type().name()?
+                )))
+            }
+            other => other,
+        };
+        let wants_tuning = match options {
+            Some(o) => {
+                cfg.pdims == [0, 0]
+                    || o.getattr("autotune_transpose_backend")?.is_truthy()?
+                    || o.getattr("autotune_halo_backend")?.is_truthy()?
+            }
+            None => false,
+        };
+        if wants_tuning {
+            return Err(crate::errors::unsupported(
+                py,
+                "create_grid: autotuning (pdims [0, 0] or autotune_*_backend options) is not implemented yet; set pdims and the backends explicitly".into(),
+            ));
+        }
+        let gd = py.detach(|| h.create_grid(&cfg, variant::SPACE)).py(py)?;
+        let grid = gd.grid();
+        config.call_method1(
+            "_apply",
+            (
+                (grid.pdims[0], grid.pdims[1]),
+                grid.transpose_backend as i32,
+                grid.halo_backend as i32,
+                grid.rank_order as i32,
+            ),
+        )?;
+        Ok(GridDesc::new(slf.clone().unbind(), Arc::new(gd)))
+    }
+
+    /// Collective: allocates ``nbytes`` of workspace suitable for ``grid``'s backends
+    /// (a NumPy uint8 array in the CPU variant).
+    fn malloc<'py>(
+        slf: &Bound<'py, Self>,
+        grid: &Bound<'py, GridDesc>,
+        nbytes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        slf.get().live(py)?;
+        grid.get().check_owner(py, slf)?;
+        let n = int_arg(nbytes, "nbytes")?;
+        if n <= 0 {
+            return Err(invalid(
+                py,
+                format!("malloc(): expected nbytes > 0, got {n}"),
+            ));
+        }
+        variant::allocate_bytes(py, n as usize)
+    }
+
+    /// Collective: releases a buffer from ``malloc`` (``None`` is accepted).
+    fn free(
+        slf: &Bound<'_, Self>,
+        grid: &Bound<'_, GridDesc>,
+        buffer: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        slf.get().live(py)?;
+        grid.get().check_owner(py, slf)?;
+        variant::release_bytes(py, buffer)
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            self.finalize(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.state.lock().map(|s| s.is_some()).unwrap_or(false) {
+            "live"
+        } else {
+            "finalized"
+        };
+        format!(
+            "<cudecomp.Handle rank {} of {}, {state}>",
+            self.rank, self.nranks
+        )
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.state.get_mut().map(|s| s.is_some()).unwrap_or(false) {
+            warn_resource("cudecomp.Handle was garbage-collected without finalize(); call finalize() collectively before MPI ends");
+        }
+    }
+}

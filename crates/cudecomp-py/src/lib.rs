@@ -1,0 +1,55 @@
+//! Python bindings of cudecomp: the extension module `cudecomp._cudecomp`.
+//!
+//! A thin layer: argument parsing, array protocols, GIL release and error mapping.
+//! Everything else lives in `cudecomp-core`.
+
+mod args;
+mod array;
+mod errors;
+mod grid;
+mod handle;
+mod variant;
+
+use cudecomp_core::geometry::{DataType, HaloBackend, TransposeBackend};
+use pyo3::prelude::*;
+
+/// Upstream's display name of a transpose backend value (`"ERROR"` for unknown values).
+#[pyfunction]
+fn transpose_comm_backend_to_string(backend: i64) -> &'static str {
+    i32::try_from(backend)
+        .ok()
+        .and_then(TransposeBackend::from_i32)
+        .map_or("ERROR", |b| b.display_name())
+}
+
+/// Upstream's display name of a halo backend value (`"ERROR"` for unknown values).
+#[pyfunction]
+fn halo_comm_backend_to_string(backend: i64) -> &'static str {
+    i32::try_from(backend)
+        .ok()
+        .and_then(HaloBackend::from_i32)
+        .map_or("ERROR", |b| b.display_name())
+}
+
+/// Bytes per element of a data type value.
+#[pyfunction]
+fn get_data_type_size(py: Python<'_>, dtype: i64) -> PyResult<usize> {
+    i32::try_from(dtype)
+        .ok()
+        .and_then(DataType::from_i32)
+        .map(|d| d.size())
+        .ok_or_else(|| errors::invalid(py, format!("dtype: unknown DataType value {dtype}")))
+}
+
+#[pymodule]
+fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<handle::Handle>()?;
+    m.add_class::<grid::GridDesc>()?;
+    m.add_class::<grid::PencilInfo>()?;
+    m.add_function(wrap_pyfunction!(transpose_comm_backend_to_string, m)?)?;
+    m.add_function(wrap_pyfunction!(halo_comm_backend_to_string, m)?)?;
+    m.add_function(wrap_pyfunction!(get_data_type_size, m)?)?;
+    m.add("CPU_ONLY", variant::CPU_ONLY)?;
+    m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

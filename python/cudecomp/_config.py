@@ -1,0 +1,293 @@
+"""Grid configuration and autotuning options, mirroring the C structs field for field.
+
+Array fields are writable NumPy views into the object's own storage: assigning to an
+element or slice (``config.pdims[:] = 2, 2``) changes the configuration, and a view keeps
+the object alive. Assigning a whole field replaces its contents after checking length and
+element type.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar, Generic, TypeVar, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from ._enums import AutotuneGridMode, DataType, HaloCommBackend, RankOrder, TransposeCommBackend
+from ._errors import InvalidUsageError
+
+__all__ = ["GridDescAutotuneOptions", "GridDescConfig"]
+
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _check_elements(name: str, value: Any, kind: str) -> np.ndarray:
+    """Convert ``value`` to an array, rejecting element types that do not fit ``kind``."""
+    if isinstance(value, (str, bytes)) or np.isscalar(value):
+        raise TypeError(f"{name}: expected a tuple, list or array, got {type(value).__name__}")
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise TypeError(f"{name}: expected numbers, got {value!r}")
+    if kind == "bool":
+        if arr.dtype != np.bool_ and not (arr.dtype.kind in "iu" and np.isin(arr, (0, 1)).all()):
+            raise TypeError(f"{name}: expected booleans, got {value!r}")
+    elif kind == "int":
+        if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
+            raise TypeError(f"{name}: expected integers, got {value!r}")
+    elif arr.dtype.kind not in "iuf" or arr.dtype == np.bool_:
+        raise TypeError(f"{name}: expected real numbers, got {value!r}")
+    return arr
+
+
+class _ArrayField(Generic[_T]):
+    """A fixed-shape array field stored in the owner's ``_arrays`` dict."""
+
+    def __init__(self, shape: tuple[int, ...], kind: str, default: Any, doc: str) -> None:
+        self.shape = shape
+        self.kind = kind
+        self.default = default
+        self.dtype = {"int": np.int32, "bool": np.bool_, "float": np.float64}[kind]
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def make(self) -> np.ndarray:
+        return np.full(self.shape, self.default, dtype=self.dtype)
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _ArrayField[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> npt.NDArray[Any]: ...
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return obj._arrays[self.name]  # type: ignore[attr-defined]
+
+    def __set__(self, obj: object, value: Any) -> None:
+        arr = _check_elements(self.name, value, self.kind)
+        if arr.shape != self.shape:
+            raise InvalidUsageError(
+                f"{self.name}: expected {_shape_text(self.shape)} values, got shape {arr.shape}"
+            )
+        if self.kind == "int" and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
+            raise InvalidUsageError(f"{self.name}: values must fit int32, got {value!r}")
+        obj._arrays[self.name][...] = arr  # type: ignore[attr-defined]
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return " x ".join(str(s) for s in shape) if len(shape) > 1 else str(shape[0])
+
+
+class _EnumField(Generic[_E]):
+    """A field holding a member of one IntEnum."""
+
+    def __init__(self, enum_type: type[_E], default: _E, doc: str) -> None:
+        self.enum_type = enum_type
+        self.default = default
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _EnumField[_E]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> _E: ...
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return obj._scalars[self.name]  # type: ignore[attr-defined]
+
+    def __set__(self, obj: object, value: Any) -> None:
+        if not isinstance(value, self.enum_type):
+            raise TypeError(
+                f"{self.name}: expected a cudecomp.{self.enum_type.__name__} member, got {value!r}"
+            )
+        obj._scalars[self.name] = value  # type: ignore[attr-defined]
+
+
+class _ScalarField(Generic[_T]):
+    """A plain bool, int or float field."""
+
+    def __init__(self, kind: type, default: Any, doc: str) -> None:
+        self.kind = kind
+        self.default = default
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _ScalarField[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> _T: ...
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return obj._scalars[self.name]  # type: ignore[attr-defined]
+
+    def __set__(self, obj: object, value: Any) -> None:
+        is_bool = isinstance(value, (bool, np.bool_))
+        if self.kind is bool:
+            ok = is_bool
+        elif self.kind is int:
+            ok = isinstance(value, (int, np.integer)) and not is_bool
+        else:
+            ok = isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
+        if not ok:
+            raise TypeError(f"{self.name}: expected {self.kind.__name__}, got {value!r}")
+        if self.kind is int and not (np.iinfo(np.int32).min <= int(value) <= np.iinfo(np.int32).max):
+            raise InvalidUsageError(f"{self.name}: expected a value that fits int32, got {value}")
+        obj._scalars[self.name] = self.kind(value)  # type: ignore[attr-defined]
+
+
+class _Struct:
+    """Common machinery: storage, copy, equality and repr over the declared fields."""
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls) -> None:
+        cls._fields = tuple(
+            k for k, v in cls.__dict__.items() if isinstance(v, (_ArrayField, _EnumField, _ScalarField))
+        )
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self._scalars: dict[str, Any] = {}
+        for name in self._fields:
+            field = type(self).__dict__[name]
+            if isinstance(field, _ArrayField):
+                self._arrays[name] = field.make()
+            else:
+                self._scalars[name] = field.default
+
+    def copy(self: Any) -> Any:
+        """Return an independent copy."""
+        other = type(self)()
+        for k, v in self._arrays.items():
+            other._arrays[k][...] = v
+        other._scalars.update(self._scalars)
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Struct)
+        return self._scalars == other._scalars and all(
+            np.array_equal(v, other._arrays[k]) for k, v in self._arrays.items()
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        parts = []
+        for name in self._fields:
+            v = getattr(self, name)
+            if isinstance(v, np.ndarray):
+                parts.append(f"{name}={v.tolist()}")
+            elif isinstance(v, enum.Enum):
+                parts.append(f"{name}={type(v).__name__}.{v.name}")
+            else:
+                parts.append(f"{name}={v!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+class GridDescConfig(_Struct):
+    """Configuration of a grid descriptor (``cudecompGridDescConfig_t``), with the C defaults."""
+
+    gdims = _ArrayField[int]((3,), "int", 0, "Global grid extents [X, Y, Z].")
+    gdims_dist = _ArrayField[int](
+        (3,), "int", 0, "Extents used to distribute the grid; all zeros means gdims."
+    )
+    pdims = _ArrayField[int]((2,), "int", 0, "Process grid [P_rows, P_cols]; [0, 0] autotunes.")
+    rank_order = _EnumField(RankOrder, RankOrder.DEFAULT, "How ranks are laid onto the process grid.")
+    transpose_comm_backend = _EnumField(
+        TransposeCommBackend, TransposeCommBackend.MPI_P2P, "Backend of the transposes."
+    )
+    transpose_axis_contiguous = _ArrayField[bool](
+        (3,), "bool", False, "Per pencil: store the pencil axis contiguously."
+    )
+    transpose_mem_order = _ArrayField[int](
+        (3, 3), "int", -1, "Per pencil: memory order of the axes (overrides axis_contiguous); -1 unset."
+    )
+    halo_comm_backend = _EnumField(HaloCommBackend, HaloCommBackend.MPI, "Backend of the halo updates.")
+
+    def _export(self) -> tuple[Any, ...]:
+        """Plain values for the core, in C field order."""
+        return (
+            tuple(int(v) for v in self.gdims),
+            tuple(int(v) for v in self.gdims_dist),
+            tuple(int(v) for v in self.pdims),
+            int(self.rank_order),
+            int(self.transpose_comm_backend),
+            tuple(bool(v) for v in self.transpose_axis_contiguous),
+            tuple(tuple(int(v) for v in row) for row in self.transpose_mem_order),
+            int(self.halo_comm_backend),
+        )
+
+    def _apply(self, pdims: tuple[int, int], transpose: int, halo: int, rank_order: int) -> None:
+        """Write back what grid creation resolved."""
+        self.pdims[...] = pdims
+        self._scalars["transpose_comm_backend"] = TransposeCommBackend(transpose)
+        self._scalars["halo_comm_backend"] = HaloCommBackend(halo)
+        self._scalars["rank_order"] = RankOrder(rank_order)
+
+    @classmethod
+    def _from_export(cls, values: tuple[Any, ...]) -> GridDescConfig:
+        cfg = cls()
+        gdims, dist, pdims, order, tb, ac, mo, hb = values
+        cfg.gdims[...] = gdims
+        cfg.gdims_dist[...] = dist
+        cfg.transpose_axis_contiguous[...] = ac
+        cfg.transpose_mem_order[...] = mo
+        cfg._apply(pdims, tb, hb, order)
+        return cfg
+
+
+class GridDescAutotuneOptions(_Struct):
+    """Autotuning options (``cudecompGridDescAutotuneOptions_t``), with the C defaults.
+
+    Operation-indexed fields use the order X->Y, Y->Z, Z->Y, Y->X.
+    """
+
+    n_warmup_trials = _ScalarField[int](int, 3, "Untimed iterations per candidate.")
+    n_trials = _ScalarField[int](int, 5, "Timed iterations per candidate.")
+    grid_mode = _EnumField(
+        AutotuneGridMode, AutotuneGridMode.TRANSPOSE, "Which communication chooses the process grid."
+    )
+    dtype = _EnumField(DataType, DataType.DOUBLE, "Element type of the test buffers.")
+    allow_uneven_decompositions = _ScalarField[bool](
+        bool, True, "Consider process grids that do not divide the grid evenly."
+    )
+    disable_mpi_backends = _ScalarField[bool](bool, False, "Leave out MPI backends.")
+    disable_nccl_backends = _ScalarField[bool](bool, False, "Leave out NCCL backends.")
+    disable_nvshmem_backends = _ScalarField[bool](bool, False, "Leave out NVSHMEM backends.")
+    skip_threshold = _ScalarField[float](
+        float, 0.0, "Skip a candidate when threshold * its first time exceeds the best (0 disables)."
+    )
+    autotune_transpose_backend = _ScalarField[bool](bool, False, "Search transpose backends.")
+    transpose_use_inplace_buffers = _ArrayField[bool]((4,), "bool", False, "Per operation: tune in place.")
+    transpose_op_weights = _ArrayField[float]((4,), "float", 1.0, "Per operation: weight in the score.")
+    transpose_input_halo_extents = _ArrayField[int]((4, 3), "int", 0, "Per operation: input halos.")
+    transpose_output_halo_extents = _ArrayField[int]((4, 3), "int", 0, "Per operation: output halos.")
+    transpose_input_padding = _ArrayField[int]((4, 3), "int", 0, "Per operation: input padding.")
+    transpose_output_padding = _ArrayField[int]((4, 3), "int", 0, "Per operation: output padding.")
+    autotune_halo_backend = _ScalarField[bool](bool, False, "Search halo backends.")
+    halo_extents = _ArrayField[int]((3,), "int", 0, "Halo extents used for halo tuning.")
+    halo_periods = _ArrayField[bool]((3,), "bool", False, "Halo periodicity used for halo tuning.")
+    halo_axis = _ScalarField[int](int, 0, "Pencil axis used for halo tuning (0=X, 1=Y, 2=Z).")
+    halo_padding = _ArrayField[int]((3,), "int", 0, "Padding used for halo tuning.")
+
+    def _export(self) -> dict[str, Any]:
+        """Plain values for the core."""
+        out: dict[str, Any] = {}
+        for name in self._fields:
+            v = getattr(self, name)
+            out[name] = v.tolist() if isinstance(v, np.ndarray) else (int(v) if isinstance(v, enum.Enum) else v)
+        return out
