@@ -1,0 +1,59 @@
+"""The global-index oracle of DESIGN §7: interior cells hold their global linear index
+``x + X*(y + Y*z)`` (complex: ``(i, -i)``), halo and padding cells a sentinel."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+import cudecomp
+
+NUMPY_DTYPES = {
+    cudecomp.DataType.FLOAT: np.float32,
+    cudecomp.DataType.DOUBLE: np.float64,
+    cudecomp.DataType.FLOAT_COMPLEX: np.complex64,
+    cudecomp.DataType.DOUBLE_COMPLEX: np.complex128,
+}
+SENTINEL = -7.0
+
+
+def global_index(info: cudecomp.PencilInfo, gdims: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Global linear index of every cell of a pencil array, and the interior mask."""
+    k, j, i = np.indices(info.array_shape, dtype=np.int64)
+    pos = (i, j, k)
+    g: list[np.ndarray] = [np.empty(0)] * 3
+    inside = np.ones(info.array_shape, dtype=bool)
+    for p in range(3):
+        ax = info.order[p]
+        g[ax] = pos[p] + info.lo[p] - info.halo_extents[ax]
+        inside &= (g[ax] >= info.lo[p]) & (g[ax] <= info.hi[p])
+    return g[0] + gdims[0] * (g[1] + gdims[1] * g[2]), inside
+
+
+def make(info: cudecomp.PencilInfo, gdims: Sequence[int], dtype: cudecomp.DataType, sentinel: float = SENTINEL) -> np.ndarray:
+    """A pencil array filled with the oracle."""
+    idx, inside = global_index(info, gdims)
+    a = np.full(info.array_shape, sentinel, dtype=NUMPY_DTYPES[dtype])
+    v = idx[inside]
+    a[inside] = v - 1j * v if np.iscomplexobj(a) else v
+    return a
+
+
+def interior(info: cudecomp.PencilInfo) -> np.ndarray:
+    """Mask of the owned interior."""
+    return global_index(info, (1, 1, 1))[1]
+
+
+def factor_pairs(n: int) -> list[tuple[int, int]]:
+    """Every process grid of ``n`` ranks."""
+    return [(r, n // r) for r in range(1, n + 1) if n % r == 0]
+
+
+ALL_CONTIGUOUS = [tuple(bool(b) for b in c) for c in itertools.product([False, True], repeat=3)]
+
+
+def permutations() -> Iterator[tuple[int, int, int]]:
+    """The six memory orders."""
+    return itertools.permutations(range(3))  # type: ignore[return-value]
