@@ -12,12 +12,12 @@ import random
 
 import numpy as np
 import pytest
-from conftest import requires_cpu_variant
 from mpi4py import MPI
-from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, factor_pairs, interior, make
 
 import cudecomp
+from conftest import requires_cpu_variant
 from cudecomp import DataType, RankOrder, TransposeCommBackend
+from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, factor_pairs, interior, make
 
 pytestmark = requires_cpu_variant()
 

@@ -70,9 +70,7 @@ class _ArrayField(Generic[_T]):
     def __set__(self, obj: object, value: Any) -> None:
         arr = _check_elements(self.name, value, self.kind)
         if arr.shape != self.shape:
-            raise InvalidUsageError(
-                f"{self.name}: expected {_shape_text(self.shape)} values, got shape {arr.shape}"
-            )
+            raise InvalidUsageError(f"{self.name}: expected {_shape_text(self.shape)} values, got shape {arr.shape}")
         if self.kind == "int" and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
             raise InvalidUsageError(f"{self.name}: values must fit int32, got {value!r}")
         obj._arrays[self.name][...] = arr  # type: ignore[attr-defined]
@@ -105,9 +103,7 @@ class _EnumField(Generic[_E]):
 
     def __set__(self, obj: object, value: Any) -> None:
         if not isinstance(value, self.enum_type):
-            raise TypeError(
-                f"{self.name}: expected a cudecomp.{self.enum_type.__name__} member, got {value!r}"
-            )
+            raise TypeError(f"{self.name}: expected a cudecomp.{self.enum_type.__name__} member, got {value!r}")
         obj._scalars[self.name] = value  # type: ignore[attr-defined]
 
 
@@ -153,9 +149,7 @@ class _Struct:
     _fields: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls) -> None:
-        cls._fields = tuple(
-            k for k, v in cls.__dict__.items() if isinstance(v, (_ArrayField, _EnumField, _ScalarField))
-        )
+        cls._fields = tuple(k for k, v in cls.__dict__.items() if isinstance(v, (_ArrayField, _EnumField, _ScalarField)))
 
     def __init__(self) -> None:
         self._arrays: dict[str, np.ndarray] = {}
@@ -179,9 +173,7 @@ class _Struct:
         if type(other) is not type(self):
             return NotImplemented
         assert isinstance(other, _Struct)
-        return self._scalars == other._scalars and all(
-            np.array_equal(v, other._arrays[k]) for k, v in self._arrays.items()
-        )
+        return self._scalars == other._scalars and all(np.array_equal(v, other._arrays[k]) for k, v in self._arrays.items())
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -202,20 +194,12 @@ class GridDescConfig(_Struct):
     """Configuration of a grid descriptor (``cudecompGridDescConfig_t``), with the C defaults."""
 
     gdims = _ArrayField[int]((3,), "int", 0, "Global grid extents [X, Y, Z].")
-    gdims_dist = _ArrayField[int](
-        (3,), "int", 0, "Extents used to distribute the grid; all zeros means gdims."
-    )
+    gdims_dist = _ArrayField[int]((3,), "int", 0, "Extents used to distribute the grid; all zeros means gdims.")
     pdims = _ArrayField[int]((2,), "int", 0, "Process grid [P_rows, P_cols]; [0, 0] autotunes.")
     rank_order = _EnumField(RankOrder, RankOrder.DEFAULT, "How ranks are laid onto the process grid.")
-    transpose_comm_backend = _EnumField(
-        TransposeCommBackend, TransposeCommBackend.MPI_P2P, "Backend of the transposes."
-    )
-    transpose_axis_contiguous = _ArrayField[bool](
-        (3,), "bool", False, "Per pencil: store the pencil axis contiguously."
-    )
-    transpose_mem_order = _ArrayField[int](
-        (3, 3), "int", -1, "Per pencil: memory order of the axes (overrides axis_contiguous); -1 unset."
-    )
+    transpose_comm_backend = _EnumField(TransposeCommBackend, TransposeCommBackend.MPI_P2P, "Backend of the transposes.")
+    transpose_axis_contiguous = _ArrayField[bool]((3,), "bool", False, "Per pencil: store the pencil axis contiguously.")
+    transpose_mem_order = _ArrayField[int]((3, 3), "int", -1, "Per pencil: memory order of the axes (overrides axis_contiguous); -1 unset.")
     halo_comm_backend = _EnumField(HaloCommBackend, HaloCommBackend.MPI, "Backend of the halo updates.")
 
     def _export(self) -> tuple[Any, ...]:
@@ -258,19 +242,13 @@ class GridDescAutotuneOptions(_Struct):
 
     n_warmup_trials = _ScalarField[int](int, 3, "Untimed iterations per candidate.")
     n_trials = _ScalarField[int](int, 5, "Timed iterations per candidate.")
-    grid_mode = _EnumField(
-        AutotuneGridMode, AutotuneGridMode.TRANSPOSE, "Which communication chooses the process grid."
-    )
+    grid_mode = _EnumField(AutotuneGridMode, AutotuneGridMode.TRANSPOSE, "Which communication chooses the process grid.")
     dtype = _EnumField(DataType, DataType.DOUBLE, "Element type of the test buffers.")
-    allow_uneven_decompositions = _ScalarField[bool](
-        bool, True, "Consider process grids that do not divide the grid evenly."
-    )
+    allow_uneven_decompositions = _ScalarField[bool](bool, True, "Consider process grids that do not divide the grid evenly.")
     disable_mpi_backends = _ScalarField[bool](bool, False, "Leave out MPI backends.")
     disable_nccl_backends = _ScalarField[bool](bool, False, "Leave out NCCL backends.")
     disable_nvshmem_backends = _ScalarField[bool](bool, False, "Leave out NVSHMEM backends.")
-    skip_threshold = _ScalarField[float](
-        float, 0.0, "Skip a candidate when threshold * its first time exceeds the best (0 disables)."
-    )
+    skip_threshold = _ScalarField[float](float, 0.0, "Skip a candidate when threshold * its first time exceeds the best (0 disables).")
     autotune_transpose_backend = _ScalarField[bool](bool, False, "Search transpose backends.")
     transpose_use_inplace_buffers = _ArrayField[bool]((4,), "bool", False, "Per operation: tune in place.")
     transpose_op_weights = _ArrayField[float]((4,), "float", 1.0, "Per operation: weight in the score.")

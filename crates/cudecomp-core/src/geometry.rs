@@ -704,10 +704,9 @@ mod tests {
     type Row = ([i64; 3], [i64; 3], [i64; 3], i64);
 
     fn check_table(g: &Grid, halo: [i64; 3], pad: [i64; 3], table: &[[Row; 4]; 3]) {
-        for axis in 0..3 {
-            for rank in 0..4 {
+        for (axis, rows) in table.iter().enumerate() {
+            for (rank, &(shape, lo, hi, size)) in rows.iter().enumerate() {
                 let info = g.pencil_info(axis as i64, rank, halo, pad).unwrap();
-                let (shape, lo, hi, size) = table[axis][rank];
                 assert_eq!(
                     (info.shape, info.lo, info.hi, info.size),
                     (shape, lo, hi, size),

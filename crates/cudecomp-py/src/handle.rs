@@ -43,9 +43,9 @@ fn describe(py: Python<'_>, comm: &Bound<'_, PyAny>) -> PyResult<MpiDescription>
     let (library, handle_bytes, comm, byte, request_null, status_bytes, undefined): (
         String,
         usize,
-        i64,
-        i64,
-        i64,
+        i128,
+        i128,
+        i128,
         usize,
         i32,
     ) = py

