@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{allgather_bytes, Communicator};
+use crate::engine::halo::HostHalo;
 use crate::engine::transpose::HostTranspose;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig};
 use crate::mem::HostBuf;
-use crate::plan::{Direction, TransposeLayouts, TransposePlan};
+use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
 use crate::{invalid, unsupported, Error, Result};
 
 /// Handle-owned host workspace, grown on demand and never shrunk. Its lock also
@@ -141,6 +142,7 @@ impl Handle {
             rank,
             subcomms: [col_comm, row_comm],
             plans: Mutex::new(HashMap::new()),
+            halo_plans: Mutex::new(HashMap::new()),
         })
     }
 
@@ -158,6 +160,26 @@ pub struct GridDesc {
     /// Indexed by [`CommAxis`]: column then row communicator.
     subcomms: [Box<dyn Communicator>; 2],
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
+    halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
+}
+
+/// The explicit workspace if it is large enough, else the handle's automatic one.
+fn pick_workspace(
+    auto: &mut Workspace,
+    explicit: Option<HostBuf>,
+    elems: i64,
+    elem: usize,
+    query: &str,
+) -> Result<HostBuf> {
+    let need = elems.max(0) as usize * elem;
+    match explicit {
+        Some(w) if w.len() < need => invalid!(
+            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
+            w.len()
+        ),
+        Some(w) => Ok(w),
+        None => Ok(auto.get(need)),
+    }
 }
 
 impl GridDesc {
@@ -213,21 +235,14 @@ impl GridDesc {
         let elem = dtype.size();
         check_len("input", input, plan.input.size, elem)?;
         check_len("output", output, plan.output.size, elem)?;
-        let need = self.grid.transpose_workspace_size() as usize * elem;
         let mut ws = self.handle.lock_workspace();
-        let work = match work {
-            Some(w) => {
-                if w.len() < need {
-                    invalid!(
-                        "work: expected at least {need} bytes (get_transpose_workspace_size() = {} elements of {elem} bytes), got {} bytes",
-                        self.grid.transpose_workspace_size(),
-                        w.len()
-                    );
-                }
-                w
-            }
-            None => ws.get(need),
-        };
+        let work = pick_workspace(
+            &mut ws,
+            work,
+            self.grid.transpose_workspace_size(),
+            elem,
+            "get_transpose_workspace_size()",
+        )?;
         HostTranspose {
             plan: &plan,
             backend: self.grid.transpose_backend,
@@ -237,6 +252,44 @@ impl GridDesc {
             work,
         }
         .run(self.subcomm(direction.comm()))
+    }
+
+    /// The (cached) plan of one halo update; `None` when it moves nothing.
+    pub fn halo_plan(&self, spec: &HaloSpec) -> Result<Option<Arc<HaloPlan>>> {
+        if let Some(p) = lock(&self.halo_plans).get(spec) {
+            return Ok(p.clone());
+        }
+        let p = HaloPlan::new(&self.grid, self.rank, *spec)?.map(Arc::new);
+        lock(&self.halo_plans).insert(*spec, p.clone());
+        Ok(p)
+    }
+
+    /// Runs a halo update on a host pencil array. `work = None` uses the handle's workspace.
+    pub fn update_halos_host(
+        &self,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: HostBuf,
+        work: Option<HostBuf>,
+    ) -> Result<()> {
+        let Some(plan) = self.halo_plan(spec)? else {
+            return Ok(());
+        };
+        let elem = dtype.size();
+        check_len("input", data, plan.info.size, elem)?;
+        let elems = self
+            .grid
+            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+        let mut ws = self.handle.lock_workspace();
+        let work = pick_workspace(&mut ws, work, elems, elem, "get_halo_workspace_size()")?;
+        HostHalo {
+            plan: &plan,
+            backend: self.grid.halo_backend,
+            elem,
+            data,
+            work,
+        }
+        .run(self.handle.comm())
     }
 
     /// Collective: releases the row and column communicators.
@@ -263,7 +316,7 @@ fn check_len(what: &str, b: HostBuf, cells: i64, elem: usize) -> Result<()> {
 mod tests {
     use super::*;
     use crate::comm::mock;
-    use crate::geometry::{PencilInfo, TransposeBackend};
+    use crate::geometry::{HaloBackend, PencilInfo, TransposeBackend};
     use crate::plan::Layout;
 
     /// Fills a pencil buffer with the global-index oracle (sentinel outside the interior).
@@ -415,5 +468,93 @@ mod tests {
             );
             assert!(matches!(r, Err(Error::InvalidUsage(_))));
         });
+    }
+
+    /// Reference §5 check: after updating dims 0, 1, 2 every non-padding cell holds the
+    /// index of its (periodically wrapped) global point, or the sentinel where the point
+    /// lies beyond a non-periodic boundary.
+    fn halo_case(pdims: [i32; 2], axis: usize, periods: [bool; 3], backend: HaloBackend) {
+        let n = (pdims[0] * pdims[1]) as usize;
+        let halo = [1, 2, 1];
+        let padding = [1, 0, 2];
+        mock::run(n, |c| {
+            let h = Handle::new(c.split(0, c.rank() as i32).unwrap(), false);
+            let cfg = GridConfig {
+                gdims: [9, 10, 11],
+                pdims,
+                halo_comm_backend: backend as i32,
+                transpose_axis_contiguous: [true, false, true],
+                ..Default::default()
+            };
+            let g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            let gd = g.grid().gdims;
+            let info = g
+                .grid()
+                .pencil_info(axis as i64, g.rank(), halo, padding)
+                .unwrap();
+            let sentinel = u64::MAX;
+            let mut data = fill(&info, gd, sentinel);
+            for dim in 0..3 {
+                let spec = HaloSpec {
+                    axis,
+                    dim,
+                    halo,
+                    periods,
+                    padding,
+                };
+                g.update_halos_host(&spec, DataType::Double, as_buf(&mut data), None)
+                    .unwrap();
+            }
+            let l = Layout::of_pencil(&info);
+            let stored: [i64; 3] = std::array::from_fn(|gax| info.stored_extent(gax));
+            for k in 0..stored[info.order[2]] {
+                for j in 0..stored[info.order[1]] {
+                    for i in 0..stored[info.order[0]] {
+                        let mut local = [0i64; 3];
+                        local[info.order[0]] = i;
+                        local[info.order[1]] = j;
+                        local[info.order[2]] = k;
+                        let mut p: [i64; 3] = std::array::from_fn(|a| l.origin[a] + local[a]);
+                        let at = data[l.offset(p) as usize];
+                        let mut expect = None;
+                        if (0..3).all(|a| local[a] < stored[a] - padding[a]) {
+                            let mut inside = true;
+                            for a in 0..3 {
+                                if p[a] < 0 || p[a] >= gd[a] {
+                                    if periods[a] {
+                                        p[a] = p[a].rem_euclid(gd[a]);
+                                    } else {
+                                        inside = false;
+                                    }
+                                }
+                            }
+                            if inside {
+                                expect = Some((p[0] + gd[0] * (p[1] + gd[1] * p[2])) as u64);
+                            }
+                        }
+                        assert_eq!(
+                            at,
+                            expect.unwrap_or(sentinel),
+                            "rank {} cell {local:?}",
+                            g.rank()
+                        );
+                    }
+                }
+            }
+            g.destroy().unwrap();
+        });
+    }
+
+    #[test]
+    fn halo_updates_on_mock() {
+        for backend in [HaloBackend::Mpi, HaloBackend::MpiBlocking] {
+            for pdims in [[2, 2], [1, 2], [3, 1], [1, 1]] {
+                for axis in 0..3 {
+                    for periods in [[false; 3], [true; 3], [true, false, true]] {
+                        halo_case(pdims, axis, periods, backend);
+                    }
+                }
+            }
+        }
     }
 }

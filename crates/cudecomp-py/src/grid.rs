@@ -4,11 +4,11 @@ use std::sync::{Arc, Mutex};
 
 use cudecomp_core::geometry::{self, DataType};
 use cudecomp_core::handle as core;
-use cudecomp_core::plan::{Direction, TransposeLayouts};
+use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
 use pyo3::prelude::*;
 
-use crate::args::{config_object, int_arg, int_triple, parse_dtype};
-use crate::array::resolve_dtype;
+use crate::args::{bool_triple, config_object, int_arg, int_triple, parse_dtype};
+use crate::array::{resolve_dtype, ArrayArg};
 use crate::errors::{invalid, warn_resource, IntoPy};
 use crate::handle::Handle;
 use crate::variant;
@@ -210,27 +210,71 @@ impl GridDesc {
     }
 
     fn update_halos(&self, py: Python<'_>, axis: usize, c: HaloCall<'_, '_>) -> PyResult<()> {
-        self.live(py)?;
-        let _ = (
+        let gd = self.live(py)?;
+        let explicit = parse_dtype(py, c.dtype)?;
+        if c.halo_extents.is_none() {
+            return Err(invalid(
+                py,
+                "halo_extents: expected 3 non-negative ints, got None".into(),
+            ));
+        }
+        let halo = int_triple(py, Some(c.halo_extents), "halo_extents")?;
+        if halo == [0; 3] {
+            return Ok(()); // upstream's quick return, before any array check
+        }
+        let dim = int_arg(c.dim, "dim")?;
+        if !(0..3).contains(&dim) {
+            return Err(invalid(
+                py,
+                format!("dim: expected 0 (X), 1 (Y) or 2 (Z), got {dim}"),
+            ));
+        }
+        let spec = HaloSpec {
             axis,
-            c.input,
-            c.halo_extents,
-            c.halo_periods,
-            c.dim,
-            c.padding,
-            c.work,
-            c.dtype,
-            c.stream,
-        );
-        Err(crate::errors::unsupported(
+            dim: dim as usize,
+            halo,
+            periods: bool_triple(py, c.halo_periods, "halo_periods")?,
+            padding: int_triple(py, c.padding, "padding")?,
+        };
+        let info = gd
+            .grid()
+            .pencil_info(axis as i64, gd.rank(), halo, spec.padding)
+            .py(py)?;
+        let data = variant::data_array(py, c.input, "input")?;
+        let dtype = resolve_dtype(py, explicit, &[&data])?;
+        data.require_writable(py)?;
+        data.require_shape(
             py,
-            "halo updates are not implemented yet".into(),
-        ))
+            info.array_shape(),
+            "the pencil's PencilInfo.array_shape with these halos and padding",
+        )?;
+        let work = work_arg(py, c.work, &[&data])?;
+        variant::run_halo(py, &gd, &spec, dtype, &data, work.as_ref(), c.stream)
     }
 }
 
 /// Emits the `#[pymethods]` block: the four transposes and three halo updates are
 /// generated from one template each (pyo3 registers only methods it sees after expansion).
+/// Parses the optional `work` argument: writable and disjoint from the data arrays.
+fn work_arg(
+    py: Python<'_>,
+    w: Option<&Bound<'_, PyAny>>,
+    data: &[&ArrayArg],
+) -> PyResult<Option<ArrayArg>> {
+    let Some(w) = w.filter(|w| !w.is_none()) else {
+        return Ok(None);
+    };
+    let w = variant::work_array(py, w)?;
+    w.require_writable(py)?;
+    if data.iter().any(|a| w.overlaps(a)) {
+        return Err(invalid(
+            py,
+            "work: expected memory disjoint from the data arrays".into(),
+        ));
+    }
+    Ok(Some(w))
+}
+
 macro_rules! grid_methods {
     (
         transposes { $( $tname:ident => $dir:expr, $tdoc:literal; )* }

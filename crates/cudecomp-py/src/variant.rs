@@ -10,7 +10,7 @@ pub use gpu::*;
 mod cpu {
     use cudecomp_core::geometry::DataType;
     use cudecomp_core::handle::{GridDesc, MemorySpace};
-    use cudecomp_core::plan::{Direction, TransposeLayouts};
+    use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
     use pyo3::prelude::*;
 
     use crate::array::{host_array, numpy_name, ArrayArg};
@@ -81,13 +81,28 @@ mod cpu {
         py.detach(|| gd.transpose_host(direction, layouts, dtype, i, o, w))
             .py(py)
     }
+
+    /// Runs a halo update on a host array with the GIL released. Streams are ignored.
+    pub fn run_halo(
+        py: Python<'_>,
+        gd: &GridDesc,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: &ArrayArg,
+        work: Option<&ArrayArg>,
+        _stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        // SAFETY: as in `run_transpose`.
+        let (d, w) = unsafe { (data.host_buf(), work.map(|w| w.host_buf())) };
+        py.detach(|| gd.update_halos_host(spec, dtype, d, w)).py(py)
+    }
 }
 
 #[cfg(not(cpu_only))]
 mod gpu {
     use cudecomp_core::geometry::DataType;
     use cudecomp_core::handle::{GridDesc, MemorySpace};
-    use cudecomp_core::plan::{Direction, TransposeLayouts};
+    use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
     use pyo3::prelude::*;
 
     use crate::array::ArrayArg;
@@ -155,6 +170,19 @@ mod gpu {
         _dtype: DataType,
         _input: &ArrayArg,
         _out: &ArrayArg,
+        _work: Option<&ArrayArg>,
+        _stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        Err(not_built(py))
+    }
+
+    /// See the CPU variant.
+    pub fn run_halo(
+        py: Python<'_>,
+        _gd: &GridDesc,
+        _spec: &HaloSpec,
+        _dtype: DataType,
+        _data: &ArrayArg,
         _work: Option<&ArrayArg>,
         _stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {

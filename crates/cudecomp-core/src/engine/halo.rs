@@ -1,0 +1,122 @@
+//! Executes a halo plan on host memory through the handle's communicator.
+
+use crate::comm::{irecv_pieces, isend_pieces, Communicator, Request};
+use crate::geometry::HaloBackend;
+use crate::mem::host::{copy3, HostBuf};
+use crate::plan::{Copy3, HaloPlan, HaloSide};
+use crate::{unsupported, Result};
+
+/// Buffers of one host halo update.
+#[derive(Clone, Copy, Debug)]
+pub struct HostHalo<'a> {
+    pub plan: &'a HaloPlan,
+    pub backend: HaloBackend,
+    pub elem: usize,
+    pub data: HostBuf,
+    pub work: HostBuf,
+}
+
+impl HostHalo<'_> {
+    fn copy(&self, src: HostBuf, dst: HostBuf, c: &Copy3) -> Result<()> {
+        copy3(self.elem, src, dst, c)
+    }
+
+    /// `(buffer, byte offset)` of the face sent to, or received from, `side`.
+    fn face(&self, side: HaloSide, receive: bool) -> (HostBuf, i64) {
+        let p = self.plan;
+        let e = self.elem as i64;
+        if p.faces_dense() {
+            let b = if receive {
+                &p.recv[side as usize]
+            } else {
+                &p.send[side as usize]
+            };
+            (self.data, p.array_offset(b) * e)
+        } else {
+            (self.work, p.slot_offset(side, receive) * e)
+        }
+    }
+
+    fn post(
+        &self,
+        comm: &dyn Communicator,
+        side: HaloSide,
+        receive: bool,
+        reqs: &mut Vec<Request>,
+    ) -> Result<()> {
+        let Some(peer) = self.plan.neighbours[side as usize] else {
+            return Ok(());
+        };
+        let n = (self.plan.face * self.elem as i64) as usize;
+        let (buf, off) = self.face(side, receive);
+        let ptr = buf.range(off, n as i64)?;
+        // A message travelling towards `side` carries that side's tag; what arrives from
+        // `side` travels towards its opposite.
+        // SAFETY: the range is inside `buf`, which outlives the wait that follows.
+        unsafe {
+            if receive {
+                irecv_pieces(comm, ptr, n, peer, side.opposite().tag(), reqs)?;
+            } else {
+                isend_pieces(comm, ptr, n, peer, side.tag(), reqs)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn pack(&self, side: HaloSide) -> Result<()> {
+        if self.plan.neighbours[side as usize].is_some() && !self.plan.faces_dense() {
+            self.copy(self.data, self.work, &self.plan.pack(side))?;
+        }
+        Ok(())
+    }
+
+    fn unpack(&self, side: HaloSide) -> Result<()> {
+        if self.plan.neighbours[side as usize].is_some() && !self.plan.faces_dense() {
+            self.copy(self.work, self.data, &self.plan.unpack(side))?;
+        }
+        Ok(())
+    }
+
+    /// Runs the update. `comm` is the handle's communicator (global ranks).
+    pub fn run(&self, comm: &dyn Communicator) -> Result<()> {
+        if self.plan.local_wrap {
+            for side in HaloSide::BOTH {
+                self.copy(self.data, self.data, &self.plan.wrap_copy(side))?;
+            }
+            return Ok(());
+        }
+        match self.backend {
+            HaloBackend::Mpi => {
+                let mut reqs = Vec::new();
+                for side in HaloSide::BOTH {
+                    self.pack(side)?;
+                    self.post(comm, side, true, &mut reqs)?;
+                }
+                for side in HaloSide::BOTH {
+                    self.post(comm, side, false, &mut reqs)?;
+                }
+                comm.wait_all(&mut reqs)?;
+                for side in HaloSide::BOTH {
+                    self.unpack(side)?;
+                }
+                Ok(())
+            }
+            HaloBackend::MpiBlocking => {
+                // One direction at a time: receive from one side while sending to the other.
+                for side in HaloSide::BOTH {
+                    let mut reqs = Vec::new();
+                    self.pack(side)?;
+                    self.post(comm, side.opposite(), true, &mut reqs)?;
+                    self.post(comm, side, false, &mut reqs)?;
+                    comm.wait_all(&mut reqs)?;
+                    self.unpack(side.opposite())?;
+                }
+                Ok(())
+            }
+            b => unsupported!(
+                "halo backend {} is not available for host buffers: expected MPI or MPI_BLOCKING",
+                b.display_name()
+            ),
+        }
+    }
+}

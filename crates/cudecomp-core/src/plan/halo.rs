@@ -1,0 +1,238 @@
+//! Halo-update plans (reference §5): which faces go to which neighbour along one dimension.
+//!
+//! Faces span the full stored extent of the other two dimensions, their halos included and
+//! padding excluded, so three successive updates (dims 0, 1, 2) fill edges and corners.
+
+use super::{Copy3, Layout};
+use crate::geometry::{align, face_cells, Axis, Box3, Grid, PencilInfo};
+use crate::{invalid, Result};
+
+/// Arguments of one halo update.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HaloSpec {
+    /// Pencil orientation (0 = X, 1 = Y, 2 = Z).
+    pub axis: Axis,
+    /// Global dimension whose halos are updated.
+    pub dim: Axis,
+    pub halo: [i64; 3],
+    pub periods: [bool; 3],
+    pub padding: [i64; 3],
+}
+
+/// One side of the exchange along `dim`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HaloSide {
+    /// Towards lower coordinates.
+    Left = 0,
+    /// Towards higher coordinates.
+    Right = 1,
+}
+
+impl HaloSide {
+    /// Both sides.
+    pub const BOTH: [HaloSide; 2] = [HaloSide::Left, HaloSide::Right];
+
+    /// Tag of the message travelling *towards* this side. The receiver, for which the
+    /// sender is on the opposite side, uses the same tag: this keeps the two messages apart
+    /// when left and right neighbour are the same rank (two ranks, periodic).
+    pub fn tag(self) -> i32 {
+        1000 + self as i32 * 64
+    }
+
+    /// The other side.
+    pub fn opposite(self) -> HaloSide {
+        match self {
+            HaloSide::Left => HaloSide::Right,
+            HaloSide::Right => HaloSide::Left,
+        }
+    }
+}
+
+/// Everything one rank needs to execute a halo update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HaloPlan {
+    pub spec: HaloSpec,
+    pub info: PencilInfo,
+    pub layout: Layout,
+    /// Neighbour global ranks (`None` at a non-periodic boundary).
+    pub neighbours: [Option<usize>; 2],
+    /// Both neighbours are this rank: the update is a local periodic wrap.
+    pub local_wrap: bool,
+    /// Interior faces sent to each side.
+    pub send: [Box3; 2],
+    /// Halo faces received from each side.
+    pub recv: [Box3; 2],
+    /// Owned extent along `dim` (the periodic shift of a wrap copy).
+    pub period_shift: i64,
+    /// Elements per face.
+    pub face: i64,
+    /// Element stride between the four workspace slots (send L, send R, recv L, recv R).
+    pub slot: i64,
+}
+
+impl HaloPlan {
+    /// Plans a halo update; `None` when it moves nothing (zero extent along `dim`, or no
+    /// neighbour on either side).
+    pub fn new(grid: &Grid, rank: usize, spec: HaloSpec) -> Result<Option<HaloPlan>> {
+        let info = grid.pencil_info(spec.axis as i64, rank, spec.halo, spec.padding)?;
+        let d = spec.dim;
+        let h = spec.halo[d];
+        if h == 0 {
+            return Ok(None);
+        }
+        grid.check_not_empty(spec.axis, "update_halos")?;
+        let periodic = spec.periods[d];
+        let shifted = |disp| grid.shifted_rank(spec.axis as i64, rank, d as i64, disp, periodic);
+        let neighbours = [shifted(-1)?, shifted(1)?];
+        if neighbours == [None, None] {
+            return Ok(None);
+        }
+        let own = grid.axis_range(spec.axis, rank, d).1;
+        for r in [Some(rank), neighbours[0], neighbours[1]]
+            .into_iter()
+            .flatten()
+        {
+            let len = grid.axis_range(spec.axis, r, d).1;
+            if h > len {
+                invalid!(
+                    "halo_extents[{d}] = {h} exceeds the {len} cells rank {r} owns along dimension {d}: a halo may not span more than the nearest neighbour"
+                );
+            }
+        }
+        let interior = info.interior();
+        // Faces: the full stored extent of the other dimensions without padding.
+        let mut face = Box3::default();
+        for g in 0..3 {
+            face.lo[g] = interior.lo[g] - spec.halo[g];
+            face.len[g] = interior.len[g] + 2 * spec.halo[g];
+        }
+        let slab = |lo: i64| {
+            let mut b = face;
+            b.lo[d] = lo;
+            b.len[d] = h;
+            b
+        };
+        let (lo, end) = (interior.lo[d], interior.lo[d] + interior.len[d]);
+        let cells = face_cells(&info, d) * h;
+        Ok(Some(HaloPlan {
+            spec,
+            layout: Layout::of_pencil(&info),
+            info,
+            local_wrap: neighbours == [Some(rank), Some(rank)],
+            neighbours,
+            send: [slab(lo), slab(end - h)],
+            recv: [slab(lo - h), slab(end)],
+            period_shift: own,
+            face: cells,
+            slot: align(cells),
+        }))
+    }
+
+    /// Copy of the interior face destined for `side` into the same array's opposite halo
+    /// (periodic wrap with this rank as its own neighbour).
+    pub fn wrap_copy(&self, side: HaloSide) -> Copy3 {
+        let d = self.spec.dim;
+        let mut delta = [0; 3];
+        // The face sent left lands in the upper halo, one period further on.
+        delta[d] = match side {
+            HaloSide::Left => self.period_shift,
+            HaloSide::Right => -self.period_shift,
+        };
+        Copy3::between(
+            &self.send[side as usize],
+            &self.layout,
+            &self.layout.shifted(delta),
+        )
+    }
+
+    fn slot_layout(&self, b: &Box3, slot: i64) -> Layout {
+        Layout::packed(b, self.info.order, slot * self.slot)
+    }
+
+    /// Array → workspace slot of the face sent to `side`.
+    pub fn pack(&self, side: HaloSide) -> Copy3 {
+        let b = &self.send[side as usize];
+        Copy3::between(b, &self.layout, &self.slot_layout(b, side as i64))
+    }
+
+    /// Workspace slot of the face received from `side` → array halo.
+    pub fn unpack(&self, side: HaloSide) -> Copy3 {
+        let b = &self.recv[side as usize];
+        Copy3::between(b, &self.slot_layout(b, 2 + side as i64), &self.layout)
+    }
+
+    /// Element offset of a face in the workspace: send slots 0/1, receive slots 2/3.
+    pub fn slot_offset(&self, side: HaloSide, receive: bool) -> i64 {
+        (side as i64 + if receive { 2 } else { 0 }) * self.slot
+    }
+
+    /// True when faces are dense runs of the array (the update dimension is the slowest
+    /// in memory and the faster ones carry no padding): they go straight to and from MPI.
+    pub fn faces_dense(&self) -> bool {
+        self.layout.holds_packed(&self.send[0], self.info.order)
+    }
+
+    /// Element offset in the array of a face.
+    pub fn array_offset(&self, b: &Box3) -> i64 {
+        self.layout.offset(b.lo)
+    }
+
+    /// Workspace elements this plan uses.
+    pub fn workspace_elems(&self) -> i64 {
+        4 * self.slot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::GridConfig;
+
+    fn grid(pdims: [i32; 2]) -> Grid {
+        let cfg = GridConfig {
+            gdims: [9, 10, 11],
+            pdims,
+            ..Default::default()
+        };
+        Grid::new(&cfg, (pdims[0] * pdims[1]) as usize, false).unwrap()
+    }
+
+    #[test]
+    fn faces_and_neighbours() {
+        let g = grid([2, 2]);
+        let spec = HaloSpec {
+            axis: 0,
+            dim: 1,
+            halo: [1, 2, 1],
+            periods: [false, true, false],
+            padding: [0; 3],
+        };
+        let p = HaloPlan::new(&g, 0, spec).unwrap().unwrap();
+        assert_eq!(p.neighbours, [Some(2), Some(2)]);
+        assert_eq!(p.send[0].lo[1], 0);
+        assert_eq!(p.send[1].lo[1], 3);
+        assert_eq!(p.recv[0].lo[1], -2);
+        assert_eq!(p.recv[1].lo[1], 5);
+        assert_eq!(p.send[0].len, [11, 2, 8]);
+        assert!(p.workspace_elems() <= g.halo_workspace_size(0, 0, [1, 2, 1]).unwrap());
+    }
+
+    #[test]
+    fn no_ops_and_errors() {
+        let g = grid([2, 2]);
+        let mut spec = HaloSpec {
+            axis: 0,
+            dim: 0,
+            halo: [1, 1, 1],
+            ..Default::default()
+        };
+        assert!(HaloPlan::new(&g, 0, spec).unwrap().is_none()); // dim == axis, non-periodic
+        spec.periods[0] = true;
+        assert!(HaloPlan::new(&g, 0, spec).unwrap().unwrap().local_wrap);
+        spec.dim = 2;
+        spec.halo = [0, 0, 7]; // rank 1 owns 5 cells of Z
+        assert!(HaloPlan::new(&g, 0, spec).is_err());
+        spec.halo = [0, 0, 0];
+        assert!(HaloPlan::new(&g, 0, spec).unwrap().is_none());
+    }
+}

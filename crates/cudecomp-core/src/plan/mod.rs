@@ -1,0 +1,180 @@
+//! Pure data-movement plans: where every chunk of a transpose or halo face comes from
+//! and goes to.
+//!
+//! A plan is a function of (grid, rank, operation, halos, padding). Engines execute
+//! plans; backends only move the bytes the plan describes. One plan serves every
+//! backend and every memory space.
+
+mod halo;
+mod transpose;
+
+pub use halo::{HaloPlan, HaloSide, HaloSpec};
+pub use transpose::{peer_schedule, Chunk, Direction, TransposeLayouts, TransposePlan};
+
+use crate::geometry::{Axis, Box3, PencilInfo};
+
+/// Maps global coordinates to element offsets in a local buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Element offset of the cell at `origin`.
+    pub base: i64,
+    /// Global coordinate of local index 0 along each global axis.
+    pub origin: [i64; 3],
+    /// Element stride of each global axis.
+    pub strides: [i64; 3],
+}
+
+impl Layout {
+    /// The layout of a pencil buffer as described by its pencil info (halos and padding included).
+    pub fn of_pencil(info: &PencilInfo) -> Layout {
+        let mut strides = [0; 3];
+        let mut s = 1;
+        for k in 0..3 {
+            strides[info.order[k]] = s;
+            s *= info.shape[k];
+        }
+        let interior = info.interior();
+        let origin = std::array::from_fn(|g| interior.lo[g] - info.halo_extents[g]);
+        Layout {
+            base: 0,
+            origin,
+            strides,
+        }
+    }
+
+    /// A dense layout of `b` in memory order `order`, starting at element `base`.
+    pub fn packed(b: &Box3, order: [Axis; 3], base: i64) -> Layout {
+        let mut strides = [0; 3];
+        let mut s = 1;
+        for &g in &order {
+            strides[g] = s;
+            s *= b.len[g];
+        }
+        Layout {
+            base,
+            origin: b.lo,
+            strides,
+        }
+    }
+
+    /// Element offset of global point `p`.
+    pub fn offset(&self, p: [i64; 3]) -> i64 {
+        self.base
+            + (0..3)
+                .map(|g| (p[g] - self.origin[g]) * self.strides[g])
+                .sum::<i64>()
+    }
+
+    /// The same memory seen with coordinates moved by `delta`: the cell this layout puts
+    /// at `p + delta` is addressed as `p` in the result (used for periodic wrap copies).
+    pub fn shifted(&self, delta: [i64; 3]) -> Layout {
+        Layout {
+            base: self.base,
+            origin: std::array::from_fn(|g| self.origin[g] - delta[g]),
+            strides: self.strides,
+        }
+    }
+
+    /// True when `b` occupies one dense run of this layout, laid out exactly as
+    /// `Layout::packed(b, order, _)`: then it can be sent or received in place.
+    pub fn holds_packed(&self, b: &Box3, order: [Axis; 3]) -> bool {
+        let p = Layout::packed(b, order, 0);
+        (0..3).all(|g| b.len[g] <= 1 || p.strides[g] == self.strides[g])
+    }
+}
+
+/// One strided 3-D copy, axes in global order: `extent[g]` cells along global axis `g`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy3 {
+    pub src_offset: i64,
+    pub src_strides: [i64; 3],
+    pub dst_offset: i64,
+    pub dst_strides: [i64; 3],
+    pub extent: [i64; 3],
+}
+
+impl Copy3 {
+    /// Copies the cells of box `b` from layout `src` to layout `dst`.
+    pub fn between(b: &Box3, src: &Layout, dst: &Layout) -> Copy3 {
+        Copy3 {
+            src_offset: src.offset(b.lo),
+            src_strides: src.strides,
+            dst_offset: dst.offset(b.lo),
+            dst_strides: dst.strides,
+            extent: b.len,
+        }
+    }
+
+    /// Number of cells moved.
+    pub fn cells(&self) -> i64 {
+        self.extent.iter().product()
+    }
+
+    /// One past the largest element offset touched on the source side.
+    pub fn src_end(&self) -> i64 {
+        end(self.src_offset, &self.src_strides, &self.extent)
+    }
+
+    /// One past the largest element offset touched on the destination side.
+    pub fn dst_end(&self) -> i64 {
+        end(self.dst_offset, &self.dst_strides, &self.extent)
+    }
+
+    /// Smallest element offset touched on the source side.
+    pub fn src_start(&self) -> i64 {
+        start(self.src_offset, &self.src_strides, &self.extent)
+    }
+
+    /// Smallest element offset touched on the destination side.
+    pub fn dst_start(&self) -> i64 {
+        start(self.dst_offset, &self.dst_strides, &self.extent)
+    }
+}
+
+fn end(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
+    if extent.iter().any(|&e| e <= 0) {
+        return offset;
+    }
+    offset
+        + (0..3)
+            .map(|g| (extent[g] - 1) * strides[g].max(0))
+            .sum::<i64>()
+        + 1
+}
+
+fn start(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
+    if extent.iter().any(|&e| e <= 0) {
+        return offset;
+    }
+    offset
+        + (0..3)
+            .map(|g| (extent[g] - 1) * strides[g].min(0))
+            .sum::<i64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_bounds() {
+        let b = Box3 {
+            lo: [1, 2, 3],
+            len: [2, 3, 4],
+        };
+        let l = Layout::packed(&b, [2, 0, 1], 10);
+        let c = Copy3::between(&b, &l, &l);
+        assert_eq!(c.src_start(), 10);
+        assert_eq!(c.src_end(), 10 + 24);
+    }
+
+    #[test]
+    fn shifted_layout_moves_boxes() {
+        let b = Box3 {
+            lo: [0, 0, 0],
+            len: [4, 1, 1],
+        };
+        let l = Layout::packed(&b, [0, 1, 2], 0);
+        assert_eq!(l.shifted([2, 0, 0]).offset([0, 0, 0]), l.offset([2, 0, 0]));
+    }
+}
