@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{allgather_bytes, Communicator};
-use crate::engine::halo::HostHalo;
-use crate::engine::transpose::HostTranspose;
+use crate::engine::halo::HaloRun;
+use crate::engine::transpose::TransposeRun;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig};
-use crate::mem::HostBuf;
+use crate::mem::{Buf, HostMover};
 use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
 use crate::{invalid, unsupported, Error, Result};
 
@@ -21,13 +21,13 @@ pub struct Workspace {
 
 impl Workspace {
     /// A buffer of at least `bytes` bytes (8-byte aligned).
-    pub fn get(&mut self, bytes: usize) -> HostBuf {
+    pub fn get(&mut self, bytes: usize) -> Buf {
         let words = bytes.div_ceil(8);
         if self.words.len() < words {
             self.words.resize(words, 0);
         }
         let b = bytemuck_words(&mut self.words);
-        HostBuf::from_slice(b)
+        Buf::from_slice(b)
     }
 
     /// Current size in bytes.
@@ -166,11 +166,11 @@ pub struct GridDesc {
 /// The explicit workspace if it is large enough, else the handle's automatic one.
 fn pick_workspace(
     auto: &mut Workspace,
-    explicit: Option<HostBuf>,
+    explicit: Option<Buf>,
     elems: i64,
     elem: usize,
     query: &str,
-) -> Result<HostBuf> {
+) -> Result<Buf> {
     let need = elems.max(0) as usize * elem;
     match explicit {
         Some(w) if w.len() < need => invalid!(
@@ -227,9 +227,9 @@ impl GridDesc {
         direction: Direction,
         layouts: &TransposeLayouts,
         dtype: DataType,
-        input: HostBuf,
-        output: HostBuf,
-        work: Option<HostBuf>,
+        input: Buf,
+        output: Buf,
+        work: Option<Buf>,
     ) -> Result<()> {
         let plan = self.transpose_plan(direction, layouts)?;
         let elem = dtype.size();
@@ -243,10 +243,11 @@ impl GridDesc {
             elem,
             "get_transpose_workspace_size()",
         )?;
-        HostTranspose {
+        TransposeRun {
             plan: &plan,
             backend: self.grid.transpose_backend,
             elem,
+            mover: &HostMover,
             input,
             output,
             work,
@@ -269,8 +270,8 @@ impl GridDesc {
         &self,
         spec: &HaloSpec,
         dtype: DataType,
-        data: HostBuf,
-        work: Option<HostBuf>,
+        data: Buf,
+        work: Option<Buf>,
     ) -> Result<()> {
         let Some(plan) = self.halo_plan(spec)? else {
             return Ok(());
@@ -282,10 +283,11 @@ impl GridDesc {
             .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
         let mut ws = self.handle.lock_workspace();
         let work = pick_workspace(&mut ws, work, elems, elem, "get_halo_workspace_size()")?;
-        HostHalo {
+        HaloRun {
             plan: &plan,
             backend: self.grid.halo_backend,
             elem,
+            mover: &HostMover,
             data,
             work,
         }
@@ -301,7 +303,7 @@ impl GridDesc {
     }
 }
 
-fn check_len(what: &str, b: HostBuf, cells: i64, elem: usize) -> Result<()> {
+fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
     let need = cells as usize * elem;
     if b.len() < need {
         return Err(Error::InvalidUsage(format!(
@@ -334,8 +336,8 @@ mod tests {
         v
     }
 
-    fn as_buf(v: &mut [u64]) -> HostBuf {
-        HostBuf::from_slice(bytemuck_words(v))
+    fn as_buf(v: &mut [u64]) -> Buf {
+        Buf::from_slice(bytemuck_words(v))
     }
 
     fn roundtrip(

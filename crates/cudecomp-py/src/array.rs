@@ -2,7 +2,7 @@
 //! deciding the element type of an operation.
 
 use cudecomp_core::geometry::DataType;
-use cudecomp_core::mem::HostBuf;
+use cudecomp_core::mem::Buf;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -39,9 +39,9 @@ impl ArrayArg {
     /// # Safety
     /// The Python object this was read from must stay alive, and must not be resized or
     /// accessed by other code, while the buffer is in use.
-    pub unsafe fn host_buf(&self) -> HostBuf {
+    pub unsafe fn host_buf(&self) -> Buf {
         // SAFETY: forwarded to the caller.
-        unsafe { HostBuf::new(self.ptr as *mut u8, self.nbytes()) }
+        unsafe { Buf::new(self.ptr as *mut u8, self.nbytes()) }
     }
 
     /// True when the byte ranges of `self` and `o` intersect.

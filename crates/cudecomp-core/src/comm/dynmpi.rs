@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use libloading::os::unix::Library;
 
-use super::{Communicator, Request};
+use super::{Communicator, Request, Transport};
 use crate::{Error, Result};
 
 /// What mpi4py tells us about the MPI it loaded, and the communicator to use.
@@ -278,7 +278,9 @@ impl<H: MpiHandle> Communicator for MpiComm<H> {
             .collect();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
+}
 
+impl<H: MpiHandle> Transport for MpiComm<H> {
     unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
         let n = count(len, "MPI_Isend")?;
         let mut req = self.api.request_null;

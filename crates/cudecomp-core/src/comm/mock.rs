@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::{Communicator, Request};
+use super::{Communicator, Request, Transport};
 use crate::{Error, Result};
 
 struct Message {
@@ -185,7 +185,9 @@ impl Communicator for MockComm {
     fn host_name(&self) -> Result<String> {
         Ok("mock-host".into())
     }
+}
 
+impl Transport for MockComm {
     unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
         if peer >= self.size() {
             return Err(Error::Mpi(format!(

@@ -19,23 +19,10 @@ pub enum Request {
 /// that element counts never overflow MPI's `int`.
 pub const MAX_PIECE_BYTES: usize = 1 << 30;
 
-/// A process group that moves bytes. Ranks are indices into this group.
-pub trait Communicator: Send + Sync {
-    /// This process's rank.
-    fn rank(&self) -> usize;
-    /// Number of ranks.
-    fn size(&self) -> usize;
-    /// `MPI_Comm_split`: collective; ranks with equal `color` form a new group ordered by `key`.
-    fn split(&self, color: i32, key: i32) -> Result<Box<dyn Communicator>>;
-    /// `MPI_Comm_free`: collective; the communicator must not be used afterwards.
-    fn free(&self) -> Result<()>;
-    /// `MPI_Barrier`.
-    fn barrier(&self) -> Result<()>;
-    /// `MPI_Allgather` of `send.len()` bytes per rank into `recv` (`size * send.len()` bytes).
-    fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<()>;
-    /// Name of the host this rank runs on (groups ranks by node).
-    fn host_name(&self) -> Result<String>;
-
+/// Point-to-point and all-to-all byte movement between the ranks of a group; what engines
+/// use. MPI communicators implement it directly; device transports (NCCL, host-staged
+/// MPI) wrap a group for the duration of one operation.
+pub trait Transport {
     /// Starts sending `len` bytes at `buf` to `peer` with `tag`.
     ///
     /// # Safety
@@ -74,13 +61,32 @@ pub trait Communicator: Send + Sync {
     }
 }
 
+/// A process group: a transport plus the collectives used to set up decompositions.
+/// Ranks are indices into this group.
+pub trait Communicator: Transport + Send + Sync {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// `MPI_Comm_split`: collective; ranks with equal `color` form a new group ordered by `key`.
+    fn split(&self, color: i32, key: i32) -> Result<Box<dyn Communicator>>;
+    /// `MPI_Comm_free`: collective; the communicator must not be used afterwards.
+    fn free(&self) -> Result<()>;
+    /// `MPI_Barrier`.
+    fn barrier(&self) -> Result<()>;
+    /// `MPI_Allgather` of `send.len()` bytes per rank into `recv` (`size * send.len()` bytes).
+    fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<()>;
+    /// Name of the host this rank runs on (groups ranks by node).
+    fn host_name(&self) -> Result<String>;
+}
+
 /// Posts a send of any length, in pieces of at most [`MAX_PIECE_BYTES`]; piece `i`
 /// uses tag `tag + i`. Returns the number of requests pushed.
 ///
 /// # Safety
-/// As [`Communicator::isend`].
+/// As [`Transport::isend`].
 pub unsafe fn isend_pieces(
-    comm: &dyn Communicator,
+    comm: &dyn Transport,
     buf: *const u8,
     len: usize,
     peer: usize,
@@ -100,9 +106,9 @@ pub unsafe fn isend_pieces(
 /// Receive-side twin of [`isend_pieces`].
 ///
 /// # Safety
-/// As [`Communicator::irecv`].
+/// As [`Transport::irecv`].
 pub unsafe fn irecv_pieces(
-    comm: &dyn Communicator,
+    comm: &dyn Transport,
     buf: *mut u8,
     len: usize,
     peer: usize,

@@ -1,28 +1,29 @@
-//! Executes a halo plan on host memory through the handle's communicator.
+//! Executes a halo plan: faces packed through a mover, exchanged through a transport.
 
-use crate::comm::{irecv_pieces, isend_pieces, Communicator, Request};
+use crate::comm::{irecv_pieces, isend_pieces, Request, Transport};
 use crate::geometry::HaloBackend;
-use crate::mem::host::{copy3, HostBuf};
+use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, HaloPlan, HaloSide};
 use crate::{unsupported, Result};
 
-/// Buffers of one host halo update.
-#[derive(Clone, Copy, Debug)]
-pub struct HostHalo<'a> {
+/// Buffers and means of one halo update.
+#[derive(Clone, Copy)]
+pub struct HaloRun<'a> {
     pub plan: &'a HaloPlan,
     pub backend: HaloBackend,
     pub elem: usize,
-    pub data: HostBuf,
-    pub work: HostBuf,
+    pub mover: &'a dyn Mover,
+    pub data: Buf,
+    pub work: Buf,
 }
 
-impl HostHalo<'_> {
-    fn copy(&self, src: HostBuf, dst: HostBuf, c: &Copy3) -> Result<()> {
-        copy3(self.elem, src, dst, c)
+impl HaloRun<'_> {
+    fn copy(&self, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+        self.mover.copy(self.elem, src, dst, c)
     }
 
     /// `(buffer, byte offset)` of the face sent to, or received from, `side`.
-    fn face(&self, side: HaloSide, receive: bool) -> (HostBuf, i64) {
+    fn face(&self, side: HaloSide, receive: bool) -> (Buf, i64) {
         let p = self.plan;
         let e = self.elem as i64;
         if p.faces_dense() {
@@ -39,7 +40,7 @@ impl HostHalo<'_> {
 
     fn post(
         &self,
-        comm: &dyn Communicator,
+        comm: &dyn Transport,
         side: HaloSide,
         receive: bool,
         reqs: &mut Vec<Request>,
@@ -78,7 +79,7 @@ impl HostHalo<'_> {
     }
 
     /// Runs the update. `comm` is the handle's communicator (global ranks).
-    pub fn run(&self, comm: &dyn Communicator) -> Result<()> {
+    pub fn run(&self, comm: &dyn Transport) -> Result<()> {
         if self.plan.local_wrap {
             for side in HaloSide::BOTH {
                 self.copy(self.data, self.data, &self.plan.wrap_copy(side))?;

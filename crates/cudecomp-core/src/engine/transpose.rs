@@ -1,29 +1,31 @@
-//! Executes a transpose plan on host memory through a communicator.
+//! Executes a transpose plan: packing and unpacking through a mover (host or device),
+//! exchange through a transport (MPI, host-staged MPI, NCCL).
 //!
 //! Workspace layout (elements): packed send chunks from 0, packed receive chunks from
 //! `plan.recv_base`. Chunks are sent straight from the input / received straight into
 //! the output when the plan says they are dense there and aliasing allows it.
 
-use crate::comm::{irecv_pieces, isend_pieces, pieces, Communicator, Request};
+use crate::comm::{irecv_pieces, isend_pieces, pieces, Request, Transport};
 use crate::geometry::TransposeBackend;
-use crate::mem::host::{copy3, HostBuf};
+use crate::mem::{Buf, Mover};
 use crate::plan::TransposePlan;
 use crate::{unsupported, Result};
 
-/// Buffers of one host transpose. `input == output` (same start address) means in-place.
-#[derive(Clone, Copy, Debug)]
-pub struct HostTranspose<'a> {
+/// Buffers and means of one transpose. `input == output` (same start address) means in-place.
+#[derive(Clone, Copy)]
+pub struct TransposeRun<'a> {
     pub plan: &'a TransposePlan,
     pub backend: TransposeBackend,
     pub elem: usize,
-    pub input: HostBuf,
-    pub output: HostBuf,
-    pub work: HostBuf,
+    pub mover: &'a dyn Mover,
+    pub input: Buf,
+    pub output: Buf,
+    pub work: Buf,
 }
 
 const TAG_TRANSPOSE: i32 = 0;
 
-impl HostTranspose<'_> {
+impl TransposeRun<'_> {
     fn e(&self) -> i64 {
         self.elem as i64
     }
@@ -49,7 +51,7 @@ impl HostTranspose<'_> {
     }
 
     /// Where `peer`'s outgoing chunk lives: `(buffer, byte offset)`.
-    fn send_slot(&self, peer: usize) -> (HostBuf, i64) {
+    fn send_slot(&self, peer: usize) -> (Buf, i64) {
         if self.send_direct() {
             (self.input, self.plan.send_offset_in_input(peer) * self.e())
         } else {
@@ -58,7 +60,7 @@ impl HostTranspose<'_> {
     }
 
     /// Where `peer`'s incoming chunk lands: `(buffer, byte offset)`.
-    fn recv_slot(&self, peer: usize) -> (HostBuf, i64) {
+    fn recv_slot(&self, peer: usize) -> (Buf, i64) {
         if self.recv_direct() {
             (
                 self.output,
@@ -76,14 +78,15 @@ impl HostTranspose<'_> {
         if self.send_direct() || self.plan.sends[peer].count == 0 {
             return Ok(());
         }
-        copy3(self.elem, self.input, self.work, &self.plan.pack(peer))
+        self.mover
+            .copy(self.elem, self.input, self.work, &self.plan.pack(peer))
     }
 
     fn unpack(&self, peer: usize) -> Result<()> {
         if self.recv_direct() || self.plan.recvs[peer].count == 0 {
             return Ok(());
         }
-        copy3(
+        self.mover.copy(
             self.elem,
             self.work,
             self.output,
@@ -97,17 +100,19 @@ impl HostTranspose<'_> {
         let me = self.plan.me;
         if self.in_place() {
             if self.plan.sends[me].count > 0 {
-                copy3(self.elem, self.input, self.work, &self.plan.pack(me))?;
+                self.mover
+                    .copy(self.elem, self.input, self.work, &self.plan.pack(me))?;
             }
             Ok(())
         } else {
-            copy3(self.elem, self.input, self.output, &self.plan.self_copy())
+            self.mover
+                .copy(self.elem, self.input, self.output, &self.plan.self_copy())
         }
     }
 
     fn self_after(&self) -> Result<()> {
         if self.in_place() {
-            copy3(
+            self.mover.copy(
                 self.elem,
                 self.work,
                 self.output,
@@ -119,7 +124,7 @@ impl HostTranspose<'_> {
 
     fn post_recv(
         &self,
-        comm: &dyn Communicator,
+        comm: &dyn Transport,
         peer: usize,
         reqs: &mut Vec<Request>,
     ) -> Result<usize> {
@@ -135,7 +140,7 @@ impl HostTranspose<'_> {
 
     fn post_send(
         &self,
-        comm: &dyn Communicator,
+        comm: &dyn Transport,
         peer: usize,
         reqs: &mut Vec<Request>,
     ) -> Result<usize> {
@@ -150,7 +155,7 @@ impl HostTranspose<'_> {
     }
 
     /// Runs the transpose. `comm` is the plan's sub-communicator.
-    pub fn run(&self, comm: &dyn Communicator) -> Result<()> {
+    pub fn run(&self, comm: &dyn Transport) -> Result<()> {
         let plan = self.plan;
         if plan.npeers() == 1 {
             if self.in_place() && plan.is_identity_in_place() {
@@ -174,7 +179,7 @@ impl HostTranspose<'_> {
         self.plan.schedule.iter().map(|&(to, _)| to)
     }
 
-    fn p2p(&self, comm: &dyn Communicator) -> Result<()> {
+    fn p2p(&self, comm: &dyn Transport) -> Result<()> {
         for p in self.others() {
             self.pack(p)?;
         }
@@ -194,7 +199,7 @@ impl HostTranspose<'_> {
 
     /// Receives are posted first; each peer's chunk is packed and sent in turn, and each
     /// arriving chunk is unpacked while later ones are still in flight.
-    fn p2p_pipelined(&self, comm: &dyn Communicator) -> Result<()> {
+    fn p2p_pipelined(&self, comm: &dyn Transport) -> Result<()> {
         if self.in_place() {
             self.self_before()?;
         }
@@ -225,7 +230,7 @@ impl HostTranspose<'_> {
         self.self_after()
     }
 
-    fn alltoallv(&self, comm: &dyn Communicator) -> Result<()> {
+    fn alltoallv(&self, comm: &dyn Transport) -> Result<()> {
         let np = self.plan.npeers();
         let me = self.plan.me;
         let mut sc = vec![0usize; np];

@@ -1,79 +1,26 @@
-//! Host memory: borrowed buffers and the strided 3-D copy kernel that packs, unpacks,
-//! permutes and copies halo faces.
+//! Host memory: the strided 3-D copy kernel that packs, unpacks, permutes and copies
+//! halo faces.
 
+use super::{Buf, Mover};
 use crate::plan::Copy3;
 use crate::{Error, Result};
 
-/// A borrowed host byte buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostBuf {
-    ptr: *mut u8,
-    len: usize,
-}
+/// Moves bytes in host memory, synchronously.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostMover;
 
-// SAFETY: a HostBuf is a plain address range; whoever creates one promises (see `new`)
-// that nothing else touches it while the library works on it, from whatever thread.
-unsafe impl Send for HostBuf {}
-// SAFETY: as above.
-unsafe impl Sync for HostBuf {}
-
-impl HostBuf {
-    /// Wraps `len` bytes at `ptr`.
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must be valid for reads and writes for as long as the returned value
-    /// (or a copy) is used, and must not be accessed by anything else meanwhile, except
-    /// through other `HostBuf`s handed to the same operation.
-    pub unsafe fn new(ptr: *mut u8, len: usize) -> HostBuf {
-        HostBuf { ptr, len }
-    }
-
-    /// A buffer over a mutable slice.
-    pub fn from_slice(s: &mut [u8]) -> HostBuf {
-        HostBuf {
-            ptr: s.as_mut_ptr(),
-            len: s.len(),
-        }
-    }
-
-    /// Start address.
-    pub fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Address of the range `[offset, offset + len)` after checking it lies inside.
-    pub fn range(&self, offset: i64, len: i64) -> Result<*mut u8> {
-        if offset < 0 || len < 0 || (offset + len) as u128 > self.len as u128 {
-            return Err(Error::Internal(format!(
-                "byte range {offset}..{} outside a buffer of {} bytes",
-                offset + len,
-                self.len
-            )));
-        }
-        // SAFETY: offset is inside the buffer (checked above).
-        Ok(unsafe { self.ptr.add(offset as usize) })
+impl Mover for HostMover {
+    fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+        copy3(elem, src, dst, c)
     }
 }
 
 /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`,
 /// after checking that every touched element lies inside both buffers.
-pub fn copy3(elem: usize, src: HostBuf, dst: HostBuf, c: &Copy3) -> Result<()> {
-    if c.cells() <= 0 {
+pub fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+    if !super::check_copy(elem, src, dst, c)? {
         return Ok(());
     }
-    let e = elem as i64;
-    src.range(c.src_start() * e, (c.src_end() - c.src_start()) * e)?;
-    dst.range(c.dst_start() * e, (c.dst_end() - c.dst_start()) * e)?;
     // SAFETY: all touched elements are inside the buffers (checked above); sources and
     // destinations of one copy never overlap (plans route in-place work through the workspace).
     unsafe {
@@ -172,6 +119,7 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3) {
 mod tests {
     use super::*;
     use crate::geometry::Box3;
+    use crate::mem::Buf;
     use crate::plan::Layout;
 
     fn run(elem: usize, src_order: [usize; 3], dst_order: [usize; 3]) {
@@ -196,8 +144,8 @@ mod tests {
         let c = Copy3::between(&b, &sl, &dl);
         copy3(
             elem,
-            HostBuf::from_slice(&mut src),
-            HostBuf::from_slice(&mut dst),
+            Buf::from_slice(&mut src),
+            Buf::from_slice(&mut dst),
             &c,
         )
         .unwrap();
@@ -243,8 +191,8 @@ mod tests {
         let c = Copy3::between(&b, &l, &l);
         assert!(copy3(
             4,
-            HostBuf::from_slice(&mut big),
-            HostBuf::from_slice(&mut small),
+            Buf::from_slice(&mut big),
+            Buf::from_slice(&mut small),
             &c
         )
         .is_err());

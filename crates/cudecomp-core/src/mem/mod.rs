@@ -3,4 +3,91 @@
 
 pub mod host;
 
-pub use host::HostBuf;
+use crate::plan::Copy3;
+use crate::{Error, Result};
+
+pub use host::HostMover;
+
+/// A borrowed address range: host memory, or device memory when used with a device mover
+/// or transport (it is then never dereferenced on the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Buf is a plain address range; whoever creates one promises (see `new`)
+// that nothing else touches it while the library works on it, from whatever thread.
+unsafe impl Send for Buf {}
+// SAFETY: as above.
+unsafe impl Sync for Buf {}
+
+impl Buf {
+    /// Wraps `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes (in its memory space) for as long
+    /// as the returned value (or a copy) is used, and must not be accessed by anything else
+    /// meanwhile, except through other `Buf`s handed to the same operation.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Buf {
+        Buf { ptr, len }
+    }
+
+    /// A buffer over a mutable slice.
+    pub fn from_slice(s: &mut [u8]) -> Buf {
+        Buf {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        }
+    }
+
+    /// Start address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Address of the range `[offset, offset + len)` after checking it lies inside.
+    pub fn range(&self, offset: i64, len: i64) -> Result<*mut u8> {
+        if offset < 0 || len < 0 || (offset + len) as u128 > self.len as u128 {
+            return Err(Error::Internal(format!(
+                "byte range {offset}..{} outside a buffer of {} bytes",
+                offset + len,
+                self.len
+            )));
+        }
+        // SAFETY: offset is inside the buffer (checked above).
+        Ok(unsafe { self.ptr.add(offset as usize) })
+    }
+}
+
+/// Executes strided copies in one memory space (host: synchronously; device: enqueued
+/// on a stream).
+pub trait Mover: Sync {
+    /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`.
+    fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()>;
+}
+
+/// Checks that every element `c` touches lies inside `src` and `dst`; false when the copy
+/// is empty.
+pub fn check_copy(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<bool> {
+    if c.cells() <= 0 {
+        return Ok(false);
+    }
+    if !matches!(elem, 4 | 8 | 16) {
+        return Err(Error::Internal(format!("element size {elem}")));
+    }
+    let e = elem as i64;
+    src.range(c.src_start() * e, (c.src_end() - c.src_start()) * e)?;
+    dst.range(c.dst_start() * e, (c.dst_end() - c.dst_start()) * e)?;
+    Ok(true)
+}
