@@ -4,11 +4,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::{allgather_bytes, Communicator};
+use crate::comm::{allgather_bytes, Communicator, Transport};
+use crate::cuda::kernels::{DeviceMover, Kernels};
+use crate::cuda::nccl::{Nccl, NcclTransport};
+use crate::cuda::transport::{DirectMpi, StagedMpi};
+use crate::cuda::{Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::halo::HaloRun;
 use crate::engine::transpose::TransposeRun;
-use crate::geometry::{CommAxis, DataType, Grid, GridConfig};
-use crate::mem::{Buf, HostMover};
+use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
+use crate::mem::{Buf, HostMover, Mover};
 use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
 use crate::{invalid, unsupported, Error, Result};
 
@@ -17,6 +21,11 @@ use crate::{invalid, unsupported, Error, Result};
 #[derive(Default)]
 pub struct Workspace {
     words: Vec<u64>,
+    device: Option<DeviceAlloc>,
+    /// Recorded after every device operation that used `device` or `staging`: the next
+    /// one (possibly on another stream) waits for it, and growth waits before freeing.
+    last_use: Option<Event>,
+    staging: Option<PinnedAlloc>,
 }
 
 impl Workspace {
@@ -33,6 +42,56 @@ impl Workspace {
     /// Current size in bytes.
     pub fn bytes(&self) -> usize {
         self.words.len() * 8
+    }
+
+    fn quiesce(&self) -> Result<()> {
+        match &self.last_use {
+            Some(e) => e.synchronize(),
+            None => Ok(()),
+        }
+    }
+
+    /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
+    pub fn device(&mut self, device: &Arc<Device>, bytes: usize, stream: Stream) -> Result<Buf> {
+        if let Some(e) = &self.last_use {
+            e.wait_on(stream)?;
+        }
+        if self.device.as_ref().is_none_or(|d| d.bytes() < bytes) {
+            self.quiesce()?;
+            self.device = None;
+            self.device = Some(DeviceAlloc::new(device, bytes)?);
+        }
+        let d = self
+            .device
+            .as_ref()
+            .ok_or_else(|| Error::Internal("device workspace".into()))?;
+        // SAFETY: the allocation is owned here and outlives the operation holding the lock.
+        Ok(unsafe { Buf::new(d.ptr() as usize as *mut u8, d.bytes()) })
+    }
+
+    /// Page-locked staging of at least `bytes` (for MPI without CUDA support).
+    pub fn staging(&mut self, device: &Arc<Device>, bytes: usize) -> Result<(*mut u8, usize)> {
+        if self.staging.as_ref().is_none_or(|s| s.bytes() < bytes) {
+            self.quiesce()?;
+            self.staging = None;
+            self.staging = Some(PinnedAlloc::new(device, bytes)?);
+        }
+        let s = self
+            .staging
+            .as_ref()
+            .ok_or_else(|| Error::Internal("staging".into()))?;
+        Ok((s.ptr(), s.bytes()))
+    }
+
+    /// Marks the end of a device operation on `stream`.
+    pub fn release(&mut self, stream: Stream) -> Result<()> {
+        if self.last_use.is_none() {
+            self.last_use = Some(Event::new(false)?);
+        }
+        match &self.last_use {
+            Some(e) => e.record(stream),
+            None => Ok(()),
+        }
     }
 }
 
@@ -51,10 +110,21 @@ pub enum MemorySpace {
     Cuda,
 }
 
+/// What a GPU handle adds: its device, NCCL (created with the first grid that needs it)
+/// and whether MPI takes device pointers.
+pub struct CudaState {
+    pub device: Arc<Device>,
+    nccl_path: String,
+    nccl: Mutex<Option<Arc<Nccl>>>,
+    /// MPI reads device memory directly; otherwise messages are staged through the host.
+    pub mpi_cuda_aware: bool,
+}
+
 struct Shared {
     comm: Box<dyn Communicator>,
     workspace: Mutex<Workspace>,
     col_major_default: bool,
+    cuda: Option<CudaState>,
 }
 
 /// A library handle bound to a (private duplicate of a) communicator.
@@ -76,8 +146,55 @@ impl Handle {
                 comm,
                 workspace: Mutex::new(Workspace::default()),
                 col_major_default,
+                cuda: None,
             }),
         }
+    }
+
+    /// A GPU handle on `device`. `nccl_path` locates `libnccl.so.2`; `mpi_cuda_aware`
+    /// overrides what MPI reports (`CUDECOMP_MPI_CUDA_AWARE`).
+    pub fn new_cuda(
+        comm: Box<dyn Communicator>,
+        col_major_default: bool,
+        device: Arc<Device>,
+        nccl_path: String,
+        mpi_cuda_aware: Option<bool>,
+    ) -> Handle {
+        let aware = mpi_cuda_aware.unwrap_or_else(|| comm.cuda_aware());
+        Handle {
+            shared: Arc::new(Shared {
+                comm,
+                workspace: Mutex::new(Workspace::default()),
+                col_major_default,
+                cuda: Some(CudaState {
+                    device,
+                    nccl_path,
+                    nccl: Mutex::new(None),
+                    mpi_cuda_aware: aware,
+                }),
+            }),
+        }
+    }
+
+    /// The GPU state (InvalidUsage on a CPU handle).
+    pub fn cuda(&self) -> Result<&CudaState> {
+        self.shared
+            .cuda
+            .as_ref()
+            .ok_or_else(|| Error::InvalidUsage("this handle has no CUDA device".into()))
+    }
+
+    /// The handle's NCCL communicator, created collectively on first use.
+    fn nccl(&self) -> Result<Arc<Nccl>> {
+        let cuda = self.cuda()?;
+        let mut n = lock(&cuda.nccl);
+        if let Some(n) = n.as_ref() {
+            return Ok(n.clone());
+        }
+        cuda.device.bind()?;
+        let made = Arc::new(Nccl::new(&cuda.nccl_path, self.comm())?);
+        *n = Some(made.clone());
+        Ok(made)
     }
 
     /// This process's rank in the handle's communicator.
@@ -118,6 +235,25 @@ impl Handle {
     pub fn create_grid(&self, cfg: &GridConfig, space: MemorySpace) -> Result<GridDesc> {
         self.check_agreement("grid configuration", &cfg.to_bytes())?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
+        let nvshmem = matches!(
+            grid.transpose_backend,
+            TransposeBackend::Nvshmem | TransposeBackend::NvshmemPl | TransposeBackend::NvshmemSm
+        ) || matches!(
+            grid.halo_backend,
+            HaloBackend::Nvshmem | HaloBackend::NvshmemBlocking
+        );
+        if nvshmem {
+            unsupported!(
+                "NVSHMEM backends (transpose {}, halo {}) are not implemented: expected MPI or NCCL backends",
+                grid.transpose_backend.enum_name(),
+                grid.halo_backend.enum_name()
+            );
+        }
+        if space == MemorySpace::Cuda
+            && (grid.transpose_backend.is_nccl() || grid.halo_backend == HaloBackend::Nccl)
+        {
+            self.nccl()?;
+        }
         if space == MemorySpace::Host {
             if !grid.transpose_backend.is_mpi() {
                 unsupported!(
@@ -146,8 +282,15 @@ impl Handle {
         })
     }
 
-    /// Collective: releases the handle's communicator.
+    /// Collective: releases NCCL and the handle's communicator.
     pub fn finalize(&self) -> Result<()> {
+        if let Some(c) = &self.shared.cuda {
+            if let Some(n) = lock(&c.nccl).take() {
+                c.device.bind()?;
+                n.destroy()?;
+            }
+            lock(&self.shared.workspace).quiesce()?;
+        }
         self.comm().free()
     }
 }
@@ -294,6 +437,145 @@ impl GridDesc {
         .run(self.handle.comm())
     }
 
+    /// Runs a transpose on device buffers, enqueued on `stream` (MPI backends synchronise
+    /// it on the host). `work = None` uses the handle's device workspace.
+    #[allow(clippy::too_many_arguments)]
+    pub fn transpose_device(
+        &self,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+        dtype: DataType,
+        input: Buf,
+        output: Buf,
+        work: Option<Buf>,
+        stream: Stream,
+    ) -> Result<()> {
+        let plan = self.transpose_plan(direction, layouts)?;
+        let elem = dtype.size();
+        check_len("input", input, plan.input.size, elem)?;
+        check_len("output", output, plan.output.size, elem)?;
+        let backend = self.grid.transpose_backend;
+        let staging = ((plan.input.size + plan.output.size) as usize) * elem;
+        self.on_device(
+            stream,
+            work,
+            self.grid.transpose_workspace_size(),
+            elem,
+            "get_transpose_workspace_size()",
+            DeviceExchange {
+                nccl: backend.is_nccl(),
+                members: &plan.members,
+                comm: self.subcomm(direction.comm()),
+                staging,
+            },
+            |mover, work, transport| {
+                TransposeRun {
+                    plan: &plan,
+                    backend,
+                    elem,
+                    mover,
+                    input,
+                    output,
+                    work,
+                }
+                .run(transport)
+            },
+        )
+    }
+
+    /// Runs a halo update on a device pencil array, enqueued on `stream`.
+    pub fn update_halos_device(
+        &self,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: Buf,
+        work: Option<Buf>,
+        stream: Stream,
+    ) -> Result<()> {
+        let Some(plan) = self.halo_plan(spec)? else {
+            return Ok(());
+        };
+        let elem = dtype.size();
+        check_len("input", data, plan.info.size, elem)?;
+        let elems = self
+            .grid
+            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+        let backend = self.grid.halo_backend;
+        let everyone: Vec<usize> = (0..self.grid.nranks()).collect();
+        self.on_device(
+            stream,
+            work,
+            elems,
+            elem,
+            "get_halo_workspace_size()",
+            DeviceExchange {
+                nccl: backend == HaloBackend::Nccl,
+                members: &everyone,
+                comm: self.handle.comm(),
+                staging: plan.workspace_elems() as usize * elem,
+            },
+            |mover, work, transport| {
+                HaloRun {
+                    plan: &plan,
+                    backend,
+                    elem,
+                    mover,
+                    data,
+                    work,
+                }
+                .run(transport)
+            },
+        )
+    }
+
+    /// Common frame of device operations: binds the device, picks the workspace, builds
+    /// the mover and the transport (NCCL, CUDA-aware MPI or host-staged MPI), runs `f`
+    /// and orders the next user of the workspace after this operation.
+    #[allow(clippy::too_many_arguments)]
+    fn on_device(
+        &self,
+        stream: Stream,
+        work: Option<Buf>,
+        work_elems: i64,
+        elem: usize,
+        query: &str,
+        ex: DeviceExchange<'_>,
+        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport) -> Result<()>,
+    ) -> Result<()> {
+        let cuda = self.handle.cuda()?;
+        cuda.device.bind()?;
+        let kernels = Kernels::for_device(&cuda.device)?;
+        let mover = DeviceMover {
+            kernels: &kernels,
+            stream,
+        };
+        let mut ws = self.handle.lock_workspace();
+        let need = work_elems.max(0) as usize * elem;
+        let work = match work {
+            Some(w) if w.len() < need => invalid!(
+                "work: expected at least {need} bytes ({query} = {work_elems} elements of {elem} bytes), got {} bytes",
+                w.len()
+            ),
+            Some(w) => w,
+            None => ws.device(&cuda.device, need, stream)?,
+        };
+        let result = if ex.nccl {
+            let nccl = self.handle.nccl()?;
+            f(&mover, work, &NcclTransport::new(&nccl, stream, ex.members))
+        } else if cuda.mpi_cuda_aware {
+            f(&mover, work, &DirectMpi::new(ex.comm, stream))
+        } else {
+            let (arena, cap) = ws.staging(&cuda.device, ex.staging)?;
+            // SAFETY: the arena belongs to the locked workspace; the next user waits for
+            // `release` below before touching it.
+            f(&mover, work, &unsafe {
+                StagedMpi::new(ex.comm, stream, arena, cap)
+            })
+        };
+        ws.release(stream)?;
+        result
+    }
+
     /// Collective: releases the row and column communicators.
     pub fn destroy(&self) -> Result<()> {
         for c in &self.subcomms {
@@ -301,6 +583,17 @@ impl GridDesc {
         }
         Ok(())
     }
+}
+
+/// How a device operation exchanges data.
+struct DeviceExchange<'a> {
+    nccl: bool,
+    /// Handle ranks of the group's members, by peer index (NCCL uses handle ranks).
+    members: &'a [usize],
+    /// The MPI group the plan's peer indices refer to.
+    comm: &'a dyn Communicator,
+    /// Staging bytes for MPI without CUDA support.
+    staging: usize,
 }
 
 fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
@@ -318,7 +611,7 @@ fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
 mod tests {
     use super::*;
     use crate::comm::mock;
-    use crate::geometry::{HaloBackend, PencilInfo, TransposeBackend};
+    use crate::geometry::PencilInfo;
     use crate::plan::Layout;
 
     /// Fills a pencil buffer with the global-index oracle (sentinel outside the interior).

@@ -6,6 +6,7 @@
 //! executes plans; [`handle`] ties them into the objects the Python API exposes.
 
 pub mod comm;
+pub mod cuda;
 pub mod engine;
 mod error;
 pub mod geometry;

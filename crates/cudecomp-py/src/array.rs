@@ -5,10 +5,9 @@ use cudecomp_core::geometry::DataType;
 use cudecomp_core::mem::Buf;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple};
 
-use crate::args::{class, dtype_name};
+use crate::args::dtype_name;
 use crate::errors::invalid;
 
 /// What an operation needs to know about one array argument.
@@ -34,12 +33,12 @@ impl ArrayArg {
         self.shape.iter().product::<i64>().max(0) as usize * self.itemsize
     }
 
-    /// The byte range as a host buffer.
+    /// The byte range (host or device memory, per variant).
     ///
     /// # Safety
     /// The Python object this was read from must stay alive, and must not be resized or
     /// accessed by other code, while the buffer is in use.
-    pub unsafe fn host_buf(&self) -> Buf {
+    pub unsafe fn buf(&self) -> Buf {
         // SAFETY: forwarded to the caller.
         unsafe { Buf::new(self.ptr as *mut u8, self.nbytes()) }
     }
@@ -85,26 +84,6 @@ impl ArrayArg {
 fn tuple_text(v: &[i64]) -> String {
     let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
     format!("({})", parts.join(", "))
-}
-
-static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-
-/// Reads a C-contiguous 3-D NumPy array (the CPU variant's arrays). `any_dims` allows
-/// other ranks (workspace arrays).
-pub fn host_array(
-    py: Python<'_>,
-    v: &Bound<'_, PyAny>,
-    what: &'static str,
-    any_dims: bool,
-) -> PyResult<ArrayArg> {
-    if !v.is_instance(class(py, &NDARRAY, "numpy", "ndarray")?.as_any())? {
-        return Err(PyTypeError::new_err(format!(
-            "{what}: expected a NumPy array (this is the CPU variant of cudecomp), got {}",
-            v.get_type().name()?
-        )));
-    }
-    let iface = v.getattr("__array_interface__")?.cast_into::<PyDict>()?;
-    parse_interface(py, &iface, what, any_dims)
 }
 
 /// Parses an array-interface dictionary (NumPy's `__array_interface__` or the CUDA array

@@ -157,7 +157,7 @@ impl GridDesc {
             output_padding: int_triple(py, c.output_padding, "output_padding")?,
         };
         let plan = gd.transpose_plan(direction, &layouts).py(py)?;
-        let input = variant::data_array(py, c.input, "input")?;
+        let input = variant::data_array(py, &gd, c.input, "input")?;
         let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
         input.require_shape(
             py,
@@ -170,7 +170,7 @@ impl GridDesc {
                 variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?
             }
         };
-        let out = variant::data_array(py, &out_obj, "out")?;
+        let out = variant::data_array(py, &gd, &out_obj, "out")?;
         resolve_dtype(py, Some(dtype), &[&out])?;
         out.require_writable(py)?;
         out.require_shape(
@@ -181,20 +181,7 @@ impl GridDesc {
         if input.ptr != out.ptr && input.overlaps(&out) {
             return Err(invalid(py, "out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap".into()));
         }
-        let work = match c.work.filter(|w| !w.is_none()) {
-            Some(w) => {
-                let w = variant::work_array(py, w)?;
-                w.require_writable(py)?;
-                if w.overlaps(&input) || w.overlaps(&out) {
-                    return Err(invalid(
-                        py,
-                        "work: expected memory disjoint from input and out".into(),
-                    ));
-                }
-                Some(w)
-            }
-            None => None,
-        };
+        let work = work_arg(py, &gd, c.work, &[&input, &out])?;
         variant::run_transpose(
             py,
             &gd,
@@ -205,6 +192,7 @@ impl GridDesc {
             &out,
             work.as_ref(),
             c.stream,
+            c.input,
         )?;
         Ok(out_obj)
     }
@@ -240,7 +228,7 @@ impl GridDesc {
             .grid()
             .pencil_info(axis as i64, gd.rank(), halo, spec.padding)
             .py(py)?;
-        let data = variant::data_array(py, c.input, "input")?;
+        let data = variant::data_array(py, &gd, c.input, "input")?;
         let dtype = resolve_dtype(py, explicit, &[&data])?;
         data.require_writable(py)?;
         data.require_shape(
@@ -248,23 +236,31 @@ impl GridDesc {
             info.array_shape(),
             "the pencil's PencilInfo.array_shape with these halos and padding",
         )?;
-        let work = work_arg(py, c.work, &[&data])?;
-        variant::run_halo(py, &gd, &spec, dtype, &data, work.as_ref(), c.stream)
+        let work = work_arg(py, &gd, c.work, &[&data])?;
+        variant::run_halo(
+            py,
+            &gd,
+            &spec,
+            dtype,
+            &data,
+            work.as_ref(),
+            c.stream,
+            c.input,
+        )
     }
 }
 
-/// Emits the `#[pymethods]` block: the four transposes and three halo updates are
-/// generated from one template each (pyo3 registers only methods it sees after expansion).
 /// Parses the optional `work` argument: writable and disjoint from the data arrays.
 fn work_arg(
     py: Python<'_>,
+    gd: &core::GridDesc,
     w: Option<&Bound<'_, PyAny>>,
     data: &[&ArrayArg],
 ) -> PyResult<Option<ArrayArg>> {
     let Some(w) = w.filter(|w| !w.is_none()) else {
         return Ok(None);
     };
-    let w = variant::work_array(py, w)?;
+    let w = variant::work_array(py, gd, w)?;
     w.require_writable(py)?;
     if data.iter().any(|a| w.overlaps(a)) {
         return Err(invalid(
@@ -275,6 +271,8 @@ fn work_arg(
     Ok(Some(w))
 }
 
+/// Emits the `#[pymethods]` block: the four transposes and three halo updates are
+/// generated from one template each (pyo3 registers only methods it sees after expansion).
 macro_rules! grid_methods {
     (
         transposes { $( $tname:ident => $dir:expr, $tdoc:literal; )* }

@@ -68,11 +68,12 @@ impl Handle {
     #[new]
     fn new(py: Python<'_>, mpi_comm: &Bound<'_, PyAny>) -> PyResult<Self> {
         let d = describe(py, mpi_comm)?;
-        variant::check_handle_supported(py)?;
+        // Device problems surface before the first collective, identically on every rank.
+        let prepared = variant::prepare(py)?;
         let comm = py.detach(|| dynmpi::duplicate(&d)).py(py)?;
         let col_major =
             std::env::var("CUDECOMP_USE_COL_MAJOR_RANK_ORDER").is_ok_and(|v| v.trim() == "1");
-        let h = core::Handle::new(comm, col_major);
+        let h = variant::make_handle(py, prepared, comm, col_major)?;
         Ok(Handle {
             rank: h.rank(),
             nranks: h.nranks(),
@@ -156,7 +157,7 @@ impl Handle {
         nbytes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        slf.get().live(py)?;
+        let h = slf.get().live(py)?;
         grid.get().check_owner(py, slf)?;
         let n = int_arg(nbytes, "nbytes")?;
         if n <= 0 {
@@ -165,7 +166,7 @@ impl Handle {
                 format!("malloc(): expected nbytes > 0, got {n}"),
             ));
         }
-        variant::allocate_bytes(py, n as usize)
+        variant::allocate_bytes(py, &h, n as usize)
     }
 
     /// Collective: releases a buffer from ``malloc`` (``None`` is accepted).

@@ -41,6 +41,16 @@ fn get_data_type_size(py: Python<'_>, dtype: i64) -> PyResult<usize> {
         .ok_or_else(|| errors::invalid(py, format!("dtype: unknown DataType value {dtype}")))
 }
 
+/// Compiles the copy kernels with NVRTC for `sm_<major><minor>` and returns the CUBIN
+/// size (a check that needs no GPU; NVRTC must be loadable).
+#[pyfunction]
+fn _compile_kernels(py: Python<'_>, major: i32, minor: i32) -> PyResult<usize> {
+    use errors::IntoPy;
+    py.detach(|| cudecomp_core::cuda::kernels::compile_cubin((major, minor)))
+        .py(py)
+        .map(|c| c.len())
+}
+
 #[pymodule]
 fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
@@ -49,6 +59,9 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transpose_comm_backend_to_string, m)?)?;
     m.add_function(wrap_pyfunction!(halo_comm_backend_to_string, m)?)?;
     m.add_function(wrap_pyfunction!(get_data_type_size, m)?)?;
+    m.add_function(wrap_pyfunction!(_compile_kernels, m)?)?;
+    #[cfg(not(cpu_only))]
+    m.add_class::<variant::DeviceBuffer>()?;
     m.add("CPU_ONLY", variant::CPU_ONLY)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,5 +1,6 @@
 //! What differs between the CPU variant (NumPy arrays, host engine) and the GPU variant
-//! (CUDA arrays): array parsing, output allocation and running the operations.
+//! (CUDA arrays, streams, device engine): handle creation, array parsing, output
+//! allocation and running the operations. Both expose the same functions.
 
 #[cfg(cpu_only)]
 pub use cpu::*;
@@ -8,27 +9,67 @@ pub use gpu::*;
 
 #[cfg(cpu_only)]
 mod cpu {
+    use cudecomp_core::comm::Communicator;
     use cudecomp_core::geometry::DataType;
-    use cudecomp_core::handle::{GridDesc, MemorySpace};
+    use cudecomp_core::handle::{GridDesc, Handle, MemorySpace};
     use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
     use pyo3::prelude::*;
 
-    use crate::array::{host_array, numpy_name, ArrayArg};
+    use pyo3::exceptions::PyTypeError;
+    use pyo3::sync::PyOnceLock;
+    use pyo3::types::{PyDict, PyType};
+
+    use crate::args::class;
+    use crate::array::{numpy_name, parse_interface, ArrayArg};
     use crate::errors::IntoPy;
+
+    static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+    /// Reads a C-contiguous 3-D NumPy array (the CPU variant's arrays). `any_dims` allows
+    /// other ranks (workspace arrays).
+    pub fn host_array(
+        py: Python<'_>,
+        v: &Bound<'_, PyAny>,
+        what: &'static str,
+        any_dims: bool,
+    ) -> PyResult<ArrayArg> {
+        if !v.is_instance(class(py, &NDARRAY, "numpy", "ndarray")?.as_any())? {
+            return Err(PyTypeError::new_err(format!(
+                "{what}: expected a NumPy array (this is the CPU variant of cudecomp), got {}",
+                v.get_type().name()?
+            )));
+        }
+        let iface = v.getattr("__array_interface__")?.cast_into::<PyDict>()?;
+        parse_interface(py, &iface, what, any_dims)
+    }
 
     /// Memory space of this variant.
     pub const SPACE: MemorySpace = MemorySpace::Host;
     /// True in the CPU variant.
     pub const CPU_ONLY: bool = true;
 
+    /// Nothing to prepare beyond MPI.
+    pub struct Prepared;
+
     /// The CPU variant needs nothing beyond MPI.
-    pub fn check_handle_supported(_py: Python<'_>) -> PyResult<()> {
-        Ok(())
+    pub fn prepare(_py: Python<'_>) -> PyResult<Prepared> {
+        Ok(Prepared)
+    }
+
+    /// A host handle.
+    pub fn make_handle(
+        _py: Python<'_>,
+        _p: Prepared,
+        comm: Box<dyn Communicator>,
+        col_major: bool,
+    ) -> PyResult<Handle> {
+        Ok(Handle::new(comm, col_major))
     }
 
     /// A pencil array argument (NumPy, C-contiguous, 3-D).
     pub fn data_array(
         py: Python<'_>,
+        _gd: &GridDesc,
         v: &Bound<'_, PyAny>,
         what: &'static str,
     ) -> PyResult<ArrayArg> {
@@ -36,7 +77,7 @@ mod cpu {
     }
 
     /// A workspace array argument (any NumPy array, C-contiguous).
-    pub fn work_array(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<ArrayArg> {
+    pub fn work_array(py: Python<'_>, _gd: &GridDesc, v: &Bound<'_, PyAny>) -> PyResult<ArrayArg> {
         host_array(py, v, "work", true)
     }
 
@@ -53,7 +94,11 @@ mod cpu {
     }
 
     /// `Handle.malloc`: zeroed host bytes.
-    pub fn allocate_bytes(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyAny>> {
+    pub fn allocate_bytes<'py>(
+        py: Python<'py>,
+        _h: &Handle,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         py.import("numpy")?.call_method1("zeros", (n, "uint8"))
     }
 
@@ -74,15 +119,17 @@ mod cpu {
         out: &ArrayArg,
         work: Option<&ArrayArg>,
         _stream: Option<&Bound<'_, PyAny>>,
+        _input_obj: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         // SAFETY: the caller holds references to the array objects for the whole call, and
         // the arrays were checked to be C-contiguous and of the sizes recorded here.
-        let (i, o, w) = unsafe { (input.host_buf(), out.host_buf(), work.map(|w| w.host_buf())) };
+        let (i, o, w) = unsafe { (input.buf(), out.buf(), work.map(|w| w.buf())) };
         py.detach(|| gd.transpose_host(direction, layouts, dtype, i, o, w))
             .py(py)
     }
 
     /// Runs a halo update on a host array with the GIL released. Streams are ignored.
+    #[allow(clippy::too_many_arguments)]
     pub fn run_halo(
         py: Python<'_>,
         gd: &GridDesc,
@@ -91,101 +138,298 @@ mod cpu {
         data: &ArrayArg,
         work: Option<&ArrayArg>,
         _stream: Option<&Bound<'_, PyAny>>,
+        _input_obj: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         // SAFETY: as in `run_transpose`.
-        let (d, w) = unsafe { (data.host_buf(), work.map(|w| w.host_buf())) };
+        let (d, w) = unsafe { (data.buf(), work.map(|w| w.buf())) };
         py.detach(|| gd.update_halos_host(spec, dtype, d, w)).py(py)
     }
 }
 
 #[cfg(not(cpu_only))]
 mod gpu {
-    use cudecomp_core::geometry::DataType;
-    use cudecomp_core::handle::{GridDesc, MemorySpace};
-    use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
-    use pyo3::prelude::*;
+    use std::sync::{Arc, Mutex};
 
-    use crate::array::ArrayArg;
-    use crate::errors::unsupported;
+    use cudecomp_core::comm::Communicator;
+    use cudecomp_core::cuda::{self, Device, DeviceAlloc};
+    use cudecomp_core::geometry::DataType;
+    use cudecomp_core::handle::{GridDesc, Handle, MemorySpace};
+    use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
+    use pyo3::exceptions::PyTypeError;
+    use pyo3::prelude::*;
+    use pyo3::types::{PyBool, PyDict, PyInt};
+
+    use crate::array::{numpy_name, parse_interface, ArrayArg};
+    use crate::errors::{invalid, IntoPy};
 
     /// Memory space of this variant.
     pub const SPACE: MemorySpace = MemorySpace::Cuda;
     /// False in the GPU variant.
     pub const CPU_ONLY: bool = false;
 
-    fn not_built(py: Python<'_>) -> PyErr {
-        unsupported(
-            py,
-            "the GPU variant's CUDA data path is not available in this build; install the CPU variant with CUDECOMP_BUILD_CPU_ONLY=ON".into(),
-        )
+    /// The bound device and where NCCL lives.
+    pub struct Prepared {
+        device: Arc<Device>,
+        nccl: String,
     }
 
-    /// The GPU data path is not part of this build yet.
-    pub fn check_handle_supported(py: Python<'_>) -> PyResult<()> {
-        Err(not_built(py))
+    /// Finds the CUDA libraries and binds the current device (CudaError without a driver).
+    pub fn prepare(py: Python<'_>) -> PyResult<Prepared> {
+        let nccl: String = py
+            .import("cudecomp._libs")?
+            .call_method0("prepare")?
+            .extract()?;
+        let device = py.detach(Device::current).py(py)?;
+        Ok(Prepared { device, nccl })
     }
 
-    /// See the CPU variant.
+    /// A GPU handle; `CUDECOMP_MPI_CUDA_AWARE=0|1` overrides what MPI reports.
+    pub fn make_handle(
+        _py: Python<'_>,
+        p: Prepared,
+        comm: Box<dyn Communicator>,
+        col_major: bool,
+    ) -> PyResult<Handle> {
+        let aware = match std::env::var("CUDECOMP_MPI_CUDA_AWARE")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("1") => Some(true),
+            Ok("0") => Some(false),
+            _ => None,
+        };
+        Ok(Handle::new_cuda(comm, col_major, p.device, p.nccl, aware))
+    }
+
+    fn device_array(
+        py: Python<'_>,
+        gd: &GridDesc,
+        v: &Bound<'_, PyAny>,
+        what: &'static str,
+        any_dims: bool,
+    ) -> PyResult<ArrayArg> {
+        let Ok(iface) = v.getattr("__cuda_array_interface__") else {
+            return Err(PyTypeError::new_err(format!(
+                "{what}: expected a CUDA array exposing __cuda_array_interface__ (CuPy, PyTorch, Numba, ...), got {}; the GPU variant does not accept host (NumPy) arrays",
+                v.get_type().name()?
+            )));
+        };
+        let iface = iface.cast_into::<PyDict>()?;
+        let version: i64 = match iface.get_item("version")? {
+            Some(v) => v.extract()?,
+            None => 0,
+        };
+        if !(0..=3).contains(&version) {
+            return Err(invalid(py, format!("{what}: __cuda_array_interface__ version {version} is not supported (expected 0 to 3)")));
+        }
+        let a = parse_interface(py, &iface, what, any_dims)?;
+        let ordinal = gd.handle().cuda().py(py)?.device.ordinal;
+        if a.nbytes() > 0 {
+            match Device::pointer_device(a.ptr as u64) {
+                Some(o) if o == ordinal => {}
+                Some(o) => {
+                    return Err(invalid(py, format!("{what}: expected memory on the handle's device {ordinal}, got memory on device {o}")))
+                }
+                None => return Err(invalid(py, format!("{what}: expected CUDA device memory, got a pointer CUDA does not know"))),
+            }
+        }
+        Ok(a)
+    }
+
+    /// A pencil array argument (`__cuda_array_interface__`, C-contiguous, 3-D, on the handle's device).
     pub fn data_array(
         py: Python<'_>,
-        _v: &Bound<'_, PyAny>,
-        _what: &'static str,
+        gd: &GridDesc,
+        v: &Bound<'_, PyAny>,
+        what: &'static str,
     ) -> PyResult<ArrayArg> {
-        Err(not_built(py))
+        device_array(py, gd, v, what, false)
     }
 
-    /// See the CPU variant.
-    pub fn work_array(py: Python<'_>, _v: &Bound<'_, PyAny>) -> PyResult<ArrayArg> {
-        Err(not_built(py))
+    /// A workspace array argument (any shape).
+    pub fn work_array(py: Python<'_>, gd: &GridDesc, v: &Bound<'_, PyAny>) -> PyResult<ArrayArg> {
+        device_array(py, gd, v, "work", true)
     }
 
-    /// See the CPU variant.
+    fn is_cupy(v: &Bound<'_, PyAny>) -> bool {
+        v.get_type()
+            .module()
+            .map(|m| m.to_string().starts_with("cupy"))
+            .unwrap_or(false)
+    }
+
+    /// The operation's stream: None → CuPy's current stream for CuPy inputs, else 0; an
+    /// int; an object with `__cuda_stream__`; or an object with an int `ptr`.
+    pub fn parse_stream(
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        input: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let as_handle = |v: &Bound<'_, PyAny>| -> PyResult<u64> {
+            let i: i128 = v.extract()?;
+            u64::try_from(i).map_err(|_| {
+                invalid(
+                    py,
+                    format!("stream: expected a non-negative handle, got {i}"),
+                )
+            })
+        };
+        match stream.filter(|s| !s.is_none()) {
+            None if is_cupy(input) => as_handle(&py.import("cupy.cuda")?.call_method0("get_current_stream")?.getattr("ptr")?),
+            None => Ok(0),
+            Some(s) if s.is_instance_of::<PyInt>() && !s.is_instance_of::<PyBool>() => as_handle(s),
+            Some(s) if s.hasattr("__cuda_stream__")? => {
+                let t = s.call_method0("__cuda_stream__")?;
+                as_handle(&t.get_item(1)?)
+            }
+            Some(s) if s.hasattr("ptr")? && s.getattr("ptr")?.is_instance_of::<PyInt>() => as_handle(&s.getattr("ptr")?),
+            Some(s) => Err(PyTypeError::new_err(format!(
+                "stream: expected None, an int stream handle, an object with __cuda_stream__ or an int .ptr, got {}",
+                s.get_type().name()?
+            ))),
+        }
+    }
+
+    /// A new CuPy output on the operation stream (TypeError unless the input is CuPy).
     pub fn allocate_output<'py>(
         py: Python<'py>,
-        _input: &Bound<'py, PyAny>,
-        _shape: [i64; 3],
-        _dtype: DataType,
-        _stream: Option<&Bound<'py, PyAny>>,
+        input: &Bound<'py, PyAny>,
+        shape: [i64; 3],
+        dtype: DataType,
+        stream: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        Err(not_built(py))
+        if !is_cupy(input) {
+            return Err(PyTypeError::new_err(format!(
+                "out: required unless the input is a CuPy array (got {}); pass a preallocated CUDA array",
+                input.get_type().name()?
+            )));
+        }
+        let s = parse_stream(py, stream, input)?;
+        let cp = py.import("cupy")?;
+        let ctx = cp.getattr("cuda")?.getattr("ExternalStream")?.call1((s,))?;
+        ctx.call_method0("__enter__")?;
+        let out = cp.call_method1("empty", (shape, numpy_name(dtype)));
+        ctx.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+        out
     }
 
-    /// See the CPU variant.
-    pub fn allocate_bytes(py: Python<'_>, _n: usize) -> PyResult<Bound<'_, PyAny>> {
-        Err(not_built(py))
+    /// Device memory from `Handle.malloc`, exposing `__cuda_array_interface__` (uint8).
+    #[pyclass(module = "cudecomp", frozen)]
+    pub struct DeviceBuffer {
+        alloc: Mutex<Option<DeviceAlloc>>,
+        ptr: u64,
+        nbytes: usize,
     }
 
-    /// See the CPU variant.
-    pub fn release_bytes(py: Python<'_>, _buffer: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(not_built(py))
+    #[pymethods]
+    impl DeviceBuffer {
+        /// The CUDA array interface (version 3) of the bytes.
+        #[getter]
+        fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            if self.alloc.lock().map(|a| a.is_none()).unwrap_or(true) {
+                return Err(invalid(py, "DeviceBuffer: the buffer was freed".into()));
+            }
+            let d = PyDict::new(py);
+            d.set_item("shape", (self.nbytes,))?;
+            d.set_item("typestr", "|u1")?;
+            d.set_item("data", (self.ptr, false))?;
+            d.set_item("version", 3)?;
+            d.set_item("strides", py.None())?;
+            d.set_item("stream", py.None())?;
+            Ok(d)
+        }
+
+        /// Device address.
+        #[getter]
+        fn ptr(&self) -> u64 {
+            self.ptr
+        }
+
+        /// Size in bytes.
+        #[getter]
+        fn nbytes(&self) -> usize {
+            self.nbytes
+        }
     }
 
-    /// See the CPU variant.
+    /// `Handle.malloc`: device bytes.
+    pub fn allocate_bytes<'py>(
+        py: Python<'py>,
+        h: &Handle,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let device = h.cuda().py(py)?.device.clone();
+        let alloc = py.detach(|| DeviceAlloc::new(&device, n)).py(py)?;
+        let buf = DeviceBuffer {
+            ptr: alloc.ptr(),
+            nbytes: n,
+            alloc: Mutex::new(Some(alloc)),
+        };
+        Ok(Bound::new(py, buf)?.into_any())
+    }
+
+    /// `Handle.free`: releases a `DeviceBuffer` (None accepted).
+    pub fn release_bytes(py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        if buffer.is_none() {
+            return Ok(());
+        }
+        let b = buffer.cast::<DeviceBuffer>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "buffer: expected a buffer returned by Handle.malloc, got {}",
+                buffer
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        let freed = b.get().alloc.lock().map(|mut a| a.take()).unwrap_or(None);
+        if freed.is_none() {
+            return Err(invalid(py, "free(): the buffer was already freed".into()));
+        }
+        cuda::synchronize(cuda::Stream::from_handle(0)).py(py)?;
+        drop(freed);
+        Ok(())
+    }
+
+    /// Runs a transpose on device arrays; the GIL is released.
     #[allow(clippy::too_many_arguments)]
     pub fn run_transpose(
         py: Python<'_>,
-        _gd: &GridDesc,
-        _direction: Direction,
-        _layouts: &TransposeLayouts,
-        _dtype: DataType,
-        _input: &ArrayArg,
-        _out: &ArrayArg,
-        _work: Option<&ArrayArg>,
-        _stream: Option<&Bound<'_, PyAny>>,
+        gd: &GridDesc,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+        dtype: DataType,
+        input: &ArrayArg,
+        out: &ArrayArg,
+        work: Option<&ArrayArg>,
+        stream: Option<&Bound<'_, PyAny>>,
+        input_obj: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        Err(not_built(py))
+        let s = cuda::Stream::from_handle(parse_stream(py, stream, input_obj)?);
+        // SAFETY: the caller keeps the array objects alive for the call; the CUDA work is
+        // ordered on the caller's stream, which the caller keeps alive as documented.
+        let (i, o, w) = unsafe { (input.buf(), out.buf(), work.map(|w| w.buf())) };
+        py.detach(|| gd.transpose_device(direction, layouts, dtype, i, o, w, s))
+            .py(py)
     }
 
-    /// See the CPU variant.
+    /// Runs a halo update on a device array; the GIL is released.
+    #[allow(clippy::too_many_arguments)]
     pub fn run_halo(
         py: Python<'_>,
-        _gd: &GridDesc,
-        _spec: &HaloSpec,
-        _dtype: DataType,
-        _data: &ArrayArg,
-        _work: Option<&ArrayArg>,
-        _stream: Option<&Bound<'_, PyAny>>,
+        gd: &GridDesc,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: &ArrayArg,
+        work: Option<&ArrayArg>,
+        stream: Option<&Bound<'_, PyAny>>,
+        input_obj: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        Err(not_built(py))
+        let s = cuda::Stream::from_handle(parse_stream(py, stream, input_obj)?);
+        // SAFETY: as in `run_transpose`.
+        let (d, w) = unsafe { (data.buf(), work.map(|w| w.buf())) };
+        py.detach(|| gd.update_halos_device(spec, dtype, d, w, s))
+            .py(py)
     }
 }

@@ -87,7 +87,7 @@ impl HaloRun<'_> {
             return Ok(());
         }
         match self.backend {
-            HaloBackend::Mpi => {
+            HaloBackend::Mpi | HaloBackend::Nccl => {
                 let mut reqs = Vec::new();
                 for side in HaloSide::BOTH {
                     self.pack(side)?;
@@ -115,7 +115,7 @@ impl HaloRun<'_> {
                 Ok(())
             }
             b => unsupported!(
-                "halo backend {} is not available for host buffers: expected MPI or MPI_BLOCKING",
+                "halo backend {} is not implemented: expected MPI, MPI_BLOCKING or NCCL",
                 b.display_name()
             ),
         }

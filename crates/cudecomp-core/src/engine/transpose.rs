@@ -35,7 +35,10 @@ impl TransposeRun<'_> {
     }
 
     fn pipelined(&self) -> bool {
-        self.backend == TransposeBackend::MpiP2pPl
+        matches!(
+            self.backend,
+            TransposeBackend::MpiP2pPl | TransposeBackend::NcclPl
+        )
     }
 
     fn send_direct(&self) -> bool {
@@ -165,11 +168,11 @@ impl TransposeRun<'_> {
             return self.self_after();
         }
         match self.backend {
-            TransposeBackend::MpiP2p => self.p2p(comm),
-            TransposeBackend::MpiP2pPl => self.p2p_pipelined(comm),
+            TransposeBackend::MpiP2p | TransposeBackend::Nccl => self.p2p(comm),
+            TransposeBackend::MpiP2pPl | TransposeBackend::NcclPl => self.p2p_pipelined(comm),
             TransposeBackend::MpiA2a => self.alltoallv(comm),
             b => unsupported!(
-                "transpose backend {} is not available for host buffers: expected MPI_P2P, MPI_P2P_PL or MPI_A2A",
+                "transpose backend {} is not implemented: expected MPI_P2P, MPI_P2P_PL, MPI_A2A, NCCL or NCCL_PL",
                 b.display_name()
             ),
         }

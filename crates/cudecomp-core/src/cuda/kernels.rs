@@ -1,0 +1,264 @@
+//! The copy kernels: CUDA C compiled at run time by NVRTC to CUBIN for the device's
+//! architecture (PTX from a newer NVRTC than the driver would not load), once per process
+//! and device.
+//!
+//! One strided 3-D copy serves pack, unpack, local transposes and halo faces: a plain
+//! kernel when source and destination share their fastest axis, a shared-memory tiled
+//! transpose when they do not. Element sizes 4, 8 and 16 bytes.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{result as cu, sys};
+use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
+
+use super::{check, Device, Stream};
+use crate::mem::{check_copy, Buf, Mover};
+use crate::plan::Copy3;
+use crate::{Error, Result};
+
+/// CUDA C source of every kernel (no includes: NVRTC has no standard headers).
+pub const SOURCE: &str = r#"
+typedef long long i64;
+typedef unsigned long long u64;
+struct __align__(16) e16 { u64 a, b; };
+#define TILE 32
+
+// Axis 0 is the destination's fastest; source and destination share it.
+template <typename T>
+__device__ void copy_plain(const T* __restrict__ src, T* __restrict__ dst,
+                           i64 n0, i64 n1, i64 n2,
+                           i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {
+    for (i64 k = blockIdx.z; k < n2; k += gridDim.z)
+        for (i64 j = blockIdx.y; j < n1; j += gridDim.y)
+            for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n0;
+                 i += (i64)gridDim.x * blockDim.x)
+                dst[i * d0 + j * d1 + k * d2] = src[i * s0 + j * s1 + k * s2];
+}
+
+// Axis a is the destination's fastest, axis b the source's; c is the third.
+template <typename T>
+__device__ void copy_tiled(const T* __restrict__ src, T* __restrict__ dst,
+                           i64 na, i64 nb, i64 nc,
+                           i64 sa, i64 sb, i64 sc, i64 da, i64 db, i64 dc) {
+    __shared__ T tile[TILE][TILE + 1];
+    const i64 ta_n = (na + TILE - 1) / TILE, tb_n = (nb + TILE - 1) / TILE;
+    for (i64 c = blockIdx.z; c < nc; c += gridDim.z)
+        for (i64 tb = blockIdx.y; tb < tb_n; tb += gridDim.y)
+            for (i64 ta = blockIdx.x; ta < ta_n; ta += gridDim.x) {
+                const i64 a0 = ta * TILE, b0 = tb * TILE;
+                for (int y = threadIdx.y; y < TILE; y += blockDim.y) {
+                    const i64 a = a0 + y, b = b0 + threadIdx.x;
+                    if (a < na && b < nb) tile[y][threadIdx.x] = src[a * sa + b * sb + c * sc];
+                }
+                __syncthreads();
+                for (int y = threadIdx.y; y < TILE; y += blockDim.y) {
+                    const i64 a = a0 + threadIdx.x, b = b0 + y;
+                    if (a < na && b < nb) dst[a * da + b * db + c * dc] = tile[threadIdx.x][y];
+                }
+                __syncthreads();
+            }
+}
+
+#define INSTANTIATE(T, N)                                                              \
+extern "C" __global__ void copy_plain_##N(u64 s, u64 d, i64 n0, i64 n1, i64 n2,       \
+        i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {                              \
+    copy_plain<T>((const T*)s, (T*)d, n0, n1, n2, s0, s1, s2, d0, d1, d2);             \
+}                                                                                      \
+extern "C" __global__ void copy_tiled_##N(u64 s, u64 d, i64 n0, i64 n1, i64 n2,       \
+        i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {                              \
+    copy_tiled<T>((const T*)s, (T*)d, n0, n1, n2, s0, s1, s2, d0, d1, d2);             \
+}
+
+INSTANTIATE(unsigned int, 4)
+INSTANTIATE(u64, 8)
+INSTANTIATE(e16, 16)
+"#;
+
+/// Kernel names, by element size index (4, 8, 16 bytes).
+const PLAIN: [&str; 3] = ["copy_plain_4", "copy_plain_8", "copy_plain_16"];
+const TILED: [&str; 3] = ["copy_tiled_4", "copy_tiled_8", "copy_tiled_16"];
+
+fn nvrtc_err(e: cudarc::nvrtc::result::NvrtcError, what: &str) -> Error {
+    Error::Cuda(format!("NVRTC {what} failed: {e:?}"))
+}
+
+/// Compiles [`SOURCE`] to CUBIN for `sm_<major><minor>`.
+pub fn compile_cubin(arch: (i32, i32)) -> Result<Vec<u8>> {
+    if !super::nvrtc_present() {
+        return Err(Error::Cuda(
+            "NVRTC (libnvrtc.so.13) not found: set CUDECOMP_NVRTC_LIB or install nvidia-cuda-nvrtc"
+                .into(),
+        ));
+    }
+    let src = CString::new(SOURCE).map_err(|e| Error::Internal(e.to_string()))?;
+    let prog = rtc::create_program(&src, None).map_err(|e| nvrtc_err(e, "create_program"))?;
+    let opts = [
+        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        "--std=c++17".to_string(),
+    ];
+    // SAFETY: `prog` is a live program; the options are NUL-free strings.
+    let compiled = unsafe { rtc::compile_program(prog, &opts) };
+    let result = match compiled {
+        Ok(()) => {
+            let mut size = 0usize;
+            // SAFETY: the program compiled; the size query writes one usize.
+            let r = unsafe { rtc_sys::nvrtcGetCUBINSize(prog, &mut size) };
+            let mut cubin = vec![0u8; size];
+            // SAFETY: `cubin` has the size NVRTC reported.
+            let r2 = unsafe { rtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()) };
+            if r != rtc_sys::nvrtcResult::NVRTC_SUCCESS || r2 != rtc_sys::nvrtcResult::NVRTC_SUCCESS
+            {
+                Err(Error::Cuda(format!(
+                    "NVRTC could not produce CUBIN for sm_{}{}",
+                    arch.0, arch.1
+                )))
+            } else {
+                Ok(cubin)
+            }
+        }
+        Err(e) => {
+            // SAFETY: the log is available after a failed compilation.
+            let log = unsafe { rtc::get_program_log(prog) }
+                .map(|l| l.iter().map(|&c| c as u8 as char).collect::<String>())
+                .unwrap_or_default();
+            Err(Error::Cuda(format!(
+                "NVRTC compilation failed ({e:?}): {log}"
+            )))
+        }
+    };
+    // SAFETY: destroyed exactly once.
+    let _ = unsafe { rtc::destroy_program(prog) };
+    result
+}
+
+/// Loaded kernels of one device.
+pub struct Kernels {
+    _module: sys::CUmodule,
+    plain: [sys::CUfunction; 3],
+    tiled: [sys::CUfunction; 3],
+}
+
+// SAFETY: module and function handles are immutable once loaded and valid in any thread
+// that binds the device's context.
+unsafe impl Send for Kernels {}
+// SAFETY: as above.
+unsafe impl Sync for Kernels {}
+
+static CACHE: OnceLock<Mutex<HashMap<i32, Arc<Kernels>>>> = OnceLock::new();
+
+impl Kernels {
+    /// The kernels of `device`, compiled and loaded on first use.
+    pub fn for_device(device: &Device) -> Result<Arc<Kernels>> {
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = map.get(&device.ordinal) {
+            return Ok(k.clone());
+        }
+        device.bind()?;
+        let cubin = compile_cubin(device.arch)?;
+        // SAFETY: `cubin` is a complete CUBIN image for this device.
+        let module = check(
+            unsafe { cu::module::load_data(cubin.as_ptr().cast()) },
+            "cuModuleLoadData",
+        )?;
+        let get = |name: &str| -> Result<sys::CUfunction> {
+            let n = CString::new(name).map_err(|e| Error::Internal(e.to_string()))?;
+            // SAFETY: the module is loaded and defines `name`.
+            check(
+                unsafe { cu::module::get_function(module, n) },
+                "cuModuleGetFunction",
+            )
+        };
+        let k = Arc::new(Kernels {
+            _module: module,
+            plain: [get(PLAIN[0])?, get(PLAIN[1])?, get(PLAIN[2])?],
+            tiled: [get(TILED[0])?, get(TILED[1])?, get(TILED[2])?],
+        });
+        map.insert(device.ordinal, k.clone());
+        Ok(k)
+    }
+}
+
+/// Enqueues strided copies on one stream.
+pub struct DeviceMover<'a> {
+    pub kernels: &'a Kernels,
+    pub stream: Stream,
+}
+
+// SAFETY: only used by the thread that runs the operation.
+unsafe impl Sync for DeviceMover<'_> {}
+
+impl Mover for DeviceMover<'_> {
+    fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+        if !check_copy(elem, src, dst, c)? {
+            return Ok(());
+        }
+        let ext = c.extent;
+        let mut ax = [0usize, 1, 2];
+        ax.sort_by_key(|&g| (ext[g] <= 1, c.dst_strides[g].abs()));
+        let inner = ax[0];
+        let src_fast = (0..3)
+            .filter(|&g| ext[g] > 1)
+            .min_by_key(|&g| c.src_strides[g].abs())
+            .unwrap_or(inner);
+        let (order, tiled) = if src_fast == inner {
+            (ax, false)
+        } else {
+            ([inner, src_fast, 3 - inner - src_fast], true)
+        };
+        let k = match elem {
+            4 => 0,
+            8 => 1,
+            _ => 2,
+        };
+        let e = elem as u64;
+        let mut s_ptr = src.ptr() as u64 + c.src_offset as u64 * e;
+        let mut d_ptr = dst.ptr() as u64 + c.dst_offset as u64 * e;
+        let mut n: [i64; 3] = order.map(|g| ext[g]);
+        let mut ss: [i64; 3] = order.map(|g| c.src_strides[g]);
+        let mut ds: [i64; 3] = order.map(|g| c.dst_strides[g]);
+        let (f, grid, block) = if tiled {
+            let tiles = |v: i64| ((v + 31) / 32) as u32;
+            (
+                self.kernels.tiled[k],
+                (
+                    tiles(n[0]).clamp(1, 1 << 20),
+                    tiles(n[1]).clamp(1, 65535),
+                    (n[2] as u32).clamp(1, 65535),
+                ),
+                (32, 8, 1),
+            )
+        } else {
+            (
+                self.kernels.plain[k],
+                (
+                    (((n[0] + 255) / 256) as u32).clamp(1, 1 << 20),
+                    (n[1] as u32).clamp(1, 65535),
+                    (n[2] as u32).clamp(1, 65535),
+                ),
+                (256, 1, 1),
+            )
+        };
+        let mut params: [*mut c_void; 11] = [
+            (&mut s_ptr as *mut u64).cast(),
+            (&mut d_ptr as *mut u64).cast(),
+            (&mut n[0] as *mut i64).cast(),
+            (&mut n[1] as *mut i64).cast(),
+            (&mut n[2] as *mut i64).cast(),
+            (&mut ss[0] as *mut i64).cast(),
+            (&mut ss[1] as *mut i64).cast(),
+            (&mut ss[2] as *mut i64).cast(),
+            (&mut ds[0] as *mut i64).cast(),
+            (&mut ds[1] as *mut i64).cast(),
+            (&mut ds[2] as *mut i64).cast(),
+        ];
+        // SAFETY: the kernel's parameters match `params` (two u64 addresses, nine i64);
+        // every touched element lies inside `src` and `dst` (checked above).
+        check(
+            unsafe { cu::launch_kernel(f, grid, block, 0, self.stream.0, &mut params) },
+            "cuLaunchKernel",
+        )
+    }
+}

@@ -1,0 +1,362 @@
+//! CUDA through cudarc (driver API and NVRTC, loaded at run time): the device a handle
+//! binds, allocations, events, the copy kernels, NCCL and the device transports.
+//!
+//! Nothing here is linked at build time; every entry point checks that the driver is
+//! present first, so a machine without CUDA gets `Error::Cuda`, never a panic.
+
+pub mod kernels;
+pub mod nccl;
+pub mod transport;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{result as cu, sys, DriverError};
+
+use crate::{Error, Result};
+
+/// A borrowed CUDA stream handle, as passed by Python (0 = legacy default stream); never
+/// destroyed by the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Stream(sys::CUstream);
+
+// SAFETY: a stream handle is an opaque identifier usable from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// The stream with handle value `v`.
+    pub fn from_handle(v: u64) -> Stream {
+        Stream(v as usize as sys::CUstream)
+    }
+}
+
+/// Converts a driver error into `Error::Cuda` naming the failed call.
+pub(crate) fn check<T>(r: std::result::Result<T, DriverError>, what: &str) -> Result<T> {
+    r.map_err(|e| {
+        let name = e
+            .error_string()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Error::Cuda(format!("{what} failed: {:?} ({name})", e.0))
+    })
+}
+
+/// True when `libcuda.so` can be loaded.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the driver library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// True when NVRTC can be loaded.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the NVRTC library.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// The device a handle is bound to, with a retained primary context (the one CuPy and
+/// PyTorch use).
+pub struct Device {
+    /// Device ordinal.
+    pub ordinal: i32,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    /// Compute capability `(major, minor)`.
+    pub arch: (i32, i32),
+}
+
+// SAFETY: a primary context and device handle may be used from any thread once bound.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Binds the calling thread's current device (device 0 when no context is current).
+    pub fn current() -> Result<Arc<Device>> {
+        if !driver_present() {
+            return Err(Error::Cuda(
+                "no CUDA driver found (libcuda.so.1): the GPU variant needs an NVIDIA GPU and driver; install the CPU variant with CUDECOMP_BUILD_CPU_ONLY=ON otherwise".into(),
+            ));
+        }
+        check(cu::init(), "cuInit")?;
+        let count = check(cu::device::get_count(), "cuDeviceGetCount")?;
+        if count < 1 {
+            return Err(Error::Cuda(
+                "no CUDA device is visible (cuDeviceGetCount returned 0)".into(),
+            ));
+        }
+        let dev = match check(cu::ctx::get_current(), "cuCtxGetCurrent")? {
+            Some(_) => {
+                let mut dev: sys::CUdevice = 0;
+                // SAFETY: a context is current; the call writes one int.
+                check(
+                    unsafe { sys::cuCtxGetDevice(&mut dev) }.result(),
+                    "cuCtxGetDevice",
+                )?;
+                dev
+            }
+            None => check(cu::device::get(0), "cuDeviceGet")?,
+        };
+        // SAFETY: `dev` is a valid device; the retained context is released in Drop.
+        let ctx = check(
+            unsafe { cu::primary_ctx::retain(dev) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        // SAFETY: `ctx` was just retained.
+        check(unsafe { cu::ctx::set_current(ctx) }, "cuCtxSetCurrent")?;
+        let attr = |a| {
+            // SAFETY: plain attribute query on a valid device.
+            check(
+                unsafe { cu::device::get_attribute(dev, a) },
+                "cuDeviceGetAttribute",
+            )
+        };
+        let arch = (
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        Ok(Arc::new(Device {
+            ordinal: dev,
+            dev,
+            ctx,
+            arch,
+        }))
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained for this object's lifetime.
+        check(unsafe { cu::ctx::set_current(self.ctx) }, "cuCtxSetCurrent")
+    }
+
+    /// Ordinal of the device holding `ptr` (`None` for host or unknown memory).
+    pub fn pointer_device(ptr: u64) -> Option<i32> {
+        let mut ordinal: i32 = -1;
+        // SAFETY: the attribute query writes one int and fails cleanly on foreign pointers.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast::<c_void>(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr as sys::CUdeviceptr,
+            )
+        };
+        (r == sys::CUresult::CUDA_SUCCESS).then_some(ordinal)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `current`.
+        let _ = unsafe { cu::primary_ctx::release(self.dev) };
+    }
+}
+
+/// Device memory owned by the library (workspaces, `Handle.malloc`).
+pub struct DeviceAlloc {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    device: Arc<Device>,
+}
+
+// SAFETY: a device address may be used from any thread with the context bound.
+unsafe impl Send for DeviceAlloc {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceAlloc {}
+
+impl DeviceAlloc {
+    /// `cuMemAlloc` of `bytes` (at least 1) on `device`.
+    pub fn new(device: &Arc<Device>, bytes: usize) -> Result<DeviceAlloc> {
+        device.bind()?;
+        // SAFETY: plain allocation in the bound context.
+        let ptr = check(unsafe { cu::malloc_sync(bytes.max(1)) }, "cuMemAlloc")?;
+        Ok(DeviceAlloc {
+            ptr,
+            bytes,
+            device: device.clone(),
+        })
+    }
+
+    /// Device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: allocated by cuMemAlloc in this context; the owner synchronised uses.
+            let _ = unsafe { cu::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Page-locked host memory (staging for MPI without CUDA support).
+pub struct PinnedAlloc {
+    ptr: *mut u8,
+    bytes: usize,
+    device: Arc<Device>,
+}
+
+// SAFETY: plain host memory owned by this object.
+unsafe impl Send for PinnedAlloc {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedAlloc {}
+
+impl PinnedAlloc {
+    /// `cuMemAllocHost` of `bytes`.
+    pub fn new(device: &Arc<Device>, bytes: usize) -> Result<PinnedAlloc> {
+        device.bind()?;
+        // SAFETY: plain allocation in the bound context.
+        let ptr = check(
+            unsafe { cu::malloc_host(bytes.max(1), 0) },
+            "cuMemAllocHost",
+        )?;
+        Ok(PinnedAlloc {
+            ptr: ptr.cast(),
+            bytes,
+            device: device.clone(),
+        })
+    }
+
+    /// Start address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for PinnedAlloc {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: allocated by cuMemAllocHost; no copy uses it any more (stream synced).
+            let _ = unsafe { cu::free_host(self.ptr.cast()) };
+        }
+    }
+}
+
+/// A CUDA event without timing, used to order workspace reuse across streams.
+pub struct Event(sys::CUevent);
+
+// SAFETY: events may be recorded and waited on from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// A new event.
+    pub fn new(timing: bool) -> Result<Event> {
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        Ok(Event(check(cu::event::create(flags), "cuEventCreate")?))
+    }
+
+    /// Records the event on `stream`.
+    pub fn record(&self, stream: Stream) -> Result<()> {
+        // SAFETY: valid event; the stream handle comes from the caller.
+        check(
+            unsafe { cu::event::record(self.0, stream.0) },
+            "cuEventRecord",
+        )
+    }
+
+    /// Makes `stream` wait for the last record.
+    pub fn wait_on(&self, stream: Stream) -> Result<()> {
+        // SAFETY: valid event and stream.
+        check(
+            unsafe {
+                cu::stream::wait_event(
+                    stream.0,
+                    self.0,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            },
+            "cuStreamWaitEvent",
+        )
+    }
+
+    /// Blocks until the last record completed.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: valid event.
+        check(
+            unsafe { cu::event::synchronize(self.0) },
+            "cuEventSynchronize",
+        )
+    }
+
+    /// Milliseconds between two recorded timing events.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        // SAFETY: both events are valid and recorded.
+        check(
+            unsafe { cu::event::elapsed(self.0, end.0) },
+            "cuEventElapsedTime",
+        )
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once.
+        let _ = unsafe { cu::event::destroy(self.0) };
+    }
+}
+
+/// Blocks until `stream` is idle.
+pub fn synchronize(stream: Stream) -> Result<()> {
+    // SAFETY: the stream handle comes from the caller and is alive during the call.
+    check(
+        unsafe { cu::stream::synchronize(stream.0) },
+        "cuStreamSynchronize",
+    )
+}
+
+/// Asynchronous device → host copy on `stream`.
+///
+/// # Safety
+/// `dst..dst+len` must be host memory that stays valid until the copy completes.
+pub unsafe fn copy_to_host(dst: *mut u8, src: u64, len: usize, stream: Stream) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    let slice = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+    // SAFETY: `src` is a device range of `len` bytes (checked by the caller's plan).
+    check(
+        unsafe { cu::memcpy_dtoh_async(slice, src, stream.0) },
+        "cuMemcpyDtoHAsync",
+    )
+}
+
+/// Asynchronous host → device copy on `stream`.
+///
+/// # Safety
+/// `src..src+len` must be host memory that stays valid until the copy completes.
+pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Stream) -> Result<()> {
+    // SAFETY: forwarded to the caller.
+    let slice = unsafe { std::slice::from_raw_parts(src, len) };
+    // SAFETY: `dst` is a device range of `len` bytes.
+    check(
+        unsafe { cu::memcpy_htod_async(dst, slice, stream.0) },
+        "cuMemcpyHtoDAsync",
+    )
+}
+
+/// Device-to-device copy on `stream`.
+pub fn copy_device(dst: u64, src: u64, len: usize, stream: Stream) -> Result<()> {
+    // SAFETY: both ranges are device memory the caller owns for the operation.
+    check(
+        unsafe { cu::memcpy_dtod_async(dst, src, len, stream.0) },
+        "cuMemcpyDtoDAsync",
+    )
+}

@@ -1,0 +1,241 @@
+//! MPI transports for device buffers: straight through a CUDA-aware MPI, or staged
+//! through page-locked host memory when MPI cannot read device pointers.
+//!
+//! Both wait for the operation's stream once, before the first message: the pack kernels
+//! (and anything the caller enqueued earlier) must be done before MPI touches the data.
+
+use std::cell::{Cell, RefCell};
+
+use super::{copy_to_device, copy_to_host, synchronize, Stream};
+use crate::comm::{Request, Transport};
+use crate::{Error, Result};
+
+fn fence(done: &Cell<bool>, stream: Stream) -> Result<()> {
+    if !done.replace(true) {
+        synchronize(stream)?;
+    }
+    Ok(())
+}
+
+/// CUDA-aware MPI: device pointers go straight to MPI after the stream is drained.
+pub struct DirectMpi<'a> {
+    inner: &'a dyn Transport,
+    stream: Stream,
+    fenced: Cell<bool>,
+}
+
+impl<'a> DirectMpi<'a> {
+    /// Wraps a CUDA-aware MPI transport for one operation on `stream`.
+    pub fn new(inner: &'a dyn Transport, stream: Stream) -> Self {
+        DirectMpi {
+            inner,
+            stream,
+            fenced: Cell::new(false),
+        }
+    }
+}
+
+impl Transport for DirectMpi<'_> {
+    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        fence(&self.fenced, self.stream)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.inner.isend(buf, len, peer, tag) }
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        fence(&self.fenced, self.stream)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.inner.irecv(buf, len, peer, tag) }
+    }
+
+    fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
+        self.inner.wait_all(reqs)
+    }
+
+    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
+        self.inner.wait_any(reqs)
+    }
+
+    unsafe fn alltoallv(
+        &self,
+        send: *const u8,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: *mut u8,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        fence(&self.fenced, self.stream)?;
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            self.inner.alltoallv(
+                send,
+                send_counts,
+                send_displs,
+                recv,
+                recv_counts,
+                recv_displs,
+            )
+        }
+    }
+
+    fn cuda_aware(&self) -> bool {
+        true
+    }
+}
+
+/// A receive landing in staging memory, copied to the device when it completes.
+#[derive(Clone, Copy)]
+struct Landing {
+    request: Request,
+    device: u64,
+    host: *mut u8,
+    len: usize,
+}
+
+/// MPI without CUDA support: every message goes through a slice of a page-locked arena
+/// (device → host before the send, host → device on the stream after the receive).
+pub struct StagedMpi<'a> {
+    inner: &'a dyn Transport,
+    stream: Stream,
+    arena: *mut u8,
+    capacity: usize,
+    used: Cell<usize>,
+    fenced: Cell<bool>,
+    landings: RefCell<Vec<Landing>>,
+}
+
+impl<'a> StagedMpi<'a> {
+    /// Wraps a host MPI transport; `arena` must hold every message of the operation.
+    ///
+    /// # Safety
+    /// `arena..arena+capacity` must be page-locked host memory that nothing else uses until
+    /// the operation's stream has drained.
+    pub unsafe fn new(
+        inner: &'a dyn Transport,
+        stream: Stream,
+        arena: *mut u8,
+        capacity: usize,
+    ) -> Self {
+        StagedMpi {
+            inner,
+            stream,
+            arena,
+            capacity,
+            used: Cell::new(0),
+            fenced: Cell::new(false),
+            landings: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn take(&self, len: usize) -> Result<*mut u8> {
+        let at = self.used.get();
+        if at + len > self.capacity {
+            return Err(Error::Internal(format!(
+                "staging arena of {} bytes exhausted (needs {})",
+                self.capacity,
+                at + len
+            )));
+        }
+        self.used.set(at + len);
+        // SAFETY: inside the arena (checked above).
+        Ok(unsafe { self.arena.add(at) })
+    }
+
+    /// Copies completed receives to the device (enqueued on the stream).
+    fn land(&self, done: &[Request]) -> Result<()> {
+        let mut landings = self.landings.borrow_mut();
+        let mut i = 0;
+        while i < landings.len() {
+            if done.contains(&landings[i].request) {
+                let l = landings.swap_remove(i);
+                // SAFETY: the staging slice holds the received bytes and stays untouched
+                // until the stream drains (next operation's fence).
+                unsafe { copy_to_device(l.device, l.host, l.len, self.stream)? };
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Transport for StagedMpi<'_> {
+    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        fence(&self.fenced, self.stream)?;
+        let host = self.take(len)?;
+        // SAFETY: `host` is a fresh arena slice; `buf` a device range of `len` bytes.
+        unsafe { copy_to_host(host, buf as u64, len, self.stream)? };
+        synchronize(self.stream)?;
+        // SAFETY: the arena slice stays valid until the operation ends.
+        unsafe { self.inner.isend(host, len, peer, tag) }
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        fence(&self.fenced, self.stream)?;
+        let host = self.take(len)?;
+        // SAFETY: as in `isend`.
+        let request = unsafe { self.inner.irecv(host, len, peer, tag)? };
+        self.landings.borrow_mut().push(Landing {
+            request,
+            device: buf as u64,
+            host,
+            len,
+        });
+        Ok(request)
+    }
+
+    fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
+        let before = reqs.to_vec();
+        self.inner.wait_all(reqs)?;
+        self.land(&before)
+    }
+
+    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
+        let before = reqs.to_vec();
+        let done = self.inner.wait_any(reqs)?;
+        if let Some(i) = done {
+            self.land(&before[i..=i])?;
+        }
+        Ok(done)
+    }
+
+    unsafe fn alltoallv(
+        &self,
+        send: *const u8,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: *mut u8,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        fence(&self.fenced, self.stream)?;
+        let span =
+            |c: &[usize], d: &[usize]| c.iter().zip(d).map(|(&c, &d)| c + d).max().unwrap_or(0);
+        let (slen, rlen) = (
+            span(send_counts, send_displs),
+            span(recv_counts, recv_displs),
+        );
+        let (shost, rhost) = (self.take(slen)?, self.take(rlen)?);
+        // SAFETY: fresh arena slices mirroring the device ranges `send..+slen`, `recv..+rlen`.
+        unsafe {
+            copy_to_host(shost, send as u64, slen, self.stream)?;
+            synchronize(self.stream)?;
+            self.inner.alltoallv(
+                shost,
+                send_counts,
+                send_displs,
+                rhost,
+                recv_counts,
+                recv_displs,
+            )?;
+            // Only the received chunks: the gaps between them hold other data.
+            for (&c, &d) in recv_counts.iter().zip(recv_displs) {
+                if c > 0 {
+                    copy_to_device(recv as u64 + d as u64, rhost.add(d), c, self.stream)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
