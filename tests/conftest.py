@@ -16,6 +16,36 @@ from mpi4py import MPI  # noqa: E402
 import cudecomp  # noqa: E402
 
 
+def _select_gpu() -> None:
+    """GPU variant: one device per local rank (round robin), before any handle exists."""
+    if cudecomp.CPU_ONLY:
+        return
+    try:
+        import cupy
+    except ImportError:
+        return
+    n = cupy.cuda.runtime.getDeviceCount()
+    if n:
+        local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+        cupy.cuda.Device(local.rank % n).use()
+        local.Free()
+
+
+_select_gpu()
+
+
+def gpu_available() -> bool:
+    """True when the GPU variant is loaded and CuPy sees a GPU."""
+    if cudecomp.CPU_ONLY:
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
@@ -33,6 +63,8 @@ def comm() -> MPI.Comm:
 
 @pytest.fixture
 def handle(comm: MPI.Comm) -> Iterator[cudecomp.Handle]:
+    if not cudecomp.CPU_ONLY and not gpu_available():
+        pytest.skip("GPU variant without a usable GPU")
     h = cudecomp.Handle(comm)
     yield h
     try:
@@ -43,3 +75,10 @@ def handle(comm: MPI.Comm) -> Iterator[cudecomp.Handle]:
 
 def requires_cpu_variant() -> pytest.MarkDecorator:
     return pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="needs the CPU variant (NumPy arrays)")
+
+
+def requires_data_path() -> pytest.MarkDecorator:
+    """The oracle suites run on the CPU variant, or on the GPU variant with a GPU."""
+    return pytest.mark.skipif(
+        not cudecomp.CPU_ONLY and not gpu_available(), reason="GPU variant without a usable GPU (needs CuPy and a CUDA device)"
+    )

@@ -18,6 +18,61 @@ NUMPY_DTYPES = {
 }
 SENTINEL = -7.0
 
+if cudecomp.CPU_ONLY:
+    xp = np
+
+    def to_host(a: np.ndarray) -> np.ndarray:
+        """The array as NumPy (identity in the CPU variant)."""
+        return a
+else:  # pragma: no cover - GPU variant
+    import cupy as xp  # type: ignore[import-not-found,no-redef]
+
+    def to_host(a: np.ndarray) -> np.ndarray:
+        """The array as NumPy (copied from the device)."""
+        return xp.asnumpy(a)
+
+
+def device(a: np.ndarray) -> np.ndarray:
+    """The array in the variant's memory (NumPy or CuPy)."""
+    return xp.asarray(a)
+
+
+def local_gpu_count() -> int:
+    """GPUs visible to this process (0 in the CPU variant)."""
+    if cudecomp.CPU_ONLY:
+        return 0
+    return int(xp.cuda.runtime.getDeviceCount())
+
+
+def nccl_usable() -> bool:
+    """NCCL needs one GPU per rank on each node."""
+    from mpi4py import MPI
+
+    if cudecomp.CPU_ONLY:
+        return False
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    ok = local.size <= local_gpu_count()
+    local.Free()
+    return ok
+
+
+def variant_transpose_backends() -> list[cudecomp.TransposeCommBackend]:
+    """Transpose backends this variant and machine can run."""
+    b = cudecomp.TransposeCommBackend
+    out = [b.MPI_P2P, b.MPI_P2P_PL, b.MPI_A2A]
+    if nccl_usable():
+        out += [b.NCCL, b.NCCL_PL]
+    return out
+
+
+def variant_halo_backends() -> list[cudecomp.HaloCommBackend]:
+    """Halo backends this variant and machine can run."""
+    b = cudecomp.HaloCommBackend
+    out = [b.MPI, b.MPI_BLOCKING]
+    if nccl_usable():
+        out.append(b.NCCL)
+    return out
+
 
 def global_index(info: cudecomp.PencilInfo, gdims: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """Global linear index of every cell of a pencil array, and the interior mask."""

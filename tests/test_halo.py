@@ -15,16 +15,16 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import requires_cpu_variant
+from conftest import requires_data_path
 from cudecomp import DataType, HaloCommBackend, RankOrder
-from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, SENTINEL, factor_pairs, make
+from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, SENTINEL, device, factor_pairs, make, to_host, variant_halo_backends, xp
 
-pytestmark = requires_cpu_variant()
+pytestmark = requires_data_path()
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (12, 13, 14)
 HALO = (1, 2, 1)
-BACKENDS = [HaloCommBackend.MPI, HaloCommBackend.MPI_BLOCKING]
+BACKENDS = variant_halo_backends()
 UPDATE = ("update_halos_x", "update_halos_y", "update_halos_z")
 
 
@@ -91,14 +91,14 @@ def test_halo_reference(
     grid = handle.create_grid(config(pdims, backend, rank_order=order, transpose_axis_contiguous=contiguous))
     try:
         info = grid.get_pencil_info(axis, HALO, padding)
-        data = make(info, GDIMS, dtype)
+        data = device(make(info, GDIMS, dtype))
         work = None
         if explicit_work:
-            work = np.zeros(grid.get_halo_workspace_size(axis, HALO) * cudecomp.get_data_type_size(dtype), np.uint8)
+            work = xp.zeros(grid.get_halo_workspace_size(axis, HALO) * cudecomp.get_data_type_size(dtype), np.uint8)
         update = getattr(grid, UPDATE[axis])
         for dim in range(3):
             assert update(data, HALO, periods, dim, padding=padding, work=work) is None
-        assert np.array_equal(data, expected(info, GDIMS, periods, dtype))
+        assert np.array_equal(to_host(data), expected(info, GDIMS, periods, dtype))
     finally:
         grid.destroy()
 
@@ -108,12 +108,12 @@ def test_workspace_shared_with_transposes(handle: cudecomp.Handle) -> None:
     grid = handle.create_grid(config(factor_pairs(NRANKS)[0], HaloCommBackend.MPI))
     try:
         ix = grid.get_pencil_info(0)
-        y = grid.transpose_x_to_y(make(ix, GDIMS, DataType.DOUBLE))
+        y = grid.transpose_x_to_y(device(make(ix, GDIMS, DataType.DOUBLE)))
         iy = grid.get_pencil_info(1, HALO)
-        data = make(iy, GDIMS, DataType.DOUBLE)
+        data = device(make(iy, GDIMS, DataType.DOUBLE))
         for dim in range(3):
             grid.update_halos_y(data, HALO, None, dim)
-        assert np.array_equal(data, expected(iy, GDIMS, (False,) * 3, DataType.DOUBLE))
+        assert np.array_equal(to_host(data), expected(iy, GDIMS, (False,) * 3, DataType.DOUBLE))
         assert y.shape == grid.get_pencil_info(1).array_shape
     finally:
         grid.destroy()
@@ -123,14 +123,39 @@ def test_zero_halos_are_a_no_op(handle: cudecomp.Handle) -> None:
     grid = handle.create_grid(config(factor_pairs(NRANKS)[0], HaloCommBackend.MPI))
     try:
         # Upstream returns before checking the array when all extents are zero.
-        assert grid.update_halos_x(np.zeros(3), (0, 0, 0), None, 0) is None
+        assert grid.update_halos_x(xp.zeros(3), (0, 0, 0), None, 0) is None
         info = grid.get_pencil_info(0, (0, 2, 0))
-        data = make(info, GDIMS, DataType.FLOAT)
-        before = data.copy()
+        data = device(make(info, GDIMS, DataType.FLOAT))
+        before = to_host(data).copy()
         grid.update_halos_x(data, (0, 2, 0), (True, True, True), 0)  # extent along dim 0 is zero
-        assert np.array_equal(data, before)
+        assert np.array_equal(to_host(data), before)
     finally:
         grid.destroy()
+
+
+class ReadOnly:
+    """An array seen through a read-only array interface (NumPy's or the CUDA one)."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        name = "__array_interface__" if cudecomp.CPU_ONLY else "__cuda_array_interface__"
+        iface = dict(getattr(a, name))
+        iface["data"] = (iface["data"][0], True)
+        self._iface = (name, iface)
+        self._keep = a
+
+    def __getattr__(self, name: str) -> object:
+        if name == self._iface[0]:
+            return self._iface[1]
+        raise AttributeError(name)
+
+
+def readonly(a: np.ndarray) -> object:
+    """A read-only view of ``a`` in the variant's array protocol."""
+    if cudecomp.CPU_ONLY:
+        v = a.view()
+        v.flags.writeable = False
+        return v
+    return ReadOnly(a)
 
 
 def halo_errors() -> list[tuple[str, dict, type[Exception]]]:
@@ -148,7 +173,7 @@ def halo_errors() -> list[tuple[str, dict, type[Exception]]]:
         ("read-only", {"readonly": True}, cudecomp.InvalidUsageError),
         ("numpy dtype", {"dtype": np.float64}, TypeError),
         ("dtype mismatch", {"dtype": DataType.FLOAT}, cudecomp.InvalidUsageError),
-        ("small work", {"work": np.zeros(4, np.uint8)}, cudecomp.InvalidUsageError),
+        ("small work", {"work": xp.zeros(4, np.uint8)}, cudecomp.InvalidUsageError),
         ("list input", {"as_list": True}, TypeError),
     ]
 
@@ -160,12 +185,12 @@ def test_halo_errors(handle: cudecomp.Handle, name: str, change: dict, exc: type
     try:
         halo = change.get("halo_extents", HALO)
         info = grid.get_pencil_info(0, HALO)
-        data = make(info, GDIMS, DataType.DOUBLE)
+        data = device(make(info, GDIMS, DataType.DOUBLE))
         if change.get("shape_delta"):
-            data = np.zeros((data.shape[0] + 1,) + data.shape[1:])
-        if change.get("readonly"):
-            data.flags.writeable = False
+            data = xp.zeros((data.shape[0] + 1,) + data.shape[1:])
         arg: object = data.tolist() if change.get("as_list") else data
+        if change.get("readonly"):
+            arg = readonly(data)
         kwargs = {k: v for k, v in change.items() if k in ("dtype", "work")}
         periods = change.get("halo_periods", (True, True, True))
         dim = change.get("dim", 1)
@@ -175,10 +200,10 @@ def test_halo_errors(handle: cudecomp.Handle, name: str, change: dict, exc: type
         with pytest.raises(exc):
             grid.update_halos_x(arg, halo, periods, dim, **kwargs)
         # The grid keeps working.
-        ok = make(info, GDIMS, DataType.DOUBLE)
+        ok = device(make(info, GDIMS, DataType.DOUBLE))
         for d in range(3):
             grid.update_halos_x(ok, HALO, (True, True, True), d)
-        assert np.array_equal(ok, expected(info, GDIMS, (True, True, True), DataType.DOUBLE))
+        assert np.array_equal(to_host(ok), expected(info, GDIMS, (True, True, True), DataType.DOUBLE))
     finally:
         grid.destroy()
 
@@ -191,6 +216,6 @@ def test_empty_pencil_halo_not_supported(handle: cudecomp.Handle) -> None:
     try:
         info = grid.get_pencil_info(0, (1, 1, 1))
         with pytest.raises(cudecomp.NotSupportedError):
-            grid.update_halos_x(np.zeros(info.array_shape), (1, 1, 1), None, 1)
+            grid.update_halos_x(xp.zeros(info.array_shape), (1, 1, 1), None, 1)
     finally:
         grid.destroy()

@@ -15,14 +15,14 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import requires_cpu_variant
+from conftest import requires_cpu_variant, requires_data_path
 from cudecomp import DataType, RankOrder, TransposeCommBackend
-from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, factor_pairs, interior, make
+from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
 
-pytestmark = requires_cpu_variant()
+pytestmark = requires_data_path()
 
 OPS = [("transpose_x_to_y", 0, 1), ("transpose_y_to_z", 1, 2), ("transpose_z_to_y", 2, 1), ("transpose_y_to_x", 1, 0)]
-BACKENDS = [TransposeCommBackend.MPI_P2P, TransposeCommBackend.MPI_P2P_PL, TransposeCommBackend.MPI_A2A]
+BACKENDS = variant_transpose_backends()
 DTYPES = list(NUMPY_DTYPES)
 NRANKS = MPI.COMM_WORLD.size
 OUT_SENTINEL = -3.0
@@ -74,14 +74,14 @@ def run_case(handle: cudecomp.Handle, case: Case) -> None:
     try:
         work = None
         if case.explicit_work:
-            work = np.zeros(grid.get_transpose_workspace_size() * cudecomp.get_data_type_size(case.dtype), np.uint8)
+            work = xp.zeros(grid.get_transpose_workspace_size() * cudecomp.get_data_type_size(case.dtype), np.uint8)
         for op, a, b in OPS:
             if case.has_empty_pencil(a) or case.has_empty_pencil(b):
                 info_in = grid.get_pencil_info(a)
                 info_out = grid.get_pencil_info(b)
-                x = np.zeros(info_in.array_shape, NUMPY_DTYPES[case.dtype])
+                x = xp.zeros(info_in.array_shape, NUMPY_DTYPES[case.dtype])
                 with pytest.raises(cudecomp.NotSupportedError):
-                    getattr(grid, op)(x, np.zeros(info_out.array_shape, x.dtype))
+                    getattr(grid, op)(x, xp.zeros(info_out.array_shape, x.dtype))
             else:
                 run_op(grid, case, op, a, b, work)
     finally:
@@ -91,7 +91,7 @@ def run_case(handle: cudecomp.Handle, case: Case) -> None:
 def run_op(grid: cudecomp.GridDesc, case: Case, op: str, a: int, b: int, work: np.ndarray | None) -> None:
     info_in = grid.get_pencil_info(a, case.in_halo, case.in_pad)
     info_out = grid.get_pencil_info(b, case.out_halo, case.out_pad)
-    x = make(info_in, case.gdims, case.dtype)
+    x = device(make(info_in, case.gdims, case.dtype))
     expected = make(info_out, case.gdims, case.dtype, OUT_SENTINEL)
     kwargs = dict(
         input_halo_extents=case.in_halo,
@@ -105,26 +105,26 @@ def run_op(grid: cudecomp.GridDesc, case: Case, op: str, a: int, b: int, work: n
     fn = getattr(grid, op)
     what = f"{op} {case}"
     if case.in_place:
-        buf = np.full(max(info_in.size, info_out.size), OUT_SENTINEL, NUMPY_DTYPES[case.dtype])
+        buf = xp.full(max(info_in.size, info_out.size), OUT_SENTINEL, NUMPY_DTYPES[case.dtype])
         inp = buf[: info_in.size].reshape(info_in.array_shape)
         inp[...] = x
         out = buf[: info_out.size].reshape(info_out.array_shape)
         result = fn(inp, out, **kwargs)
         assert result is out
         mask = interior(info_out)
-        assert np.array_equal(out[mask], expected[mask]), what
+        assert np.array_equal(to_host(out)[mask], expected[mask]), what
     elif case.allocate_out:
         result = fn(x, **kwargs)
         assert result.shape == info_out.array_shape and result.dtype == NUMPY_DTYPES[case.dtype]
         mask = interior(info_out)
-        assert np.array_equal(result[mask], expected[mask]), what
+        assert np.array_equal(to_host(result)[mask], expected[mask]), what
     else:
-        before = x.copy()
-        out = np.full(info_out.array_shape, OUT_SENTINEL, NUMPY_DTYPES[case.dtype])
+        before = to_host(x).copy()
+        out = xp.full(info_out.array_shape, OUT_SENTINEL, NUMPY_DTYPES[case.dtype])
         result = fn(x, out, **kwargs)
         assert result is out
-        assert np.array_equal(out, expected), what  # halos and padding untouched
-        assert np.array_equal(x, before), f"{what}: input modified"
+        assert np.array_equal(to_host(out), expected), what  # halos and padding untouched
+        assert np.array_equal(to_host(x), before), f"{what}: input modified"
 
 
 def fixed_cases() -> list[Case]:
@@ -230,14 +230,15 @@ def test_in_place_slab_is_no_op(handle: cudecomp.Handle) -> None:
     grid = handle.create_grid(case.config())
     try:
         info = grid.get_pencil_info(0)
-        x = make(info, case.gdims, case.dtype)
-        snapshot = x.copy()
+        x = device(make(info, case.gdims, case.dtype))
+        snapshot = to_host(x).copy()
         assert grid.transpose_x_to_y(x, x) is x
-        assert np.array_equal(x, snapshot)
+        assert np.array_equal(to_host(x), snapshot)
     finally:
         grid.destroy()
 
 
+@requires_cpu_variant()
 def test_opaque_storage_with_explicit_dtype(handle: cudecomp.Handle) -> None:
     case = Case((9, 10, 11), factor_pairs(NRANKS)[-1])
     grid = handle.create_grid(case.config())

@@ -22,7 +22,11 @@ _WHEEL_PATHS = {
 }
 _SYSTEM_GLOBS = {
     "nccl": ["/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/local/cuda*/lib64/libnccl.so.2"],
-    "nvrtc": ["/usr/local/cuda/lib64/libnvrtc.so.1[23]", "/usr/local/cuda*/lib64/libnvrtc.so.1[23]", "/usr/lib/x86_64-linux-gnu/libnvrtc.so.1[23]"],
+    "nvrtc": [
+        "/usr/local/cuda/lib64/libnvrtc.so.1[23]",
+        "/usr/local/cuda*/lib64/libnvrtc.so.1[23]",
+        "/usr/lib/x86_64-linux-gnu/libnvrtc.so.1[23]",
+    ],
 }
 _SONAMES = {"nccl": "libnccl.so.2", "nvrtc": "libnvrtc.so.13"}
 
@@ -56,8 +60,10 @@ def find(name: str) -> str:
 
 
 def preload_nvrtc() -> str:
-    """Load NVRTC (and its builtins, which it opens by bare name) globally, so that the
-    core's later ``dlopen("libnvrtc.so.13")`` finds it by soname. Returns the path tried."""
+    """Load NVRTC (and its builtins, which it opens by bare name) globally.
+
+    The core's later ``dlopen("libnvrtc.so.13")`` then finds it by soname. Returns the path tried.
+    """
     path = find("nvrtc")
     if os.path.isabs(path):
         for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):

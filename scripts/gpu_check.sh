@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# GPU suites on a GPU machine (run there; see bench/RESULTS.md for recorded runs).
+# Expects the GPU wheel in .whl-gpu/ and the machine's python3 with CuPy, mpi4py, pytest.
+# Usage: bash scripts/gpu_check.sh [pytest -k expression]
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-gpu/cudecomp-*.whl || exit 1
+export PYTHONPATH=/tmp/site
+nvidia-smi -L
+python3 -c 'import cudecomp, cupy; print("cudecomp", cudecomp.__version__, "CPU_ONLY", cudecomp.CPU_ONLY, "GPUs", cupy.cuda.runtime.getDeviceCount())'
+K=${1:-}
+run() {  # run NAME NRANKS
+    local name=$1 n=$2
+    echo "=== $name ($n ranks) ==="
+    timeout 540 mpirun --allow-run-as-root --oversubscribe -np "$n" python3 -m pytest -q -p no:cacheprovider -x ${K:+-k "$K"} tests \
+        > "$OUT/$name.log" 2>&1
+    local rc=$?
+    grep -E "passed|failed|error" "$OUT/$name.log" | sort | uniq -c | head -5
+    grep -E "^\[rank|Error|FAILED" "$OUT/$name.log" | head -20
+    return $rc
+}
+G=$(python3 -c 'import cupy; print(cupy.cuda.runtime.getDeviceCount())')
+rc=0
+run gpu1 1 || rc=1
+if [ "$G" -ge 2 ]; then run gpu2 2 || rc=1; else run gpu2-shared 2 || rc=1; fi
+run gpu4-shared 4 || rc=1
+B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL
+echo "=== demo (2 ranks, $B, 128^3) ==="
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/demo.py -n 128 --backend $B 2>&1 | tail -8
+exit $rc
