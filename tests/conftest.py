@@ -61,8 +61,10 @@ def comm() -> MPI.Comm:
     return MPI.COMM_WORLD
 
 
-@pytest.fixture
-def handle(comm: MPI.Comm) -> Iterator[cudecomp.Handle]:
+@pytest.fixture(scope="module")
+def handle() -> Iterator[cudecomp.Handle]:
+    """One handle per test module (creating handles, NCCL above all, is collective and slow)."""
+    comm = MPI.COMM_WORLD
     if not cudecomp.CPU_ONLY and not gpu_available():
         pytest.skip("GPU variant without a usable GPU")
     h = cudecomp.Handle(comm)

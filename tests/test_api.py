@@ -16,7 +16,7 @@ from mpi4py import MPI
 import cudecomp
 from conftest import requires_cpu_variant
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
-from oracle import factor_pairs, make
+from oracle import device, factor_pairs, make, to_host, xp
 
 NRANKS = MPI.COMM_WORLD.size
 PDIMS = factor_pairs(NRANKS)[-1]  # (N, 1)
@@ -47,8 +47,8 @@ def still_works(handle: cudecomp.Handle) -> None:
     g = handle.create_grid(base_config())
     try:
         ia, ib = g.get_pencil_info(0), g.get_pencil_info(1)
-        out = g.transpose_x_to_y(make(ia, GDIMS, DataType.DOUBLE), np.zeros(ib.array_shape))
-        assert np.array_equal(out, make(ib, GDIMS, DataType.DOUBLE))
+        out = g.transpose_x_to_y(device(make(ia, GDIMS, DataType.DOUBLE)), xp.zeros(ib.array_shape))
+        assert np.array_equal(to_host(out), make(ib, GDIMS, DataType.DOUBLE))
     finally:
         g.destroy()
 
@@ -235,7 +235,8 @@ def test_create_grid_writes_back_resolved_values(handle: cudecomp.Handle) -> Non
     g.destroy()
 
 
-def test_use_after_destroy_and_finalize(handle: cudecomp.Handle) -> None:
+def test_use_after_destroy_and_finalize(comm: MPI.Comm) -> None:
+    handle = cudecomp.Handle(comm)
     g = handle.create_grid(base_config())
     g.destroy()
     for call in (g.destroy, lambda: g.get_pencil_info(0), g.get_transpose_workspace_size, lambda: g.config):

@@ -305,12 +305,8 @@ mod gpu {
             )));
         }
         let s = parse_stream(py, stream, input)?;
-        let cp = py.import("cupy")?;
-        let ctx = cp.getattr("cuda")?.getattr("ExternalStream")?.call1((s,))?;
-        ctx.call_method0("__enter__")?;
-        let out = cp.call_method1("empty", (shape, numpy_name(dtype)));
-        ctx.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
-        out
+        py.import("cudecomp._cupy")?
+            .call_method1("empty_on_stream", (shape, numpy_name(dtype), s))
     }
 
     /// Device memory from `Handle.malloc`, exposing `__cuda_array_interface__` (uint8).

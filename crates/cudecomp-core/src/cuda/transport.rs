@@ -210,29 +210,31 @@ impl Transport for StagedMpi<'_> {
         recv_displs: &[usize],
     ) -> Result<()> {
         fence(&self.fenced, self.stream)?;
-        let span =
-            |c: &[usize], d: &[usize]| c.iter().zip(d).map(|(&c, &d)| c + d).max().unwrap_or(0);
-        let (slen, rlen) = (
-            span(send_counts, send_displs),
-            span(recv_counts, recv_displs),
-        );
-        let (shost, rhost) = (self.take(slen)?, self.take(rlen)?);
-        // SAFETY: fresh arena slices mirroring the device ranges `send..+slen`, `recv..+rlen`.
+        // Stage only the bytes between the first and the last chunk, shifting displacements.
+        let range = |c: &[usize], d: &[usize]| {
+            let used = c.iter().zip(d).filter(|(&c, _)| c > 0);
+            let lo = used.clone().map(|(_, &d)| d).min().unwrap_or(0);
+            let hi = used.map(|(&c, &d)| c + d).max().unwrap_or(0);
+            (
+                lo,
+                hi.max(lo),
+                d.iter().map(|&x| x.saturating_sub(lo)).collect::<Vec<_>>(),
+            )
+        };
+        let (slo, shi, sd) = range(send_counts, send_displs);
+        let (rlo, rhi, rd) = range(recv_counts, recv_displs);
+        let (shost, rhost) = (self.take(shi - slo)?, self.take(rhi - rlo)?);
+        // SAFETY: fresh arena slices mirroring the device ranges [send+slo, send+shi) and
+        // [recv+rlo, recv+rhi).
         unsafe {
-            copy_to_host(shost, send as u64, slen, self.stream)?;
+            copy_to_host(shost, send as u64 + slo as u64, shi - slo, self.stream)?;
             synchronize(self.stream)?;
-            self.inner.alltoallv(
-                shost,
-                send_counts,
-                send_displs,
-                rhost,
-                recv_counts,
-                recv_displs,
-            )?;
+            self.inner
+                .alltoallv(shost, send_counts, &sd, rhost, recv_counts, &rd)?;
             // Only the received chunks: the gaps between them hold other data.
-            for (&c, &d) in recv_counts.iter().zip(recv_displs) {
+            for (&c, &d) in recv_counts.iter().zip(&rd) {
                 if c > 0 {
-                    copy_to_device(recv as u64 + d as u64, rhost.add(d), c, self.stream)?;
+                    copy_to_device(recv as u64 + (rlo + d) as u64, rhost.add(d), c, self.stream)?;
                 }
             }
         }

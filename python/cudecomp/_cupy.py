@@ -1,0 +1,29 @@
+"""CuPy glue for the GPU variant: output allocation on the operation's stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["empty_on_stream"]
+
+
+class _StreamRef:
+    """A raw stream handle exposed through the CUDA stream protocol."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
+
+
+def empty_on_stream(shape: tuple[int, ...], dtype: str, stream: int) -> Any:
+    """``cupy.empty`` from CuPy's default pool, allocated on stream ``stream``."""
+    import cupy
+
+    if cupy.cuda.get_current_stream().ptr == stream:
+        return cupy.empty(shape, dtype)
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    s = from_external(_StreamRef(stream)) if from_external else cupy.cuda.ExternalStream(stream)
+    with s:
+        return cupy.empty(shape, dtype)
