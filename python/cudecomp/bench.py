@@ -103,7 +103,7 @@ class Xp:
         return self.m.asnumpy(a) if self.gpu else a
 
     def timer(self) -> Callable[[Callable[[], object]], float]:
-        """A function timing one call in seconds (events on GPU, wall clock on CPU)."""
+        """Return a function timing one call in seconds (events on GPU, wall clock on CPU)."""
         if self.gpu:
             start, end = self.m.cuda.Event(), self.m.cuda.Event()
 
@@ -319,13 +319,12 @@ def run(args: argparse.Namespace) -> list[Row]:
     local_ceiling = ceil.get("device_copy", ceil.get("host_copy", math.nan))
     backends = args.backends.split(",") if args.backends != "all" else default_backends(xp)
     rows: list[Row] = []
-    total = (
-        len(args.gdims) * len(args.dtypes) * len(args.axis_contiguous) * len(backends) * max(1, len(process_grids(args.pdims, comm.size)))
-    )
+    grids = process_grids(args.pdims, comm.size)
+    total = len(args.gdims) * len(args.dtypes) * len(args.axis_contiguous) * len(backends) * max(1, len(grids))
     done = 0
     handle = cudecomp.Handle(comm)
     for gdims in args.gdims:
-        for pdims in process_grids(args.pdims, comm.size):
+        for pdims in grids:
             for dname in args.dtypes:
                 dtype = DTYPES[dname]
                 itemsize = cudecomp.get_data_type_size(dtype)
@@ -483,24 +482,23 @@ def run_config(
 
 
 def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
-    hdr = f"{'op':<5}{'gdims':<16}{'pdims':<7}{'backend':<13}{'dtype':<6}{'ac':<3}{'ms':>10}{'GB/s/rank':>11}{'%ceil':>7}  baselines (ms; ours/baseline)"
-    print(hdr)
+    """Print the table (rank 0)."""
+    head = f"{'op':<5}{'gdims':<16}{'pdims':<7}{'backend':<13}{'dtype':<6}{'ac':<3}"
+    print(f"{head}{'ms':>10}{'GB/s/rank':>11}{'%ceil':>7}  baselines (ms; ours/baseline)")
     for r in rows:
+        key = f"{r.op:<5}{'x'.join(map(str, r.gdims)):<16}{'x'.join(map(str, r.pdims)):<7}{r.backend:<13}{r.dtype:<6}"
+        key += f"{int(r.axis_contiguous):<3}"
         if r.note:
-            print(
-                f"{r.op:<5}{'x'.join(map(str, r.gdims)):<16}{'x'.join(map(str, r.pdims)):<7}{r.backend:<13}{r.dtype:<6}{int(r.axis_contiguous):<3}  {r.note}"
-            )
+            print(f"{key}  {r.note}")
             continue
         extra = ", ".join(f"{k}={v:.3g}" for k, v in r.baseline.items() if not k.startswith("ceiling"))
-        print(
-            f"{r.op:<5}{'x'.join(map(str, r.gdims)):<16}{'x'.join(map(str, r.pdims)):<7}{r.backend:<13}{r.dtype:<6}{int(r.axis_contiguous):<3}"
-            f"{r.ms:>10.3f}{r.gbps_per_rank:>11.2f}{r.pct_of_ceiling:>7.1f}  {extra}"
-        )
+        print(f"{key}{r.ms:>10.3f}{r.gbps_per_rank:>11.2f}{r.pct_of_ceiling:>7.1f}  {extra}")
     ceil = {k: v for k, v in (rows[0].baseline.items() if rows else []) if k.startswith("ceiling")}
     print("ceilings (GB/s): " + ", ".join(f"{k[8:-5]}={v:.1f}" for k, v in ceil.items()))
 
 
 def write(rows: Sequence[Row], args: argparse.Namespace) -> None:
+    """Write JSON and CSV files (rank 0)."""
     meta = {
         "cudecomp": cudecomp.__version__,
         "cpu_only": cudecomp.CPU_ONLY,
