@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -44,6 +45,13 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Ranks of one job must not share (and concurrently clean) pytest's temporary root.
+    if MPI.COMM_WORLD.size > 1 and not config.option.basetemp:
+        job = MPI.COMM_WORLD.bcast(os.getpid())
+        config.option.basetemp = os.path.join(tempfile.gettempdir(), f"cudecomp-pytest-{job}-rank{MPI.COMM_WORLD.rank}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,6 +1,7 @@
 //! Library handle and grid descriptors: the stateful objects behind `cudecomp.Handle`
 //! and `cudecomp.GridDesc`.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -13,6 +14,7 @@ use crate::engine::halo::HaloRun;
 use crate::engine::transpose::TransposeRun;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
 use crate::mem::{Buf, HostMover, Mover};
+use crate::perf::{triple, Clock, PerfReport, PerfSettings, SampleKey, TimedTransport};
 use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
 use crate::{invalid, unsupported, Error, Result};
 
@@ -279,6 +281,7 @@ impl Handle {
             subcomms: [col_comm, row_comm],
             plans: Mutex::new(HashMap::new()),
             halo_plans: Mutex::new(HashMap::new()),
+            perf: PerfSettings::from_env().map(PerfReport::new),
         })
     }
 
@@ -304,6 +307,51 @@ pub struct GridDesc {
     subcomms: [Box<dyn Communicator>; 2],
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
     halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
+    perf: Option<PerfReport>,
+}
+
+/// Identifies a transpose configuration in the performance report.
+fn transpose_key(d: Direction, l: &TransposeLayouts, dtype: DataType, in_place: bool) -> SampleKey {
+    SampleKey {
+        kind: "transpose",
+        operation: d.report_name().into(),
+        fields: vec![
+            dtype.short_name().into(),
+            triple(&l.input_halo),
+            triple(&l.output_halo),
+            triple(&l.input_padding),
+            triple(&l.output_padding),
+            u8::from(in_place).to_string(),
+            "0".into(),
+        ],
+    }
+}
+
+/// Identifies a halo configuration in the performance report.
+fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
+    SampleKey {
+        kind: "halo",
+        operation: format!("Halo{}", ["X", "Y", "Z"][s.axis]),
+        fields: vec![
+            dtype.short_name().into(),
+            s.dim.to_string(),
+            triple(&s.halo),
+            triple(&s.periods.map(u8::from)),
+            triple(&s.padding),
+            "0".into(),
+        ],
+    }
+}
+
+/// Bytes a halo update moves off-rank: one face per real neighbour.
+fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
+    let real = plan
+        .neighbours
+        .iter()
+        .flatten()
+        .filter(|&&r| r != rank)
+        .count();
+    (plan.face as usize * elem * real) as f64
 }
 
 /// The explicit workspace if it is large enough, else the handle's automatic one.
@@ -386,16 +434,26 @@ impl GridDesc {
             elem,
             "get_transpose_workspace_size()",
         )?;
-        TransposeRun {
-            plan: &plan,
-            backend: self.grid.transpose_backend,
-            elem,
-            mover: &HostMover,
-            input,
-            output,
-            work,
-        }
-        .run(self.subcomm(direction.comm()))
+        let key = || transpose_key(direction, layouts, dtype, input.ptr() == output.ptr());
+        let bytes = (plan.input.interior().volume() as usize * elem) as f64;
+        self.reported(
+            &Clock::Host,
+            self.subcomm(direction.comm()),
+            &key,
+            bytes,
+            |t| {
+                TransposeRun {
+                    plan: &plan,
+                    backend: self.grid.transpose_backend,
+                    elem,
+                    mover: &HostMover,
+                    input,
+                    output,
+                    work,
+                }
+                .run(t)
+            },
+        )
     }
 
     /// The (cached) plan of one halo update; `None` when it moves nothing.
@@ -426,15 +484,24 @@ impl GridDesc {
             .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
         let mut ws = self.handle.lock_workspace();
         let work = pick_workspace(&mut ws, work, elems, elem, "get_halo_workspace_size()")?;
-        HaloRun {
-            plan: &plan,
-            backend: self.grid.halo_backend,
-            elem,
-            mover: &HostMover,
-            data,
-            work,
-        }
-        .run(self.handle.comm())
+        let bytes = halo_bytes(&plan, self.rank, elem);
+        self.reported(
+            &Clock::Host,
+            self.handle.comm(),
+            &|| halo_key(spec, dtype),
+            bytes,
+            |t| {
+                HaloRun {
+                    plan: &plan,
+                    backend: self.grid.halo_backend,
+                    elem,
+                    mover: &HostMover,
+                    data,
+                    work,
+                }
+                .run(t)
+            },
+        )
     }
 
     /// Runs a transpose on device buffers, enqueued on `stream` (MPI backends synchronise
@@ -467,6 +534,8 @@ impl GridDesc {
                 members: &plan.members,
                 comm: self.subcomm(direction.comm()),
                 staging,
+                key: &|| transpose_key(direction, layouts, dtype, input.ptr() == output.ptr()),
+                bytes: (plan.input.interior().volume() as usize * elem) as f64,
             },
             |mover, work, transport| {
                 TransposeRun {
@@ -513,6 +582,8 @@ impl GridDesc {
                 members: &everyone,
                 comm: self.handle.comm(),
                 staging: plan.workspace_elems() as usize * elem,
+                key: &|| halo_key(spec, dtype),
+                bytes: halo_bytes(&plan, self.rank, elem),
             },
             |mover, work, transport| {
                 HaloRun {
@@ -559,25 +630,55 @@ impl GridDesc {
             Some(w) => w,
             None => ws.device(&cuda.device, need, stream)?,
         };
+        let clock = Clock::Device(stream);
+        let run =
+            |t: &dyn Transport| self.reported(&clock, t, ex.key, ex.bytes, |t| f(&mover, work, t));
         let result = if ex.nccl {
             let nccl = self.handle.nccl()?;
-            f(&mover, work, &NcclTransport::new(&nccl, stream, ex.members))
+            run(&NcclTransport::new(&nccl, stream, ex.members))
         } else if cuda.mpi_cuda_aware {
-            f(&mover, work, &DirectMpi::new(ex.comm, stream))
+            run(&DirectMpi::new(ex.comm, stream))
         } else {
             let (arena, cap) = ws.staging(&cuda.device, ex.staging)?;
             // SAFETY: the arena belongs to the locked workspace; the next user waits for
             // `release` below before touching it.
-            f(&mover, work, &unsafe {
-                StagedMpi::new(ex.comm, stream, arena, cap)
-            })
+            run(&unsafe { StagedMpi::new(ex.comm, stream, arena, cap) })
         };
         ws.release(stream)?;
         result
     }
 
-    /// Collective: releases the row and column communicators.
+    /// Runs `f` on `transport`; with the performance report on, times it (total and time
+    /// inside the transport) and records a sample under `key`.
+    fn reported(
+        &self,
+        clock: &Clock,
+        transport: &dyn Transport,
+        key: &dyn Fn() -> SampleKey,
+        bytes: f64,
+        f: impl FnOnce(&dyn Transport) -> Result<()>,
+    ) -> Result<()> {
+        let Some(perf) = &self.perf else {
+            return f(transport);
+        };
+        let start = clock.mark()?;
+        let timed = TimedTransport {
+            inner: transport,
+            clock,
+            comm_ms: Cell::new(0.0),
+        };
+        f(&timed)?;
+        let total = clock.since(&start)?;
+        perf.record(key(), total, timed.comm_ms.get(), bytes);
+        Ok(())
+    }
+
+    /// Collective: prints the performance report (if enabled) and releases the row and
+    /// column communicators.
     pub fn destroy(&self) -> Result<()> {
+        if let Some(p) = &self.perf {
+            p.finish(&self.grid, self.handle.comm())?;
+        }
         for c in &self.subcomms {
             c.free()?;
         }
@@ -594,6 +695,9 @@ struct DeviceExchange<'a> {
     comm: &'a dyn Communicator,
     /// Staging bytes for MPI without CUDA support.
     staging: usize,
+    /// Performance-report key and bytes of the operation.
+    key: &'a dyn Fn() -> SampleKey,
+    bytes: f64,
 }
 
 fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {

@@ -12,6 +12,7 @@ mod error;
 pub mod geometry;
 pub mod handle;
 pub mod mem;
+pub mod perf;
 pub mod plan;
 
 pub use error::{Error, Result};

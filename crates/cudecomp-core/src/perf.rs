@@ -1,0 +1,429 @@
+//! The performance report (reference §9): per-configuration samples of total and
+//! communication time, printed when a grid is destroyed and optionally written as CSV
+//! files with upstream's names and columns.
+//!
+//! Enabled by `CUDECOMP_ENABLE_PERFORMANCE_REPORT=1`; `CUDECOMP_PERFORMANCE_REPORT_DETAIL`
+//! (0 summary, 1 rank 0's samples, 2 every rank's), `..._SAMPLES` (ring length, default 20),
+//! `..._WARMUP_SAMPLES` (ignored first samples, default 3) and `..._WRITE_DIR`.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::comm::{allgather_bytes, Communicator, Request, Transport};
+use crate::cuda::{Event, Stream};
+use crate::geometry::Grid;
+use crate::Result;
+
+/// Report settings read from the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerfSettings {
+    pub detail: u8,
+    pub samples: usize,
+    pub warmup: usize,
+    pub write_dir: Option<PathBuf>,
+}
+
+impl PerfSettings {
+    /// The settings when the report is enabled (`CUDECOMP_ENABLE_PERFORMANCE_REPORT=1`).
+    pub fn from_env() -> Option<PerfSettings> {
+        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
+        if var("CUDECOMP_ENABLE_PERFORMANCE_REPORT").as_deref() != Some("1") {
+            return None;
+        }
+        let num = |k: &str, d: usize| var(k).and_then(|v| v.parse::<usize>().ok()).unwrap_or(d);
+        Some(PerfSettings {
+            detail: num("CUDECOMP_PERFORMANCE_REPORT_DETAIL", 0).min(2) as u8,
+            samples: num("CUDECOMP_PERFORMANCE_REPORT_SAMPLES", 20).max(1),
+            warmup: num("CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES", 3),
+            write_dir: var("CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+        })
+    }
+}
+
+/// What a sample belongs to: the operation and the CSV columns that identify its configuration.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SampleKey {
+    /// `transpose` or `halo`.
+    pub kind: &'static str,
+    /// Report name (`TransposeXY`, `HaloX`, ...).
+    pub operation: String,
+    /// The remaining identifying CSV fields, already formatted.
+    pub fields: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    total_ms: f64,
+    comm_ms: f64,
+    bytes: f64,
+}
+
+/// Every rank's samples by (kind, operation, fields): `(rank, index, total, comm, bytes)`.
+type Gathered = BTreeMap<(String, String, String), Vec<(usize, usize, f64, f64, f64)>>;
+
+#[derive(Default)]
+struct Series {
+    seen: usize,
+    ring: Vec<Sample>,
+}
+
+/// Samples of one grid descriptor.
+pub struct PerfReport {
+    settings: PerfSettings,
+    series: Mutex<BTreeMap<SampleKey, Series>>,
+}
+
+/// Measures elapsed milliseconds: wall clock on the host, CUDA events on a stream.
+pub enum Clock {
+    Host,
+    Device(Stream),
+}
+
+/// A point in time of a [`Clock`].
+pub enum Mark {
+    Host(Instant),
+    Device(Event),
+}
+
+impl Clock {
+    /// Now.
+    pub fn mark(&self) -> Result<Mark> {
+        Ok(match self {
+            Clock::Host => Mark::Host(Instant::now()),
+            Clock::Device(s) => {
+                let e = Event::new(true)?;
+                e.record(*s)?;
+                Mark::Device(e)
+            }
+        })
+    }
+
+    /// Milliseconds since `m` (a device clock waits for the stream to get there).
+    pub fn since(&self, m: &Mark) -> Result<f64> {
+        match (self, m) {
+            (Clock::Device(s), Mark::Device(start)) => {
+                let end = Event::new(true)?;
+                end.record(*s)?;
+                end.synchronize()?;
+                Ok(f64::from(start.elapsed_ms(&end)?))
+            }
+            (_, Mark::Host(t0)) => Ok(t0.elapsed().as_secs_f64() * 1e3),
+            (Clock::Host, Mark::Device(_)) => Err(crate::Error::Internal(
+                "a device mark read by a host clock".into(),
+            )),
+        }
+    }
+}
+
+/// A transport that adds the time spent in each call to a communication total.
+pub struct TimedTransport<'a> {
+    pub inner: &'a dyn Transport,
+    pub clock: &'a Clock,
+    pub comm_ms: Cell<f64>,
+}
+
+impl TimedTransport<'_> {
+    fn timed<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let m = self.clock.mark()?;
+        let r = f()?;
+        self.comm_ms.set(self.comm_ms.get() + self.clock.since(&m)?);
+        Ok(r)
+    }
+}
+
+impl Transport for TimedTransport<'_> {
+    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        // SAFETY: forwarded to the caller.
+        self.timed(|| unsafe { self.inner.isend(buf, len, peer, tag) })
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        // SAFETY: forwarded to the caller.
+        self.timed(|| unsafe { self.inner.irecv(buf, len, peer, tag) })
+    }
+
+    fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
+        self.timed(|| self.inner.wait_all(reqs))
+    }
+
+    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
+        self.timed(|| self.inner.wait_any(reqs))
+    }
+
+    unsafe fn alltoallv(
+        &self,
+        send: *const u8,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: *mut u8,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        self.timed(|| unsafe {
+            self.inner.alltoallv(
+                send,
+                send_counts,
+                send_displs,
+                recv,
+                recv_counts,
+                recv_displs,
+            )
+        })
+    }
+
+    fn cuda_aware(&self) -> bool {
+        self.inner.cuda_aware()
+    }
+}
+
+const TRANSPOSE_COLUMNS: &str =
+    "operation,dtype,input_halo_extents,output_halo_extents,input_padding,output_padding,inplace,managed";
+const HALO_COLUMNS: &str = "operation,dtype,dim,halo_extent,periods,padding,managed";
+
+/// Formats a triple as upstream does in CSV cells (`"[a b c]"` without commas).
+pub fn triple<T: std::fmt::Display>(v: &[T]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", parts.join(" "))
+}
+
+impl PerfReport {
+    /// An empty report.
+    pub fn new(settings: PerfSettings) -> PerfReport {
+        PerfReport {
+            settings,
+            series: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Adds one sample (kept in a ring of the configured length).
+    pub fn record(&self, key: SampleKey, total_ms: f64, comm_ms: f64, bytes: f64) {
+        let mut s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let series = s.entry(key).or_default();
+        series.seen += 1;
+        if series.seen <= self.settings.warmup {
+            return;
+        }
+        if series.ring.len() == self.settings.samples {
+            series.ring.remove(0);
+        }
+        series.ring.push(Sample {
+            total_ms,
+            comm_ms,
+            bytes,
+        });
+    }
+
+    /// Collective: prints the summary on rank 0 and writes CSV files if asked.
+    pub fn finish(&self, grid: &Grid, comm: &dyn Communicator) -> Result<()> {
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        // One line per key and sample: key \t rank \t index \t total \t comm \t bytes.
+        let mut mine = String::new();
+        for (k, s) in series.iter() {
+            for (i, x) in s.ring.iter().enumerate() {
+                let _ = writeln!(
+                    mine,
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    k.kind,
+                    k.operation,
+                    k.fields.join(","),
+                    comm.rank(),
+                    i,
+                    x.total_ms,
+                    x.comm_ms,
+                    x.bytes,
+                    s.ring.len()
+                );
+            }
+        }
+        let all = allgather_bytes(comm, mine.as_bytes())?;
+        if comm.rank() != 0 {
+            return Ok(());
+        }
+        let mut agg: Gathered = BTreeMap::new();
+        for text in &all {
+            for line in String::from_utf8_lossy(text).lines() {
+                let f: Vec<&str> = line.split('\t').collect();
+                if f.len() != 9 {
+                    continue;
+                }
+                let num = |i: usize| f[i].parse::<f64>().unwrap_or(f64::NAN);
+                agg.entry((f[0].to_string(), f[1].to_string(), f[2].to_string()))
+                    .or_default()
+                    .push((
+                        f[3].parse().unwrap_or(0),
+                        f[4].parse().unwrap_or(0),
+                        num(5),
+                        num(6),
+                        num(7),
+                    ));
+            }
+        }
+        let text = self.summary(grid, &agg);
+        print!("{text}");
+        if let Some(dir) = &self.settings.write_dir {
+            self.write_csv(grid, dir, &agg)?;
+        }
+        Ok(())
+    }
+
+    fn means(samples: &[(usize, usize, f64, f64, f64)]) -> (usize, f64, f64, f64) {
+        // Mean over each rank's samples, then over ranks.
+        let mut per_rank: BTreeMap<usize, Vec<(f64, f64, f64)>> = BTreeMap::new();
+        for &(r, _, t, c, b) in samples {
+            per_rank.entry(r).or_default().push((t, c, b));
+        }
+        let n = per_rank.len().max(1) as f64;
+        let mut count = 0;
+        let (mut t, mut c, mut b) = (0.0, 0.0, 0.0);
+        for v in per_rank.values() {
+            let k = v.len() as f64;
+            count = count.max(v.len());
+            t += v.iter().map(|x| x.0).sum::<f64>() / k / n;
+            c += v.iter().map(|x| x.1).sum::<f64>() / k / n;
+            b += v.iter().map(|x| x.2).sum::<f64>() / k / n;
+        }
+        (count, t, c, b)
+    }
+
+    fn summary(&self, grid: &Grid, agg: &Gathered) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "CUDECOMP: ===== Performance Summary =====");
+        let _ = writeln!(out, "CUDECOMP: Grid configuration:");
+        let _ = writeln!(
+            out,
+            "CUDECOMP:   transpose backend: {}",
+            grid.transpose_backend.display_name()
+        );
+        let _ = writeln!(
+            out,
+            "CUDECOMP:   halo backend: {}",
+            grid.halo_backend.display_name()
+        );
+        let _ = writeln!(
+            out,
+            "CUDECOMP:   process grid: {} x {}",
+            grid.pdims[0], grid.pdims[1]
+        );
+        let _ = writeln!(
+            out,
+            "CUDECOMP:   global dims: {} x {} x {}",
+            grid.gdims[0], grid.gdims[1], grid.gdims[2]
+        );
+        let _ = writeln!(out, "CUDECOMP:   memory order: {:?}", grid.orders);
+        let _ = writeln!(
+            out,
+            "CUDECOMP: averages over up to {} samples per rank after {} warm-up samples, then over ranks",
+            self.settings.samples, self.settings.warmup
+        );
+        for kind in ["transpose", "halo"] {
+            let comm = if kind == "transpose" { "A2A" } else { "SR" };
+            let rows: Vec<_> = agg.iter().filter(|((k, _, _), _)| k == kind).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let cols = if kind == "transpose" {
+                TRANSPOSE_COLUMNS
+            } else {
+                HALO_COLUMNS
+            };
+            let _ = writeln!(out, "CUDECOMP: {kind} operations");
+            let _ = writeln!(
+                out,
+                "CUDECOMP:   {cols},samples,total_ms,{comm}_ms,local_ms,{comm}_BW_GBps"
+            );
+            for ((_, op, fields), v) in rows {
+                let (n, t, c, b) = Self::means(v);
+                let _ = writeln!(
+                    out,
+                    "CUDECOMP:   {op},{fields},{n},{t:.3},{c:.3},{:.3},{:.2}",
+                    t - c,
+                    if c > 0.0 { b * 1e-6 / c } else { 0.0 }
+                );
+            }
+        }
+        out
+    }
+
+    fn file_name(&self, grid: &Grid, kind: &str, what: &str) -> String {
+        let order: String = grid
+            .orders
+            .iter()
+            .flatten()
+            .map(|d| d.to_string())
+            .collect();
+        format!(
+            "cudecomp-perf-report-{kind}-{what}-tcomm_{}-hcomm_{}-pdims_{}x{}-gdims_{}x{}x{}-memorder_{order}.csv",
+            grid.transpose_backend as i32,
+            grid.halo_backend as i32,
+            grid.pdims[0],
+            grid.pdims[1],
+            grid.gdims[0],
+            grid.gdims[1],
+            grid.gdims[2],
+        )
+    }
+
+    fn write_csv(&self, grid: &Grid, dir: &PathBuf, agg: &Gathered) -> Result<()> {
+        let io = |e: std::io::Error| {
+            crate::Error::InvalidUsage(format!(
+                "CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR {}: {e}",
+                dir.display()
+            ))
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let header = format!(
+            "# transpose backend: {}\n# halo backend: {}\n# pdims: {}x{}\n# gdims: {}x{}x{}\n# memory order: {:?}\n",
+            grid.transpose_backend.display_name(),
+            grid.halo_backend.display_name(),
+            grid.pdims[0],
+            grid.pdims[1],
+            grid.gdims[0],
+            grid.gdims[1],
+            grid.gdims[2],
+            grid.orders
+        );
+        for kind in ["transpose", "halo"] {
+            let rows: Vec<_> = agg.iter().filter(|((k, _, _), _)| k == kind).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let (cols, comm) = if kind == "transpose" {
+                (TRANSPOSE_COLUMNS, "A2A")
+            } else {
+                (HALO_COLUMNS, "SR")
+            };
+            let mut text =
+                format!("{header}{cols},samples,total_ms,{comm}_ms,local_ms,{comm}_BW_GBps\n");
+            for ((_, op, fields), v) in &rows {
+                let (n, t, c, b) = Self::means(v);
+                let bw = if c > 0.0 { b * 1e-6 / c } else { 0.0 };
+                let _ = writeln!(text, "{op},{fields},{n},{t},{c},{},{bw}", t - c);
+            }
+            std::fs::write(dir.join(self.file_name(grid, kind, "aggregated")), text).map_err(io)?;
+            if self.settings.detail > 0 {
+                let mut text = format!(
+                    "{header}{cols},rank,sample,total_ms,{comm}_ms,local_ms,{comm}_BW_GBps\n"
+                );
+                for ((_, op, fields), v) in &rows {
+                    for &(r, i, t, c, b) in v.iter() {
+                        if self.settings.detail == 1 && r != 0 {
+                            continue;
+                        }
+                        let bw = if c > 0.0 { b * 1e-6 / c } else { 0.0 };
+                        let _ = writeln!(text, "{op},{fields},{r},{i},{t},{c},{},{bw}", t - c);
+                    }
+                }
+                std::fs::write(dir.join(self.file_name(grid, kind, "samples")), text)
+                    .map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+}

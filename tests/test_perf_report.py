@@ -1,0 +1,66 @@
+"""The performance report: summary at destroy() and CSV files with upstream's names."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+from conftest import requires_data_path
+from cudecomp import DataType
+from oracle import device, factor_pairs, make, xp
+
+pytestmark = requires_data_path()
+
+
+def test_report_summary_and_csv(handle: cudecomp.Handle, tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str]) -> None:
+    comm = MPI.COMM_WORLD
+    out = comm.bcast(str(tmp_path) if comm.rank == 0 else None)
+    env = {
+        "CUDECOMP_ENABLE_PERFORMANCE_REPORT": "1",
+        "CUDECOMP_PERFORMANCE_REPORT_DETAIL": "2",
+        "CUDECOMP_PERFORMANCE_REPORT_SAMPLES": "4",
+        "CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES": "1",
+        "CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR": out,
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        cfg = cudecomp.GridDescConfig()
+        cfg.gdims, cfg.pdims = (8, 9, 10), factor_pairs(comm.size)[0]
+        grid = handle.create_grid(cfg)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+    ix, iy = grid.get_pencil_info(0), grid.get_pencil_info(1, (1, 1, 1))
+    x = device(make(ix, cfg.gdims, DataType.DOUBLE))
+    y = xp.zeros(iy.array_shape)
+    for _ in range(6):
+        grid.transpose_x_to_y(x, y, output_halo_extents=(1, 1, 1))
+        grid.update_halos_y(y, (1, 1, 1), (True, False, True), 2)
+    grid.destroy()
+    text = capfd.readouterr().out
+    if comm.rank == 0:
+        assert "CUDECOMP: ===== Performance Summary =====" in text
+        assert "TransposeXY,D,[0 0 0],[1 1 1]" in text
+        agg = glob.glob(
+            os.path.join(out, "cudecomp-perf-report-transpose-aggregated-tcomm_1-hcomm_1-pdims_*-gdims_8x9x10-memorder_012012012.csv")
+        )
+        assert len(agg) == 1
+        lines = [ln for ln in open(agg[0]) if not ln.startswith("#")]
+        assert lines[0].strip().endswith("samples,total_ms,A2A_ms,local_ms,A2A_BW_GBps")
+        fields = lines[1].strip().split(",")
+        assert fields[0] == "TransposeXY" and int(fields[8]) == 4
+        assert float(fields[9]) >= 0 and np.isfinite(float(fields[9]))
+        halo = glob.glob(os.path.join(out, "cudecomp-perf-report-halo-samples-*.csv"))
+        assert len(halo) == 1
+        rows = [ln for ln in open(halo[0]) if not ln.startswith("#")][1:]
+        assert len(rows) == 4 * comm.size  # DETAIL=2: every rank's ring of 4 samples
+    comm.Barrier()
