@@ -16,7 +16,7 @@ from mpi4py import MPI
 import cudecomp
 from conftest import requires_cpu_variant
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
-from oracle import device, factor_pairs, make, to_host, xp
+from oracle import device, factor_pairs, make, to_host, variant_halo_backends, variant_transpose_backends, xp
 
 NRANKS = MPI.COMM_WORLD.size
 PDIMS = factor_pairs(NRANKS)[-1]  # (N, 1)
@@ -306,11 +306,79 @@ def test_cpu_variant_rejects_gpu_halo_backends(handle: cudecomp.Handle) -> None:
     still_works(handle)
 
 
-def test_autotuning_not_yet_supported(handle: cudecomp.Handle) -> None:
+def quick_options(**kw: object) -> cudecomp.GridDescAutotuneOptions:
+    o = cudecomp.GridDescAutotuneOptions()
+    o.n_warmup_trials, o.n_trials = 1, 2
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return o
+
+
+def test_autotune_process_grid(handle: cudecomp.Handle, capfd: pytest.CaptureFixture[str]) -> None:
     cfg = base_config()
     cfg.pdims = (0, 0)
-    with pytest.raises(cudecomp.NotSupportedError):
-        handle.create_grid(cfg, cudecomp.GridDescAutotuneOptions())
+    g = handle.create_grid(cfg, quick_options())
+    assert cfg.pdims[0] * cfg.pdims[1] == NRANKS
+    assert tuple(g.config.pdims) == tuple(cfg.pdims)
+    assert cfg.transpose_comm_backend is TransposeCommBackend.MPI_P2P  # not searched
+    out = capfd.readouterr().out
+    if MPI.COMM_WORLD.rank == 0:
+        assert "CUDECOMP: Running transpose autotuning..." in out and "CUDECOMP: SELECTED: grid:" in out
+    g.destroy()
+    still_works(handle)
+
+
+def test_autotune_backends_and_halo_mode(handle: cudecomp.Handle) -> None:
+    cfg = base_config()
+    g = handle.create_grid(cfg, quick_options(autotune_transpose_backend=True, autotune_halo_backend=True, halo_extents=(1, 1, 1)))
+    assert cfg.transpose_comm_backend in variant_transpose_backends()
+    assert cfg.halo_comm_backend in variant_halo_backends()
+    g.destroy()
+    cfg = base_config()
+    cfg.pdims = (0, 0)
+    g = handle.create_grid(cfg, quick_options(grid_mode=cudecomp.AutotuneGridMode.HALO, halo_extents=(1, 1, 1), halo_axis=2))
+    assert cfg.pdims[0] * cfg.pdims[1] == NRANKS
+    g.destroy()
+
+
+@pytest.mark.parametrize(
+    "spec, expect", [("MPI_A2A", "MPI_A2A"), ("^MPI_P2P,MPI_P2P_PL,NCCL,NCCL_PL", "MPI_A2A"), ("MPI_P2P_PL", "MPI_P2P_PL")]
+)
+def test_autotune_backend_filter(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, spec: str, expect: str) -> None:
+    monkeypatch.setenv("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", spec)
+    cfg = base_config()
+    handle.create_grid(cfg, quick_options(autotune_transpose_backend=True)).destroy()
+    assert cfg.transpose_comm_backend is TransposeCommBackend[expect]
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", "MPI_P2P,BOGUS"),
+        ("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", ""),
+        ("CUDECOMP_AUTOTUNE_P_ROW_RANGE", "3,1"),
+        ("CUDECOMP_AUTOTUNE_P_ROW_RANGE", "x"),
+        ("CUDECOMP_AUTOTUNE_P_COL_RANGE", "1000,2000"),
+    ],
+)
+def test_autotune_filter_errors(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    monkeypatch.setenv(var, value)
+    cfg = base_config()
+    cfg.pdims = (0, 0)
+    with pytest.raises(cudecomp.InvalidUsageError):
+        handle.create_grid(cfg, quick_options(autotune_transpose_backend=True))
+    monkeypatch.delenv(var)
+    still_works(handle)
+
+
+def test_autotune_no_valid_grid(handle: cudecomp.Handle) -> None:
+    if NRANKS == 1:
+        pytest.skip("one rank always has a valid grid")
+    cfg = base_config()
+    cfg.pdims = (0, 0)
+    cfg.gdims = (1, 1, 1)  # every multi-rank grid leaves some rank without cells
+    with pytest.raises(cudecomp.NotSupportedError, match="no valid decomposition"):
+        handle.create_grid(cfg, quick_options())
     still_works(handle)
 
 

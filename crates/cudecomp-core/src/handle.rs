@@ -5,6 +5,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::autotune::{autotune, AutotuneOptions};
 use crate::comm::{allgather_bytes, Communicator, Transport};
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
@@ -176,6 +177,27 @@ impl Handle {
                 }),
             }),
         }
+    }
+
+    /// Whether `RANK_ORDER_DEFAULT` resolves to column-major (deprecated environment switch).
+    pub fn col_major_default(&self) -> bool {
+        self.shared.col_major_default
+    }
+
+    /// Collective: like [`Handle::create_grid`], running the searches `opts` asks for first
+    /// (process grid when `pdims` is `[0, 0]`, transpose and/or halo backends).
+    pub fn create_grid_tuned(
+        &self,
+        cfg: &GridConfig,
+        opts: &AutotuneOptions,
+        space: MemorySpace,
+    ) -> Result<GridDesc> {
+        let mut mine = cfg.to_bytes();
+        mine.extend(opts.to_bytes());
+        self.check_agreement("grid configuration or autotuning options", &mine)?;
+        cfg.validate_static()?;
+        let chosen = autotune(self, cfg, opts, space)?;
+        self.create_grid(&chosen, space)
     }
 
     /// The GPU state (InvalidUsage on a CPU handle).

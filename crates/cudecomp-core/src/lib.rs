@@ -5,6 +5,7 @@
 //! [`comm`] moves bytes; [`mem`] holds memory spaces and copy kernels; [`engine`]
 //! executes plans; [`handle`] ties them into the objects the Python API exposes.
 
+pub mod autotune;
 pub mod comm;
 pub mod cuda;
 pub mod engine;

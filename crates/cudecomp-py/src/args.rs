@@ -1,6 +1,7 @@
 //! Argument parsing shared by the bound methods: enum members, integer and boolean
 //! triples, configuration objects.
 
+use cudecomp_core::autotune::AutotuneOptions;
 use cudecomp_core::geometry::{DataType, GridConfig};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -217,4 +218,34 @@ pub fn config_object<'py>(py: Python<'py>, cfg: &GridConfig) -> PyResult<Bound<'
         cfg.halo_comm_backend,
     );
     grid_config_class(py)?.call_method1("_from_export", (values,))
+}
+
+/// Reads a `GridDescAutotuneOptions` (already type-checked by the caller).
+pub fn read_autotune_options(v: &Bound<'_, PyAny>) -> PyResult<AutotuneOptions> {
+    let d = v.call_method0("_export")?;
+    let get = |k: &str| d.get_item(k);
+    let dtype: i32 = get("dtype")?.extract()?;
+    Ok(AutotuneOptions {
+        n_warmup_trials: get("n_warmup_trials")?.extract()?,
+        n_trials: get("n_trials")?.extract()?,
+        grid_mode_halo: get("grid_mode")?.extract::<i32>()? == 1,
+        dtype: DataType::from_i32(dtype).unwrap_or(DataType::Double),
+        allow_uneven_decompositions: get("allow_uneven_decompositions")?.extract()?,
+        disable_mpi_backends: get("disable_mpi_backends")?.extract()?,
+        disable_nccl_backends: get("disable_nccl_backends")?.extract()?,
+        disable_nvshmem_backends: get("disable_nvshmem_backends")?.extract()?,
+        skip_threshold: get("skip_threshold")?.extract()?,
+        autotune_transpose_backend: get("autotune_transpose_backend")?.extract()?,
+        transpose_use_inplace_buffers: get("transpose_use_inplace_buffers")?.extract()?,
+        transpose_op_weights: get("transpose_op_weights")?.extract()?,
+        transpose_input_halo_extents: get("transpose_input_halo_extents")?.extract()?,
+        transpose_output_halo_extents: get("transpose_output_halo_extents")?.extract()?,
+        transpose_input_padding: get("transpose_input_padding")?.extract()?,
+        transpose_output_padding: get("transpose_output_padding")?.extract()?,
+        autotune_halo_backend: get("autotune_halo_backend")?.extract()?,
+        halo_extents: get("halo_extents")?.extract()?,
+        halo_periods: get("halo_periods")?.extract()?,
+        halo_axis: get("halo_axis")?.extract()?,
+        halo_padding: get("halo_padding")?.extract()?,
+    })
 }

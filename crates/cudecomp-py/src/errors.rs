@@ -34,11 +34,6 @@ pub fn invalid(py: Python<'_>, msg: String) -> PyErr {
     raise(py, "InvalidUsageError", msg)
 }
 
-/// `NotSupportedError(msg)`.
-pub fn unsupported(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, "NotSupportedError", msg)
-}
-
 /// Extension for core results: `.py(py)?` converts the error.
 pub trait IntoPy<T> {
     /// Converts a core error into the matching Python exception.

@@ -7,7 +7,7 @@ use cudecomp_core::handle as core;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use crate::args::{autotune_options_class, grid_config, int_arg};
+use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
 use crate::errors::{invalid, warn_resource, IntoPy};
 use crate::grid::GridDesc;
 use crate::variant;
@@ -121,21 +121,19 @@ impl Handle {
             }
             other => other,
         };
-        let wants_tuning = match options {
+        let tuning = match options {
             Some(o) => {
-                cfg.pdims == [0, 0]
-                    || o.getattr("autotune_transpose_backend")?.is_truthy()?
-                    || o.getattr("autotune_halo_backend")?.is_truthy()?
+                let opts = read_autotune_options(o)?;
+                opts.wants_tuning(&cfg).then_some(opts)
             }
-            None => false,
+            None => None,
         };
-        if wants_tuning {
-            return Err(crate::errors::unsupported(
-                py,
-                "create_grid: autotuning (pdims [0, 0] or autotune_*_backend options) is not implemented yet; set pdims and the backends explicitly".into(),
-            ));
-        }
-        let gd = py.detach(|| h.create_grid(&cfg, variant::SPACE)).py(py)?;
+        let gd = match tuning {
+            Some(opts) => py
+                .detach(|| h.create_grid_tuned(&cfg, &opts, variant::SPACE))
+                .py(py)?,
+            None => py.detach(|| h.create_grid(&cfg, variant::SPACE)).py(py)?,
+        };
         let grid = gd.grid();
         config.call_method1(
             "_apply",
