@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import requires_cpu_variant
+from conftest import requires_cpu_variant, requires_data_path
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from oracle import device, factor_pairs, make, to_host, variant_halo_backends, variant_transpose_backends, xp
 
@@ -189,6 +189,7 @@ def test_options_field_errors(field: str, value: object, exc: type[Exception]) -
 # ---------------------------------------------------------------- handle and grid lifecycle
 
 
+@requires_data_path()
 def test_handle_properties_and_context_manager(comm: MPI.Comm) -> None:
     with cudecomp.Handle(comm) as h:
         assert (h.rank, h.nranks) == (comm.rank, comm.size)
@@ -208,6 +209,7 @@ def test_handle_argument_errors(comm: MPI.Comm) -> None:
         cudecomp.Handle(MPI.COMM_NULL)
 
 
+@requires_data_path()
 def test_handle_on_sub_communicator(comm: MPI.Comm) -> None:
     sub = comm.Split(comm.rank % 2, comm.rank)
     with cudecomp.Handle(sub) as h:
@@ -235,6 +237,7 @@ def test_create_grid_writes_back_resolved_values(handle: cudecomp.Handle) -> Non
     g.destroy()
 
 
+@requires_data_path()
 def test_use_after_destroy_and_finalize(comm: MPI.Comm) -> None:
     handle = cudecomp.Handle(comm)
     g = handle.create_grid(base_config())
