@@ -106,10 +106,10 @@ pub fn candidate_grids(nranks: usize, col_major: bool) -> Result<Vec<[i32; 2]>> 
     Ok(grids)
 }
 
-fn transpose_backends(o: &AutotuneOptions, space: MemorySpace) -> Result<Vec<TransposeBackend>> {
+fn transpose_backends(o: &AutotuneOptions, nccl: bool) -> Result<Vec<TransposeBackend>> {
     use TransposeBackend::*;
     let mut all = vec![MpiP2p, MpiP2pPl, MpiA2a];
-    if space == MemorySpace::Cuda {
+    if nccl {
         all.extend([Nccl, NcclPl]);
     }
     let known: Vec<&str> = TransposeBackend::ALL
@@ -134,10 +134,10 @@ fn transpose_backends(o: &AutotuneOptions, space: MemorySpace) -> Result<Vec<Tra
     Ok(list)
 }
 
-fn halo_backends(o: &AutotuneOptions, space: MemorySpace) -> Result<Vec<HaloBackend>> {
+fn halo_backends(o: &AutotuneOptions, nccl: bool) -> Result<Vec<HaloBackend>> {
     use HaloBackend::*;
     let mut all = vec![Mpi, MpiBlocking];
-    if space == MemorySpace::Cuda {
+    if nccl {
         all.push(Nccl);
     }
     let known: Vec<&str> = HaloBackend::ALL.iter().map(|b| b.enum_name()).collect();
@@ -419,6 +419,10 @@ pub fn autotune(
     } else {
         vec![cfg.pdims]
     };
+    // NCCL candidates only where every rank has its own GPU (NCCL refuses shared GPUs).
+    let nccl = space == MemorySpace::Cuda
+        && (o.autotune_transpose_backend || o.autotune_halo_backend)
+        && handle.one_gpu_per_rank()?;
     let mut chosen = cfg.clone();
     let transpose_first = !o.grid_mode_halo;
     let mut grid_fixed = !tune_grid;
@@ -438,11 +442,11 @@ pub fn autotune(
             grids.clone()
         };
         let backends: Vec<i32> = match (transpose_step, wanted) {
-            (true, true) => transpose_backends(o, space)?
+            (true, true) => transpose_backends(o, nccl)?
                 .into_iter()
                 .map(|b| b as i32)
                 .collect(),
-            (false, true) => halo_backends(o, space)?
+            (false, true) => halo_backends(o, nccl)?
                 .into_iter()
                 .map(|b| b as i32)
                 .collect(),

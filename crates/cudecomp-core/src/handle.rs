@@ -208,6 +208,18 @@ impl Handle {
             .ok_or_else(|| Error::InvalidUsage("this handle has no CUDA device".into()))
     }
 
+    /// Collective: true when every rank drives its own GPU (what NCCL requires); ranks
+    /// sharing a GPU can still use the MPI backends.
+    pub fn one_gpu_per_rank(&self) -> Result<bool> {
+        let cuda = self.cuda()?;
+        let mine = format!("{}#{}", self.comm().host_name()?, cuda.device.ordinal);
+        let all = allgather_bytes(self.comm(), mine.as_bytes())?;
+        let mut sorted = all.clone();
+        sorted.sort();
+        sorted.dedup();
+        Ok(sorted.len() == all.len())
+    }
+
     /// The handle's NCCL communicator, created collectively on first use.
     fn nccl(&self) -> Result<Arc<Nccl>> {
         let cuda = self.cuda()?;
