@@ -59,12 +59,37 @@ def nccl_usable() -> bool:
     return ok
 
 
+_DIRECT: list[bool] = []
+
+
+def direct_usable() -> bool:
+    """Collective (first call): whether the DIRECT backend works here (CPU variant, one node,
+    cross-memory attach permitted)."""
+    from mpi4py import MPI
+
+    if not _DIRECT:
+        ok = cudecomp.CPU_ONLY
+        if ok:
+            with cudecomp.Handle(MPI.COMM_WORLD) as h:
+                cfg = cudecomp.GridDescConfig()
+                cfg.gdims, cfg.pdims = (4, 4, 4), (MPI.COMM_WORLD.size, 1)
+                cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.DIRECT
+                try:
+                    h.create_grid(cfg).destroy()
+                except cudecomp.NotSupportedError:
+                    ok = False
+        _DIRECT.append(ok)
+    return _DIRECT[0]
+
+
 def variant_transpose_backends() -> list[cudecomp.TransposeCommBackend]:
     """Transpose backends this variant and machine can run."""
     b = cudecomp.TransposeCommBackend
     out = [b.MPI_P2P, b.MPI_P2P_PL, b.MPI_A2A]
     if nccl_usable():
         out += [b.NCCL, b.NCCL_PL]
+    if direct_usable():
+        out.append(b.DIRECT)
     return out
 
 

@@ -65,7 +65,7 @@ def test_public_names() -> None:
 
 def test_enum_values() -> None:
     assert [int(d) for d in DataType] == [-1, -2, -3, -4]
-    assert [int(b) for b in TransposeCommBackend] == list(range(1, 9))
+    assert [int(b) for b in TransposeCommBackend] == list(range(1, 10))
     assert [int(b) for b in HaloCommBackend] == list(range(1, 6))
     assert int(cudecomp.AutotuneGridMode.HALO) == 1
     assert int(cudecomp.RankOrder.COL_MAJOR) == 2
@@ -73,7 +73,17 @@ def test_enum_values() -> None:
 
 
 def test_backend_strings() -> None:
-    expect = ["MPI_P2P", "MPI_P2P (pipelined)", "MPI_A2A", "NCCL", "NCCL (pipelined)", "NVSHMEM", "NVSHMEM (pipelined)", "NVSHMEM_SM"]
+    expect = [
+        "MPI_P2P",
+        "MPI_P2P (pipelined)",
+        "MPI_A2A",
+        "NCCL",
+        "NCCL (pipelined)",
+        "NVSHMEM",
+        "NVSHMEM (pipelined)",
+        "NVSHMEM_SM",
+        "DIRECT",
+    ]
     assert [cudecomp.transpose_comm_backend_to_string(b) for b in TransposeCommBackend] == expect
     assert cudecomp.transpose_comm_backend_to_string(0) == "ERROR"
     expect = ["MPI", "MPI (blocking)", "NCCL", "NVSHMEM", "NVSHMEM (blocking)"]

@@ -308,6 +308,8 @@ def default_backends(xp: Xp) -> list[str]:
     names = ["MPI_P2P", "MPI_P2P_PL", "MPI_A2A"]
     if xp.gpu and xp.local_size <= xp.ngpus:
         names = ["NCCL", "NCCL_PL"] + names
+    if not xp.gpu:
+        names.append("DIRECT")
     return names
 
 

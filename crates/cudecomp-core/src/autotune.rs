@@ -106,11 +106,18 @@ pub fn candidate_grids(nranks: usize, col_major: bool) -> Result<Vec<[i32; 2]>> 
     Ok(grids)
 }
 
-fn transpose_backends(o: &AutotuneOptions, nccl: bool) -> Result<Vec<TransposeBackend>> {
+fn transpose_backends(
+    o: &AutotuneOptions,
+    nccl: bool,
+    direct: bool,
+) -> Result<Vec<TransposeBackend>> {
     use TransposeBackend::*;
     let mut all = vec![MpiP2p, MpiP2pPl, MpiA2a];
     if nccl {
         all.extend([Nccl, NcclPl]);
+    }
+    if direct {
+        all.push(Direct);
     }
     let known: Vec<&str> = TransposeBackend::ALL
         .iter()
@@ -423,6 +430,10 @@ pub fn autotune(
     let nccl = space == MemorySpace::Cuda
         && (o.autotune_transpose_backend || o.autotune_halo_backend)
         && handle.one_gpu_per_rank()?;
+    // DIRECT (host memory) only where every rank can write into every other.
+    let direct = space == MemorySpace::Host
+        && o.autotune_transpose_backend
+        && handle.direct_pids()?.is_some();
     let mut chosen = cfg.clone();
     let transpose_first = !o.grid_mode_halo;
     let mut grid_fixed = !tune_grid;
@@ -442,7 +453,7 @@ pub fn autotune(
             grids.clone()
         };
         let backends: Vec<i32> = match (transpose_step, wanted) {
-            (true, true) => transpose_backends(o, nccl)?
+            (true, true) => transpose_backends(o, nccl, direct)?
                 .into_iter()
                 .map(|b| b as i32)
                 .collect(),

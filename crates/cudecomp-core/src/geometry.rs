@@ -20,11 +20,14 @@ pub enum TransposeBackend {
     Nvshmem = 6,
     NvshmemPl = 7,
     NvshmemSm = 8,
+    /// Beyond upstream: ranks on one node write their chunks straight into each other's
+    /// output arrays (CPU: `process_vm_writev`), one copy and no MPI data movement.
+    Direct = 9,
 }
 
 impl TransposeBackend {
     /// Every backend in C-value order (the autotuner's candidate order).
-    pub const ALL: [TransposeBackend; 8] = [
+    pub const ALL: [TransposeBackend; 9] = [
         Self::MpiP2p,
         Self::MpiP2pPl,
         Self::MpiA2a,
@@ -33,6 +36,7 @@ impl TransposeBackend {
         Self::Nvshmem,
         Self::NvshmemPl,
         Self::NvshmemSm,
+        Self::Direct,
     ];
 
     /// The backend with C value `v`, if any.
@@ -51,6 +55,7 @@ impl TransposeBackend {
             Self::Nvshmem => "NVSHMEM",
             Self::NvshmemPl => "NVSHMEM (pipelined)",
             Self::NvshmemSm => "NVSHMEM_SM",
+            Self::Direct => "DIRECT",
         }
     }
 
@@ -65,6 +70,7 @@ impl TransposeBackend {
             Self::Nvshmem => "NVSHMEM",
             Self::NvshmemPl => "NVSHMEM_PL",
             Self::NvshmemSm => "NVSHMEM_SM",
+            Self::Direct => "DIRECT",
         }
     }
 
@@ -233,7 +239,7 @@ impl GridConfig {
     pub fn validate_static(&self) -> Result<()> {
         if TransposeBackend::from_i32(self.transpose_comm_backend).is_none() {
             invalid!(
-                "transpose_comm_backend: expected a TransposeCommBackend value (1..8), got {}",
+                "transpose_comm_backend: expected a TransposeCommBackend value (1..9), got {}",
                 self.transpose_comm_backend
             );
         }
@@ -911,7 +917,7 @@ mod tests {
         bad(&|c| c.pdims = [0, 4], 4);
         bad(&|c| c.pdims = [-1, -4], 4);
         bad(&|c| c.pdims = [0, 0], 4);
-        bad(&|c| c.transpose_comm_backend = 9, 4);
+        bad(&|c| c.transpose_comm_backend = 10, 4);
         bad(&|c| c.halo_comm_backend = 0, 4);
         bad(&|c| c.rank_order = 3, 4);
         bad(&|c| c.gdims_dist = [5, 4, 4], 4);

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::autotune::{autotune, AutotuneOptions};
-use crate::comm::{allgather_bytes, Communicator, Transport};
+use crate::comm::{allgather_bytes, allgather_u64, Communicator, Transport};
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{Device, DeviceAlloc, Event, PinnedAlloc, Stream};
+use crate::engine::direct::{allow_peer_writes, DirectRun};
 use crate::engine::halo::HaloRun;
 use crate::engine::transpose::TransposeRun;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
@@ -128,6 +129,9 @@ struct Shared {
     workspace: Mutex<Workspace>,
     col_major_default: bool,
     cuda: Option<CudaState>,
+    /// Process ids by rank when every rank may write into every other (DIRECT backend);
+    /// probed collectively on first need.
+    direct: Mutex<Option<Option<Arc<Vec<i32>>>>>,
 }
 
 /// A library handle bound to a (private duplicate of a) communicator.
@@ -150,6 +154,7 @@ impl Handle {
                 workspace: Mutex::new(Workspace::default()),
                 col_major_default,
                 cuda: None,
+                direct: Mutex::new(None),
             }),
         }
     }
@@ -175,8 +180,51 @@ impl Handle {
                     nccl: Mutex::new(None),
                     mpi_cuda_aware: aware,
                 }),
+                direct: Mutex::new(None),
             }),
         }
+    }
+
+    /// Collective: the process id of every rank when all ranks share one node and may
+    /// write into each other's memory (checked by a probe write), else `None`.
+    pub fn direct_pids(&self) -> Result<Option<Arc<Vec<i32>>>> {
+        let mut cached = lock(&self.shared.direct);
+        if let Some(c) = cached.as_ref() {
+            return Ok(c.clone());
+        }
+        allow_peer_writes();
+        let n = self.nranks();
+        // Written by peers through the kernel, behind the compiler's back: read volatile.
+        let mut probe = vec![0u64; n];
+        let host = self.comm().host_name()?;
+        let mut mine = (std::process::id() as u64).to_le_bytes().to_vec();
+        mine.extend((probe.as_mut_ptr() as u64).to_le_bytes());
+        mine.extend(host.as_bytes());
+        let all = allgather_bytes(self.comm(), &mine)?;
+        let word =
+            |v: &[u8], i: usize| u64::from_le_bytes(v[i..i + 8].try_into().unwrap_or([0; 8]));
+        let one_node = all
+            .iter()
+            .all(|v| v.len() >= 16 && v[16..] == *host.as_bytes());
+        let pids: Vec<i32> = all.iter().map(|v| word(v, 0) as i32).collect();
+        let mut ok = one_node;
+        if one_node {
+            let me = self.rank();
+            let stamp = [me as u64 + 1];
+            for (r, v) in all.iter().enumerate() {
+                let at = word(v, 8) + 8 * me as u64;
+                ok &= probe_write(pids[r], &stamp, at);
+            }
+        }
+        self.comm().barrier()?;
+        ok &= probe.iter().enumerate().all(|(r, v)| {
+            // SAFETY: `v` points into the live probe vector.
+            unsafe { std::ptr::read_volatile(v) == r as u64 + 1 }
+        });
+        let flags = allgather_u64(self.comm(), u64::from(ok))?;
+        let result = flags.iter().all(|&f| f == 1).then(|| Arc::new(pids));
+        *cached = Some(result.clone());
+        Ok(result)
     }
 
     /// Whether `RANK_ORDER_DEFAULT` resolves to column-major (deprecated environment switch).
@@ -290,10 +338,20 @@ impl Handle {
         {
             self.nccl()?;
         }
+        if grid.transpose_backend == TransposeBackend::Direct {
+            if space == MemorySpace::Cuda {
+                unsupported!("transpose_comm_backend DIRECT is implemented for the CPU variant only so far: expected NCCL, NCCL_PL or an MPI backend");
+            }
+            if self.direct_pids()?.is_none() {
+                unsupported!("transpose_comm_backend DIRECT needs every rank on one node with cross-memory attach permitted (kernel.yama.ptrace_scope <= 1)");
+            }
+        }
         if space == MemorySpace::Host {
-            if !grid.transpose_backend.is_mpi() {
+            if !(grid.transpose_backend.is_mpi()
+                || grid.transpose_backend == TransposeBackend::Direct)
+            {
                 unsupported!(
-                    "transpose_comm_backend {}: the CPU variant supports MPI_P2P, MPI_P2P_PL and MPI_A2A only",
+                    "transpose_comm_backend {}: the CPU variant supports MPI_P2P, MPI_P2P_PL, MPI_A2A and DIRECT only",
                     grid.transpose_backend.enum_name()
                 );
             }
@@ -470,24 +528,33 @@ impl GridDesc {
         )?;
         let key = || transpose_key(direction, layouts, dtype, input.ptr() == output.ptr());
         let bytes = (plan.input.interior().volume() as usize * elem) as f64;
-        self.reported(
-            &Clock::Host,
-            self.subcomm(direction.comm()),
-            &key,
-            bytes,
-            |t| {
-                TransposeRun {
-                    plan: &plan,
-                    backend: self.grid.transpose_backend,
-                    elem,
-                    mover: &HostMover,
-                    input,
-                    output,
-                    work,
-                }
-                .run(t)
-            },
-        )
+        let sub = self.subcomm(direction.comm());
+        if self.grid.transpose_backend == TransposeBackend::Direct {
+            let all = self
+                .handle
+                .direct_pids()?
+                .ok_or_else(|| Error::Internal("DIRECT backend without peer process ids".into()))?;
+            let pids: Vec<i32> = plan.members.iter().map(|&r| all[r]).collect();
+            let run = DirectRun {
+                plan: &plan,
+                elem,
+                mover: &HostMover,
+                input,
+                output,
+                work,
+            };
+            return self.reported(&Clock::Host, sub, &key, bytes, |_| run.run(sub, &pids));
+        }
+        let run = TransposeRun {
+            plan: &plan,
+            backend: self.grid.transpose_backend,
+            elem,
+            mover: &HostMover,
+            input,
+            output,
+            work,
+        };
+        self.reported(&Clock::Host, sub, &key, bytes, |t| run.run(t))
     }
 
     /// The (cached) plan of one halo update; `None` when it moves nothing.
@@ -720,6 +787,22 @@ impl GridDesc {
     }
 }
 
+/// Writes `words` into process `pid` at `addr`; false when the kernel refuses.
+fn probe_write(pid: i32, words: &[u64], addr: u64) -> bool {
+    let local = libc::iovec {
+        iov_base: words.as_ptr() as *mut std::ffi::c_void,
+        iov_len: std::mem::size_of_val(words),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut std::ffi::c_void,
+        iov_len: std::mem::size_of_val(words),
+    };
+    // SAFETY: the local iovec covers `words`; the remote one a probe array the peer keeps
+    // alive until the barrier that follows all probe writes.
+    let done = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    done == local.iov_len as isize
+}
+
 /// How a device operation exchanges data.
 struct DeviceExchange<'a> {
     nccl: bool,
@@ -846,6 +929,7 @@ mod tests {
             TransposeBackend::MpiP2p,
             TransposeBackend::MpiP2pPl,
             TransposeBackend::MpiA2a,
+            TransposeBackend::Direct,
         ] {
             for (gdims, pdims) in [
                 ([9, 10, 11], [2, 2]),

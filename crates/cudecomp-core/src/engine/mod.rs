@@ -1,4 +1,5 @@
 //! Engines execute plans: packing, exchange through a communicator, unpacking.
 
+pub mod direct;
 pub mod halo;
 pub mod transpose;

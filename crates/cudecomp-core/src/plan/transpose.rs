@@ -103,6 +103,10 @@ pub struct TransposePlan {
     pub send_from_input: bool,
     /// Chunks are dense runs of the output, so they can be received without unpacking.
     pub recv_into_output: bool,
+    /// Output layout of every member (what a direct writer addresses in a peer's array).
+    pub peer_outputs: Vec<Layout>,
+    /// Memory order of output pencils (the same on every rank).
+    pub out_order: [Axis; 3],
 }
 
 impl TransposePlan {
@@ -161,6 +165,13 @@ impl TransposePlan {
             .all(|c| c.count == 0 || out_layout.holds_packed(&c.region, pack_order));
         let recv_base = align(mine_in.volume());
         let schedule = peer_schedule(me, members.len());
+        let peer_outputs = members
+            .iter()
+            .map(|&r| {
+                grid.pencil_info(b as i64, r, layouts.output_halo, layouts.output_padding)
+                    .map(|i| Layout::of_pencil(&i))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(TransposePlan {
             direction,
             input,
@@ -177,6 +188,8 @@ impl TransposePlan {
             schedule,
             send_from_input,
             recv_into_output,
+            peer_outputs,
+            out_order,
         })
     }
 
@@ -204,6 +217,43 @@ impl TransposePlan {
         let c = &self.sends[self.me];
         let src = Layout::packed(&c.region, self.pack_order, c.offset);
         Copy3::between(&c.region, &src, &self.out_layout)
+    }
+
+    /// Input → `peer`'s output array (offsets relative to the peer's array).
+    pub fn direct(&self, peer: usize) -> Copy3 {
+        Copy3::between(
+            &self.sends[peer].region,
+            &self.in_layout,
+            &self.peer_outputs[peer],
+        )
+    }
+
+    /// Input → workspace slot of `peer`'s chunk, laid out in the output memory order so
+    /// that it reaches the peer's array in dense runs.
+    pub fn stage(&self, peer: usize) -> Copy3 {
+        let c = &self.sends[peer];
+        Copy3::between(
+            &c.region,
+            &self.in_layout,
+            &Layout::packed(&c.region, self.out_order, c.offset),
+        )
+    }
+
+    /// Staged slot of `peer`'s chunk → `peer`'s output array.
+    pub fn from_stage(&self, peer: usize) -> Copy3 {
+        let c = &self.sends[peer];
+        let staged = Layout::packed(&c.region, self.out_order, c.offset);
+        Copy3::between(&c.region, &staged, &self.peer_outputs[peer])
+    }
+
+    /// This rank's own staged chunk → output (in-place direct runs).
+    pub fn unstage_self(&self) -> Copy3 {
+        let c = &self.sends[self.me];
+        Copy3::between(
+            &c.region,
+            &Layout::packed(&c.region, self.out_order, c.offset),
+            &self.out_layout,
+        )
     }
 
     /// Input → output for the cells that stay on this rank.
