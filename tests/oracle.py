@@ -42,9 +42,12 @@ def device(a: np.ndarray) -> np.ndarray:
 
 def local_gpu_count() -> int:
     """GPUs visible to this process (0 in the CPU variant)."""
-    if cudecomp.CPU_ONLY:
+    if cudecomp.CPU_ONLY or xp is np:
         return 0
-    return int(xp.cuda.runtime.getDeviceCount())
+    try:
+        return int(xp.cuda.runtime.getDeviceCount())
+    except Exception:  # no driver
+        return 0
 
 
 def nccl_usable() -> bool:
@@ -63,12 +66,12 @@ _DIRECT: list[bool] = []
 
 
 def direct_usable() -> bool:
-    """Collective (first call): whether the DIRECT backend works here (CPU variant, one node,
-    cross-memory attach permitted)."""
+    """Collective (first call): whether the DIRECT backend works here (one node; CPU variant:
+    cross-memory attach permitted; GPU variant: a GPU)."""
     from mpi4py import MPI
 
     if not _DIRECT:
-        ok = cudecomp.CPU_ONLY
+        ok = cudecomp.CPU_ONLY or local_gpu_count() > 0
         if ok:
             with cudecomp.Handle(MPI.COMM_WORLD) as h:
                 cfg = cudecomp.GridDescConfig()

@@ -308,9 +308,7 @@ def default_backends(xp: Xp) -> list[str]:
     names = ["MPI_P2P", "MPI_P2P_PL", "MPI_A2A"]
     if xp.gpu and xp.local_size <= xp.ngpus:
         names = ["NCCL", "NCCL_PL"] + names
-    if not xp.gpu:
-        names.append("DIRECT")
-    return names
+    return names + ["DIRECT"]
 
 
 def run(args: argparse.Namespace) -> list[Row]:

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::autotune::{autotune, AutotuneOptions};
 use crate::comm::{allgather_bytes, allgather_u64, Communicator, Transport};
+use crate::cuda::ipc::IpcPeers;
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{DirectMpi, StagedMpi};
-use crate::cuda::{Device, DeviceAlloc, Event, PinnedAlloc, Stream};
+use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::direct::{allow_peer_writes, DirectRun};
 use crate::engine::halo::HaloRun;
 use crate::engine::transpose::TransposeRun;
@@ -30,6 +31,8 @@ pub struct Workspace {
     /// one (possibly on another stream) waits for it, and growth waits before freeing.
     last_use: Option<Event>,
     staging: Option<PinnedAlloc>,
+    /// Peers' device workspaces mapped for the DIRECT backend.
+    ipc: IpcPeers,
 }
 
 impl Workspace {
@@ -85,6 +88,18 @@ impl Workspace {
             .as_ref()
             .ok_or_else(|| Error::Internal("staging".into()))?;
         Ok((s.ptr(), s.bytes()))
+    }
+
+    /// `(mapped address, length)` of rank `r`'s device workspace (after `exchange_ipc`).
+    pub fn ipc_peer(&self, r: usize) -> Option<(u64, u64)> {
+        self.ipc.peer(r)
+    }
+
+    /// Collective: maps every peer's device workspace (DIRECT backend); `work` must be this
+    /// workspace's current buffer.
+    pub fn exchange_ipc(&mut self, comm: &dyn Communicator, work: Buf) -> Result<()> {
+        self.ipc
+            .exchange(comm, work.ptr() as u64, work.len() as u64)
     }
 
     /// Marks the end of a device operation on `stream`.
@@ -183,6 +198,13 @@ impl Handle {
                 direct: Mutex::new(None),
             }),
         }
+    }
+
+    /// Collective: true when every rank runs on this rank's host.
+    pub fn one_node(&self) -> Result<bool> {
+        let host = self.comm().host_name()?;
+        let all = allgather_bytes(self.comm(), host.as_bytes())?;
+        Ok(all.iter().all(|h| *h == host.as_bytes()))
     }
 
     /// Collective: the process id of every rank when all ranks share one node and may
@@ -340,9 +362,10 @@ impl Handle {
         }
         if grid.transpose_backend == TransposeBackend::Direct {
             if space == MemorySpace::Cuda {
-                unsupported!("transpose_comm_backend DIRECT is implemented for the CPU variant only so far: expected NCCL, NCCL_PL or an MPI backend");
-            }
-            if self.direct_pids()?.is_none() {
+                if !self.one_node()? {
+                    unsupported!("transpose_comm_backend DIRECT needs every rank's GPU in one node (CUDA IPC)");
+                }
+            } else if self.direct_pids()?.is_none() {
                 unsupported!("transpose_comm_backend DIRECT needs every rank on one node with cross-memory attach permitted (kernel.yama.ptrace_scope <= 1)");
             }
         }
@@ -623,6 +646,9 @@ impl GridDesc {
         check_len("input", input, plan.input.size, elem)?;
         check_len("output", output, plan.output.size, elem)?;
         let backend = self.grid.transpose_backend;
+        if backend == TransposeBackend::Direct {
+            return self.direct_device(&plan, elem, input, output, stream);
+        }
         let staging = ((plan.input.size + plan.output.size) as usize) * elem;
         self.on_device(
             stream,
@@ -651,6 +677,64 @@ impl GridDesc {
                 .run(transport)
             },
         )
+    }
+
+    /// DIRECT on GPUs: pack kernels write each chunk straight into the receiving peer's
+    /// workspace through CUDA IPC; two host synchronisations order the exchange (the
+    /// workspaces are free, then every chunk has landed). Always uses the handle's
+    /// workspace, which peers have mapped.
+    fn direct_device(
+        &self,
+        plan: &TransposePlan,
+        elem: usize,
+        input: Buf,
+        output: Buf,
+        stream: Stream,
+    ) -> Result<()> {
+        let cuda = self.handle.cuda()?;
+        cuda.device.bind()?;
+        let kernels = Kernels::for_device(&cuda.device)?;
+        let mover = DeviceMover {
+            kernels: &kernels,
+            stream,
+        };
+        let mut ws = self.handle.lock_workspace();
+        let need = self.grid.transpose_workspace_size() as usize * elem;
+        let work = ws.device(&cuda.device, need, stream)?;
+        let in_place = input.ptr() == output.ptr();
+        let me = plan.me;
+        // Earlier work on this stream (the previous user of the workspace, the producer of
+        // the input) completes before any peer may write into this workspace.
+        cuda::synchronize(stream)?;
+        ws.exchange_ipc(self.handle.comm(), work)?; // collective: also the start barrier
+        if in_place {
+            mover.copy(elem, input, work, &plan.pack(me))?;
+        }
+        for &(to, _) in &plan.schedule {
+            if plan.sends[to].count == 0 {
+                continue;
+            }
+            let (ptr, len) = ws
+                .ipc_peer(plan.members[to])
+                .ok_or_else(|| Error::Internal("DIRECT: peer workspace not mapped".into()))?;
+            // SAFETY: the peer's whole workspace, mapped by CUDA IPC for this operation.
+            let dst = unsafe { Buf::new(ptr as usize as *mut u8, len as usize) };
+            mover.copy(elem, input, dst, &plan.pack_into_peer(to))?;
+        }
+        if !in_place {
+            mover.copy(elem, input, output, &plan.self_copy())?;
+        }
+        cuda::synchronize(stream)?;
+        self.subcomm(plan.direction.comm()).barrier()?; // every chunk has landed
+        for &(_, from) in &plan.schedule {
+            if plan.recvs[from].count > 0 {
+                mover.copy(elem, work, output, &plan.unpack_from(from, plan.recv_base))?;
+            }
+        }
+        if in_place {
+            mover.copy(elem, work, output, &plan.unpack_self_packed())?;
+        }
+        ws.release(stream)
     }
 
     /// Runs a halo update on a device pencil array, enqueued on `stream`.

@@ -4,6 +4,7 @@
 //! Nothing here is linked at build time; every entry point checks that the driver is
 //! present first, so a machine without CUDA gets `Error::Cuda`, never a panic.
 
+pub mod ipc;
 pub mod kernels;
 pub mod nccl;
 pub mod transport;

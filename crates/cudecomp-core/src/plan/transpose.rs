@@ -107,6 +107,9 @@ pub struct TransposePlan {
     pub peer_outputs: Vec<Layout>,
     /// Memory order of output pencils (the same on every rank).
     pub out_order: [Axis; 3],
+    /// Element offset, in each member's workspace, where this rank's chunk lands (its
+    /// receive region plus the chunks of lower ranks): what a direct writer targets.
+    pub peer_recv_offsets: Vec<i64>,
 }
 
 impl TransposePlan {
@@ -172,6 +175,17 @@ impl TransposePlan {
                     .map(|i| Layout::of_pencil(&i))
             })
             .collect::<Result<Vec<_>>>()?;
+        let peer_recv_offsets = members
+            .iter()
+            .map(|&r| {
+                let out_r = grid.owned_box(b, r);
+                align(grid.owned_box(a, r).volume())
+                    + members[..me]
+                        .iter()
+                        .map(|&k| out_r.intersect(&grid.owned_box(a, k)).volume())
+                        .sum::<i64>()
+            })
+            .collect();
         Ok(TransposePlan {
             direction,
             input,
@@ -190,6 +204,7 @@ impl TransposePlan {
             recv_into_output,
             peer_outputs,
             out_order,
+            peer_recv_offsets,
         })
     }
 
@@ -244,6 +259,13 @@ impl TransposePlan {
         let c = &self.sends[peer];
         let staged = Layout::packed(&c.region, self.out_order, c.offset);
         Copy3::between(&c.region, &staged, &self.peer_outputs[peer])
+    }
+
+    /// Input → `peer`'s receive slot for this rank, packed, in the peer's workspace.
+    pub fn pack_into_peer(&self, peer: usize) -> Copy3 {
+        let c = &self.sends[peer];
+        let dst = Layout::packed(&c.region, self.pack_order, self.peer_recv_offsets[peer]);
+        Copy3::between(&c.region, &self.in_layout, &dst)
     }
 
     /// This rank's own staged chunk → output (in-place direct runs).
