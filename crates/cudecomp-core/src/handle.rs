@@ -52,10 +52,7 @@ impl Workspace {
     }
 
     fn quiesce(&self) -> Result<()> {
-        match &self.last_use {
-            Some(e) => e.synchronize(),
-            None => Ok(()),
-        }
+        quiesce(&self.last_use)
     }
 
     /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
@@ -63,30 +60,26 @@ impl Workspace {
         if let Some(e) = &self.last_use {
             e.wait_on(stream)?;
         }
-        if self.device.as_ref().is_none_or(|d| d.bytes() < bytes) {
-            self.quiesce()?;
-            self.device = None;
-            self.device = Some(DeviceAlloc::new(device, bytes)?);
-        }
-        let d = self
-            .device
-            .as_ref()
-            .ok_or_else(|| Error::Internal("device workspace".into()))?;
+        let d = grow(
+            &mut self.device,
+            &self.last_use,
+            bytes,
+            DeviceAlloc::bytes,
+            || DeviceAlloc::new(device, bytes),
+        )?;
         // SAFETY: the allocation is owned here and outlives the operation holding the lock.
         Ok(unsafe { Buf::new(d.ptr() as usize as *mut u8, d.bytes()) })
     }
 
     /// Page-locked staging of at least `bytes` (for MPI without CUDA support).
     pub fn staging(&mut self, device: &Arc<Device>, bytes: usize) -> Result<(*mut u8, usize)> {
-        if self.staging.as_ref().is_none_or(|s| s.bytes() < bytes) {
-            self.quiesce()?;
-            self.staging = None;
-            self.staging = Some(PinnedAlloc::new(device, bytes)?);
-        }
-        let s = self
-            .staging
-            .as_ref()
-            .ok_or_else(|| Error::Internal("staging".into()))?;
+        let s = grow(
+            &mut self.staging,
+            &self.last_use,
+            bytes,
+            PinnedAlloc::bytes,
+            || PinnedAlloc::new(device, bytes),
+        )?;
         Ok((s.ptr(), s.bytes()))
     }
 
@@ -112,6 +105,31 @@ impl Workspace {
             None => Ok(()),
         }
     }
+}
+
+fn quiesce(last_use: &Option<Event>) -> Result<()> {
+    match last_use {
+        Some(e) => e.synchronize(),
+        None => Ok(()),
+    }
+}
+
+/// The allocation in `slot`, replaced by a fresh one from `alloc` (once every operation that
+/// used the old one finished) when it holds fewer than `bytes`. Never shrinks.
+fn grow<'a, T>(
+    slot: &'a mut Option<T>,
+    last_use: &Option<Event>,
+    bytes: usize,
+    size: impl Fn(&T) -> usize,
+    alloc: impl FnOnce() -> Result<T>,
+) -> Result<&'a T> {
+    if slot.as_ref().is_none_or(|t| size(t) < bytes) {
+        quiesce(last_use)?;
+        *slot = None;
+        *slot = Some(alloc()?);
+    }
+    slot.as_ref()
+        .ok_or_else(|| Error::Internal("workspace allocation".into()))
 }
 
 fn bytemuck_words(w: &mut [u64]) -> &mut [u8] {
