@@ -195,6 +195,13 @@ impl Mover for DeviceMover<'_> {
         if !check_copy(elem, src, dst, c)? {
             return Ok(());
         }
+        // A single dense block goes to the copy engine rather than a kernel.
+        if let Some(n) = c.dense_len() {
+            let e = elem as u64;
+            let s = src.ptr() as u64 + c.src_offset as u64 * e;
+            let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
+            return super::copy_device(d, s, n as usize * elem, self.stream);
+        }
         let ext = c.extent;
         let mut ax = [0usize, 1, 2];
         ax.sort_by_key(|&g| (ext[g] <= 1, c.dst_strides[g].abs()));

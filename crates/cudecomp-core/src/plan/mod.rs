@@ -130,6 +130,22 @@ impl Copy3 {
         start(self.dst_offset, &self.dst_strides, &self.extent)
     }
 
+    /// Elements of the copy when it is one dense block on both sides (a plain memcpy).
+    pub fn dense_len(&self) -> Option<i64> {
+        let mut ax = [0usize, 1, 2];
+        ax.sort_by_key(|&g| self.dst_strides[g].abs());
+        let mut len = 1;
+        for g in ax {
+            if self.extent[g] > 1 {
+                if self.src_strides[g] != len || self.dst_strides[g] != len {
+                    return None;
+                }
+                len *= self.extent[g];
+            }
+        }
+        Some(self.cells().max(0))
+    }
+
     /// The copy as runs `(src offset, dst offset, length)` in elements that are dense on
     /// both sides, merging axes while they stay contiguous (single elements when the
     /// fastest axes differ).
@@ -227,6 +243,32 @@ mod tests {
         let single = Copy3::between(&b, &full, &perm).runs();
         assert_eq!(single.len(), 24);
         assert!(single.iter().all(|r| r.2 == 1));
+    }
+
+    #[test]
+    fn dense_blocks_are_detected() {
+        let b = Box3 {
+            lo: [0, 0, 0],
+            len: [4, 3, 2],
+        };
+        let full = Layout::packed(&b, [0, 1, 2], 0);
+        assert_eq!(Copy3::between(&b, &full, &full).dense_len(), Some(24));
+        let big = Box3 {
+            lo: [0, 0, 0],
+            len: [8, 3, 2],
+        };
+        let wide = Layout::packed(&big, [0, 1, 2], 0);
+        assert_eq!(Copy3::between(&b, &wide, &full).dense_len(), None);
+        let perm = Layout::packed(&b, [1, 0, 2], 0);
+        assert_eq!(Copy3::between(&b, &full, &perm).dense_len(), None);
+        let slab = Box3 {
+            lo: [0, 0, 1],
+            len: [8, 3, 1],
+        };
+        assert_eq!(
+            Copy3::between(&slab, &wide, &Layout::packed(&slab, [0, 1, 2], 0)).dense_len(),
+            Some(24)
+        );
     }
 
     #[test]
