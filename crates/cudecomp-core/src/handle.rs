@@ -487,13 +487,14 @@ fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
     (plan.face as usize * elem * real) as f64
 }
 
-/// The explicit workspace if it is large enough, else the handle's automatic one.
-fn pick_workspace(
-    auto: &mut Workspace,
+/// The explicit workspace if it holds `elems` elements of `elem` bytes (InvalidUsage
+/// otherwise), else the automatic one `auto` returns for that many bytes.
+fn choose_work(
     explicit: Option<Buf>,
     elems: i64,
     elem: usize,
     query: &str,
+    auto: impl FnOnce(usize) -> Result<Buf>,
 ) -> Result<Buf> {
     let need = elems.max(0) as usize * elem;
     match explicit {
@@ -502,8 +503,22 @@ fn pick_workspace(
             w.len()
         ),
         Some(w) => Ok(w),
-        None => Ok(auto.get(need)),
+        None => auto(need),
     }
+}
+
+/// A value from `map`, made by `make` (and kept) on first request.
+fn cached<K: std::hash::Hash + Eq, V: Clone>(
+    map: &Mutex<HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> Result<V>,
+) -> Result<V> {
+    if let Some(v) = lock(map).get(&key) {
+        return Ok(v.clone());
+    }
+    let v = make()?;
+    lock(map).insert(key, v.clone());
+    Ok(v)
 }
 
 impl GridDesc {
@@ -533,15 +548,11 @@ impl GridDesc {
         direction: Direction,
         layouts: &TransposeLayouts,
     ) -> Result<Arc<TransposePlan>> {
-        let key = (direction, *layouts);
-        if let Some(p) = lock(&self.plans).get(&key) {
-            return Ok(p.clone());
-        }
-        let p = Arc::new(TransposePlan::new(
-            &self.grid, self.rank, direction, layouts,
-        )?);
-        lock(&self.plans).insert(key, p.clone());
-        Ok(p)
+        cached(&self.plans, (direction, *layouts), || {
+            Ok(Arc::new(TransposePlan::new(
+                &self.grid, self.rank, direction, layouts,
+            )?))
+        })
     }
 
     /// Runs a transpose on host buffers. `work = None` uses the handle's workspace.
@@ -555,17 +566,14 @@ impl GridDesc {
         output: Buf,
         work: Option<Buf>,
     ) -> Result<()> {
-        let plan = self.transpose_plan(direction, layouts)?;
-        let elem = dtype.size();
-        check_len("input", input, plan.input.size, elem)?;
-        check_len("output", output, plan.output.size, elem)?;
+        let (plan, elem) = self.sized_transpose_plan(direction, layouts, dtype, input, output)?;
         let mut ws = self.handle.lock_workspace();
-        let work = pick_workspace(
-            &mut ws,
+        let work = choose_work(
             work,
             self.grid.transpose_workspace_size(),
             elem,
             "get_transpose_workspace_size()",
+            |n| Ok(ws.get(n)),
         )?;
         let key = || transpose_key(direction, layouts, dtype, input.ptr() == output.ptr());
         let bytes = (plan.input.interior().volume() as usize * elem) as f64;
@@ -598,14 +606,47 @@ impl GridDesc {
         self.reported(&Clock::Host, sub, &key, bytes, |t| run.run(t))
     }
 
+    /// The plan of a transpose and the element size, after checking that the buffers hold
+    /// the pencils (shapes are the caller's check).
+    fn sized_transpose_plan(
+        &self,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+        dtype: DataType,
+        input: Buf,
+        output: Buf,
+    ) -> Result<(Arc<TransposePlan>, usize)> {
+        let plan = self.transpose_plan(direction, layouts)?;
+        let elem = dtype.size();
+        check_len("input", input, plan.input.size, elem)?;
+        check_len("output", output, plan.output.size, elem)?;
+        Ok((plan, elem))
+    }
+
+    /// The plan of a halo update (`None`: nothing moves), the element size and the
+    /// workspace elements it needs, after checking that `data` holds the pencil.
+    fn sized_halo_plan(
+        &self,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: Buf,
+    ) -> Result<Option<(Arc<HaloPlan>, usize, i64)>> {
+        let Some(plan) = self.halo_plan(spec)? else {
+            return Ok(None);
+        };
+        let elem = dtype.size();
+        check_len("input", data, plan.info.size, elem)?;
+        let elems = self
+            .grid
+            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+        Ok(Some((plan, elem, elems)))
+    }
+
     /// The (cached) plan of one halo update; `None` when it moves nothing.
     pub fn halo_plan(&self, spec: &HaloSpec) -> Result<Option<Arc<HaloPlan>>> {
-        if let Some(p) = lock(&self.halo_plans).get(spec) {
-            return Ok(p.clone());
-        }
-        let p = HaloPlan::new(&self.grid, self.rank, *spec)?.map(Arc::new);
-        lock(&self.halo_plans).insert(*spec, p.clone());
-        Ok(p)
+        cached(&self.halo_plans, *spec, || {
+            Ok(HaloPlan::new(&self.grid, self.rank, *spec)?.map(Arc::new))
+        })
     }
 
     /// Runs a halo update on a host pencil array. `work = None` uses the handle's workspace.
@@ -616,16 +657,13 @@ impl GridDesc {
         data: Buf,
         work: Option<Buf>,
     ) -> Result<()> {
-        let Some(plan) = self.halo_plan(spec)? else {
+        let Some((plan, elem, elems)) = self.sized_halo_plan(spec, dtype, data)? else {
             return Ok(());
         };
-        let elem = dtype.size();
-        check_len("input", data, plan.info.size, elem)?;
-        let elems = self
-            .grid
-            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
         let mut ws = self.handle.lock_workspace();
-        let work = pick_workspace(&mut ws, work, elems, elem, "get_halo_workspace_size()")?;
+        let work = choose_work(work, elems, elem, "get_halo_workspace_size()", |n| {
+            Ok(ws.get(n))
+        })?;
         let bytes = halo_bytes(&plan, self.rank, elem);
         self.reported(
             &Clock::Host,
@@ -659,10 +697,7 @@ impl GridDesc {
         work: Option<Buf>,
         stream: Stream,
     ) -> Result<()> {
-        let plan = self.transpose_plan(direction, layouts)?;
-        let elem = dtype.size();
-        check_len("input", input, plan.input.size, elem)?;
-        check_len("output", output, plan.output.size, elem)?;
+        let (plan, elem) = self.sized_transpose_plan(direction, layouts, dtype, input, output)?;
         let backend = self.grid.transpose_backend;
         if backend == TransposeBackend::Direct {
             return self.direct_device(&plan, elem, input, output, stream);
@@ -764,14 +799,9 @@ impl GridDesc {
         work: Option<Buf>,
         stream: Stream,
     ) -> Result<()> {
-        let Some(plan) = self.halo_plan(spec)? else {
+        let Some((plan, elem, elems)) = self.sized_halo_plan(spec, dtype, data)? else {
             return Ok(());
         };
-        let elem = dtype.size();
-        check_len("input", data, plan.info.size, elem)?;
-        let elems = self
-            .grid
-            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
         let backend = self.grid.halo_backend;
         let everyone: Vec<usize> = (0..self.grid.nranks()).collect();
         self.on_device(
@@ -824,15 +854,9 @@ impl GridDesc {
             stream,
         };
         let mut ws = self.handle.lock_workspace();
-        let need = work_elems.max(0) as usize * elem;
-        let work = match work {
-            Some(w) if w.len() < need => invalid!(
-                "work: expected at least {need} bytes ({query} = {work_elems} elements of {elem} bytes), got {} bytes",
-                w.len()
-            ),
-            Some(w) => w,
-            None => ws.device(&cuda.device, need, stream)?,
-        };
+        let work = choose_work(work, work_elems, elem, query, |n| {
+            ws.device(&cuda.device, n, stream)
+        })?;
         let clock = Clock::Device(stream);
         let run =
             |t: &dyn Transport| self.reported(&clock, t, ex.key, ex.bytes, |t| f(&mover, work, t));

@@ -80,35 +80,21 @@ pub trait Communicator: Transport + Send + Sync {
     fn host_name(&self) -> Result<String>;
 }
 
-/// Posts a send of any length, in pieces of at most [`MAX_PIECE_BYTES`]; piece `i`
-/// uses tag `tag + i`. Returns the number of requests pushed.
-///
-/// # Safety
-/// As [`Transport::isend`].
-pub unsafe fn isend_pieces(
-    comm: &dyn Transport,
-    buf: *const u8,
-    len: usize,
-    peer: usize,
-    tag: i32,
-    out: &mut Vec<Request>,
-) -> Result<usize> {
-    let n = pieces(len);
-    for i in 0..n {
-        let off = i * MAX_PIECE_BYTES;
-        let l = (len - off).min(MAX_PIECE_BYTES);
-        // SAFETY: the caller guarantees `buf..buf+len`; each piece lies inside it.
-        out.push(unsafe { comm.isend(buf.add(off), l, peer, tag + i as i32)? });
-    }
-    Ok(n)
+/// Direction of a point-to-point message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    Send,
+    Receive,
 }
 
-/// Receive-side twin of [`isend_pieces`].
+/// Posts a send or receive of any length, in pieces of at most [`MAX_PIECE_BYTES`];
+/// piece `i` uses tag `tag + i`. Returns the number of requests pushed.
 ///
 /// # Safety
-/// As [`Transport::irecv`].
-pub unsafe fn irecv_pieces(
+/// As [`Transport::isend`] / [`Transport::irecv`].
+pub unsafe fn post_pieces(
     comm: &dyn Transport,
+    way: Way,
     buf: *mut u8,
     len: usize,
     peer: usize,
@@ -119,8 +105,14 @@ pub unsafe fn irecv_pieces(
     for i in 0..n {
         let off = i * MAX_PIECE_BYTES;
         let l = (len - off).min(MAX_PIECE_BYTES);
+        let t = tag + i as i32;
         // SAFETY: the caller guarantees `buf..buf+len`; each piece lies inside it.
-        out.push(unsafe { comm.irecv(buf.add(off), l, peer, tag + i as i32)? });
+        out.push(unsafe {
+            match way {
+                Way::Send => comm.isend(buf.add(off), l, peer, t)?,
+                Way::Receive => comm.irecv(buf.add(off), l, peer, t)?,
+            }
+        });
     }
     Ok(n)
 }

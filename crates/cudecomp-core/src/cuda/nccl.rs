@@ -1,7 +1,7 @@
 //! NCCL through our own loader (cudarc's cannot find `libnccl.so.2` by its soname), one
 //! communicator per handle shared by its grids, and the stream-ordered transport.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
@@ -21,6 +21,9 @@ struct UniqueId {
     internal: [c_char; 128],
 }
 
+type PointToPoint =
+    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, NcclComm, Stream) -> NcclResult;
+
 /// `ncclInt8`: messages are byte counts.
 const NCCL_INT8: c_int = 0;
 
@@ -33,8 +36,10 @@ struct Api {
     GetErrorString: unsafe extern "C" fn(NcclResult) -> *const c_char,
     GroupStart: unsafe extern "C" fn() -> NcclResult,
     GroupEnd: unsafe extern "C" fn() -> NcclResult,
-    Send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, NcclComm, Stream) -> NcclResult,
-    Recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, NcclComm, Stream) -> NcclResult,
+    /// `ncclSend` and `ncclRecv` share this shape (the send buffer is `const void*`, the
+    /// same in the ABI).
+    Send: PointToPoint,
+    Recv: PointToPoint,
     _lib: Library,
 }
 
@@ -142,7 +147,7 @@ pub struct NcclTransport<'a> {
     stream: Stream,
     members: &'a [usize],
     group_open: Cell<bool>,
-    next: RefCell<u64>,
+    next: Cell<u64>,
 }
 
 impl<'a> NcclTransport<'a> {
@@ -153,7 +158,7 @@ impl<'a> NcclTransport<'a> {
             stream,
             members,
             group_open: Cell::new(false),
-            next: RefCell::new(0),
+            next: Cell::new(0),
         }
     }
 
@@ -178,48 +183,45 @@ impl<'a> NcclTransport<'a> {
         Ok(())
     }
 
-    fn request(&self) -> Request {
-        let mut n = self.next.borrow_mut();
-        *n += 1;
-        Request::Active(*n)
+    /// Adds one send or receive to the open group.
+    ///
+    /// # Safety
+    /// `buf..buf+len` is device memory kept alive until the stream passes the group.
+    unsafe fn post(
+        &self,
+        f: PointToPoint,
+        buf: *mut u8,
+        len: usize,
+        peer: usize,
+        what: &str,
+    ) -> Result<Request> {
+        self.open()?;
+        // SAFETY: forwarded to the caller; the call is enqueued on `stream`.
+        let rc = unsafe {
+            f(
+                buf.cast(),
+                len,
+                NCCL_INT8,
+                self.members[peer] as c_int,
+                self.nccl.comm,
+                self.stream,
+            )
+        };
+        self.nccl.api.check(rc, what)?;
+        self.next.set(self.next.get() + 1);
+        Ok(Request::Active(self.next.get()))
     }
 }
 
 impl Transport for NcclTransport<'_> {
     unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, _tag: i32) -> Result<Request> {
-        self.open()?;
-        let api = &self.nccl.api;
-        // SAFETY: device range kept alive by the operation; enqueued on `stream`.
-        let rc = unsafe {
-            (api.Send)(
-                buf.cast(),
-                len,
-                NCCL_INT8,
-                self.members[peer] as c_int,
-                self.nccl.comm,
-                self.stream,
-            )
-        };
-        api.check(rc, "ncclSend")?;
-        Ok(self.request())
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post(self.nccl.api.Send, buf.cast_mut(), len, peer, "ncclSend") }
     }
 
     unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, _tag: i32) -> Result<Request> {
-        self.open()?;
-        let api = &self.nccl.api;
-        // SAFETY: as in `isend`.
-        let rc = unsafe {
-            (api.Recv)(
-                buf.cast(),
-                len,
-                NCCL_INT8,
-                self.members[peer] as c_int,
-                self.nccl.comm,
-                self.stream,
-            )
-        };
-        api.check(rc, "ncclRecv")?;
-        Ok(self.request())
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post(self.nccl.api.Recv, buf, len, peer, "ncclRecv") }
     }
 
     /// Stream-ordered: completing means the group is enqueued; later work on the stream

@@ -11,18 +11,11 @@ use std::ffi::c_void;
 
 use crate::comm::Communicator;
 use crate::mem::{Buf, Mover};
-use crate::plan::TransposePlan;
+use crate::plan::{Run, TransposePlan};
 use crate::{Error, Result};
 
 /// Largest number of runs handed to one `process_vm_writev` call (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
-
-/// Shortest average run (elements) worth writing straight from the input; shorter ones
-/// are first staged in the output's memory order.
-const MIN_RUN: i64 = 8;
-
-/// Staging is chosen when it divides the number of remote runs by more than this.
-const STAGE_FACTOR: usize = 8;
 
 /// Lets any process of this user write into this one (Yama's `ptrace_scope=1` otherwise
 /// restricts cross-memory attach to descendants).
@@ -41,7 +34,7 @@ fn write_runs(
     src: Buf,
     remote: u64,
     remote_len: u64,
-    runs: &[(i64, i64, i64)],
+    runs: &[Run],
 ) -> Result<()> {
     let e = elem as i64;
     for batch in runs.chunks(IOV_MAX) {
@@ -114,22 +107,12 @@ impl DirectRun<'_> {
             };
             (w(0), w(8))
         };
-        // Runs straight from the input, or `None` when the chunk is staged first (in-place,
-        // or a layout change that would cut it into runs of a few elements).
-        let direct: Vec<Option<Vec<(i64, i64, i64)>>> = (0..plan.npeers())
-            .map(|p| {
-                let runs = plan.direct(p).runs();
-                let staged = plan.from_stage(p).runs().len();
-                // Staging costs one local pass; it pays when it cuts the remote writes
-                // into far fewer, longer runs (each run is one iovec for the kernel).
-                let worth_direct = runs.len() as i64 * MIN_RUN <= plan.sends[p].count
-                    && runs.len() <= STAGE_FACTOR * staged.max(1);
-                (!in_place && worth_direct).then_some(runs)
-            })
-            .collect();
-        for (p, d) in direct.iter().enumerate() {
+        let routes = plan.direct_routes();
+        // In-place runs stage every chunk: peers overwrite this rank's (shared) buffer.
+        let direct = |p: usize| routes.from_input[p].as_ref().filter(|_| !in_place);
+        for p in 0..plan.npeers() {
             let needed = in_place || p != plan.me;
-            if needed && d.is_none() && plan.sends[p].count > 0 {
+            if needed && direct(p).is_none() && plan.sends[p].count > 0 {
                 self.mover
                     .copy(self.elem, self.input, self.work, &plan.stage(p))?;
             }
@@ -143,16 +126,9 @@ impl DirectRun<'_> {
             }
             let (base, len) = peer(to);
             let pid = pids[to];
-            match &direct[to] {
+            match direct(to) {
                 Some(runs) => write_runs(pid, self.elem, self.input, base, len, runs)?,
-                None => write_runs(
-                    pid,
-                    self.elem,
-                    self.work,
-                    base,
-                    len,
-                    &plan.from_stage(to).runs(),
-                )?,
+                None => write_runs(pid, self.elem, self.work, base, len, &routes.from_stage[to])?,
             }
         }
         let own = if in_place {

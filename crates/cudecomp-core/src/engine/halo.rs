@@ -1,6 +1,6 @@
 //! Executes a halo plan: faces packed through a mover, exchanged through a transport.
 
-use crate::comm::{irecv_pieces, isend_pieces, Request, Transport};
+use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::HaloBackend;
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, HaloPlan, HaloSide};
@@ -53,14 +53,13 @@ impl HaloRun<'_> {
         let ptr = buf.range(off, n as i64)?;
         // A message travelling towards `side` carries that side's tag; what arrives from
         // `side` travels towards its opposite.
+        let (way, tag) = if receive {
+            (Way::Receive, side.opposite().tag())
+        } else {
+            (Way::Send, side.tag())
+        };
         // SAFETY: the range is inside `buf`, which outlives the wait that follows.
-        unsafe {
-            if receive {
-                irecv_pieces(comm, ptr, n, peer, side.opposite().tag(), reqs)?;
-            } else {
-                isend_pieces(comm, ptr, n, peer, side.tag(), reqs)?;
-            }
-        }
+        unsafe { post_pieces(comm, way, ptr, n, peer, tag, reqs)? };
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! `plan.recv_base`. Chunks are sent straight from the input / received straight into
 //! the output when the plan says they are dense there and aliasing allows it.
 
-use crate::comm::{irecv_pieces, isend_pieces, pieces, Request, Transport};
+use crate::comm::{pieces, post_pieces, Request, Transport, Way};
 use crate::geometry::TransposeBackend;
 use crate::mem::{Buf, Mover};
 use crate::plan::TransposePlan;
@@ -125,36 +125,25 @@ impl TransposeRun<'_> {
         Ok(())
     }
 
-    fn post_recv(
+    /// Posts `peer`'s receive or send; returns the number of requests (0 when empty).
+    fn post(
         &self,
         comm: &dyn Transport,
+        way: Way,
         peer: usize,
         reqs: &mut Vec<Request>,
     ) -> Result<usize> {
-        let n = self.bytes(self.plan.recvs[peer].count);
+        let (count, (buf, off)) = match way {
+            Way::Receive => (self.plan.recvs[peer].count, self.recv_slot(peer)),
+            Way::Send => (self.plan.sends[peer].count, self.send_slot(peer)),
+        };
+        let n = self.bytes(count);
         if n == 0 {
             return Ok(0);
         }
-        let (buf, off) = self.recv_slot(peer);
         let p = buf.range(off, n as i64)?;
         // SAFETY: the range is inside `buf`, which outlives the exchange (waited below).
-        unsafe { irecv_pieces(comm, p, n, peer, TAG_TRANSPOSE, reqs) }
-    }
-
-    fn post_send(
-        &self,
-        comm: &dyn Transport,
-        peer: usize,
-        reqs: &mut Vec<Request>,
-    ) -> Result<usize> {
-        let n = self.bytes(self.plan.sends[peer].count);
-        if n == 0 {
-            return Ok(0);
-        }
-        let (buf, off) = self.send_slot(peer);
-        let p = buf.range(off, n as i64)?;
-        // SAFETY: as in `post_recv`.
-        unsafe { isend_pieces(comm, p, n, peer, TAG_TRANSPOSE, reqs) }
+        unsafe { post_pieces(comm, way, p, n, peer, TAG_TRANSPOSE, reqs) }
     }
 
     /// Runs the transpose. `comm` is the plan's sub-communicator.
@@ -189,8 +178,8 @@ impl TransposeRun<'_> {
         self.self_before()?;
         let mut reqs = Vec::new();
         for &(to, from) in &self.plan.schedule {
-            self.post_recv(comm, from, &mut reqs)?;
-            self.post_send(comm, to, &mut reqs)?;
+            self.post(comm, Way::Receive, from, &mut reqs)?;
+            self.post(comm, Way::Send, to, &mut reqs)?;
         }
         comm.wait_all(&mut reqs)?;
         self.self_after()?;
@@ -210,14 +199,14 @@ impl TransposeRun<'_> {
         let mut owner = Vec::new();
         let mut remaining = vec![0usize; self.plan.npeers()];
         for &(_, from) in &self.plan.schedule {
-            let n = self.post_recv(comm, from, &mut recvs)?;
+            let n = self.post(comm, Way::Receive, from, &mut recvs)?;
             owner.extend(std::iter::repeat_n(from, n));
             remaining[from] = n;
         }
         let mut sends = Vec::new();
         for p in self.others() {
             self.pack(p)?;
-            self.post_send(comm, p, &mut sends)?;
+            self.post(comm, Way::Send, p, &mut sends)?;
         }
         if !self.in_place() {
             self.self_before()?;

@@ -9,7 +9,9 @@ mod halo;
 mod transpose;
 
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
-pub use transpose::{peer_schedule, Chunk, Direction, TransposeLayouts, TransposePlan};
+pub use transpose::{
+    peer_schedule, Chunk, DirectRoutes, Direction, Run, TransposeLayouts, TransposePlan,
+};
 
 use crate::geometry::{Axis, Box3, PencilInfo};
 
@@ -149,7 +151,7 @@ impl Copy3 {
     /// The copy as runs `(src offset, dst offset, length)` in elements that are dense on
     /// both sides, merging axes while they stay contiguous (single elements when the
     /// fastest axes differ).
-    pub fn runs(&self) -> Vec<(i64, i64, i64)> {
+    pub fn runs(&self) -> Vec<Run> {
         if self.cells() <= 0 {
             return Vec::new();
         }

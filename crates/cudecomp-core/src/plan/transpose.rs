@@ -1,8 +1,30 @@
 //! Transpose plans: per-peer chunks, packing order and peer schedule.
 
+use std::sync::OnceLock;
+
 use super::{Copy3, Layout};
 use crate::geometry::{align, Axis, Box3, CommAxis, Grid, PencilInfo};
 use crate::Result;
+
+/// A dense run `(src offset, dst offset, length)` in elements.
+pub type Run = (i64, i64, i64);
+
+/// Shortest average run (elements) worth writing straight from the input.
+const MIN_DIRECT_RUN: i64 = 8;
+
+/// Staging is chosen when it divides the number of remote runs by more than this.
+const STAGE_FACTOR: usize = 8;
+
+/// How the DIRECT backend moves each peer's chunk into the peer's array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirectRoutes {
+    /// Runs straight from the input, or `None` when the chunk goes through the workspace
+    /// (staging costs a local pass; it pays when it cuts the remote writes into far fewer,
+    /// longer runs — each run is one iovec for the kernel).
+    pub from_input: Vec<Option<Vec<Run>>>,
+    /// Runs from the chunk staged in the output's memory order (always possible).
+    pub from_stage: Vec<Vec<Run>>,
+}
 
 /// The four global transposes; the discriminant is upstream's operation index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,6 +132,8 @@ pub struct TransposePlan {
     /// Element offset, in each member's workspace, where this rank's chunk lands (its
     /// receive region plus the chunks of lower ranks): what a direct writer targets.
     pub peer_recv_offsets: Vec<i64>,
+    /// Routes of the DIRECT backend, worked out on first use.
+    direct_routes: OnceLock<DirectRoutes>,
 }
 
 impl TransposePlan {
@@ -205,6 +229,7 @@ impl TransposePlan {
             peer_outputs,
             out_order,
             peer_recv_offsets,
+            direct_routes: OnceLock::new(),
         })
     }
 
@@ -241,6 +266,27 @@ impl TransposePlan {
             &self.in_layout,
             &self.peer_outputs[peer],
         )
+    }
+
+    /// The DIRECT backend's routes (computed once per plan).
+    pub fn direct_routes(&self) -> &DirectRoutes {
+        self.direct_routes.get_or_init(|| {
+            let from_stage: Vec<Vec<Run>> = (0..self.npeers())
+                .map(|p| self.from_stage(p).runs())
+                .collect();
+            let from_input = (0..self.npeers())
+                .map(|p| {
+                    let runs = self.direct(p).runs();
+                    let worth = runs.len() as i64 * MIN_DIRECT_RUN <= self.sends[p].count
+                        && runs.len() <= STAGE_FACTOR * from_stage[p].len().max(1);
+                    worth.then_some(runs)
+                })
+                .collect();
+            DirectRoutes {
+                from_input,
+                from_stage,
+            }
+        })
     }
 
     /// Input → workspace slot of `peer`'s chunk, laid out in the output memory order so
