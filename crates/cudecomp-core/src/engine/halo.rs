@@ -88,9 +88,13 @@ impl HaloRun<'_> {
         match self.backend {
             HaloBackend::Mpi | HaloBackend::Nccl => {
                 let mut reqs = Vec::new();
+                // Receives are posted in the order the neighbours send (their message
+                // towards the left, then towards the right): NCCL has no tags and pairs
+                // a rank's messages in posting order, which matters when both neighbours
+                // are the same rank (two ranks, periodic).
                 for side in HaloSide::BOTH {
                     self.pack(side)?;
-                    self.post(comm, side, true, &mut reqs)?;
+                    self.post(comm, side.opposite(), true, &mut reqs)?;
                 }
                 for side in HaloSide::BOTH {
                     self.post(comm, side, false, &mut reqs)?;
@@ -118,5 +122,120 @@ impl HaloRun<'_> {
                 b.display_name()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{mock, Communicator};
+    use crate::geometry::{Grid, GridConfig};
+    use crate::mem::HostMover;
+    use crate::plan::{HaloSpec, Layout};
+
+    /// A transport without tags: messages between a pair match in posting order, as NCCL's.
+    struct Tagless<'a>(&'a dyn Transport);
+
+    impl Transport for Tagless<'_> {
+        unsafe fn isend(
+            &self,
+            buf: *const u8,
+            len: usize,
+            peer: usize,
+            _tag: i32,
+        ) -> Result<Request> {
+            // SAFETY: forwarded.
+            unsafe { self.0.isend(buf, len, peer, 0) }
+        }
+        unsafe fn irecv(
+            &self,
+            buf: *mut u8,
+            len: usize,
+            peer: usize,
+            _tag: i32,
+        ) -> Result<Request> {
+            // SAFETY: forwarded.
+            unsafe { self.0.irecv(buf, len, peer, 0) }
+        }
+        fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
+            self.0.wait_all(reqs)
+        }
+        fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
+            self.0.wait_any(reqs)
+        }
+        unsafe fn alltoallv(
+            &self,
+            send: *const u8,
+            sc: &[usize],
+            sd: &[usize],
+            recv: *mut u8,
+            rc: &[usize],
+            rd: &[usize],
+        ) -> Result<()> {
+            // SAFETY: forwarded.
+            unsafe { self.0.alltoallv(send, sc, sd, recv, rc, rd) }
+        }
+    }
+
+    /// Two ranks on a periodic axis are each other's left and right neighbour: without tags
+    /// the two messages must still land in the right halos.
+    #[test]
+    fn two_rank_periodic_without_tags() {
+        mock::run(2, |c: &dyn Communicator| {
+            let cfg = GridConfig {
+                gdims: [3, 4, 6],
+                pdims: [1, 2],
+                ..Default::default()
+            };
+            let g = Grid::new(&cfg, 2, false).unwrap();
+            let spec = HaloSpec {
+                axis: 0,
+                dim: 2,
+                halo: [0, 0, 1],
+                periods: [false, false, true],
+                padding: [0; 3],
+            };
+            let plan = crate::plan::HaloPlan::new(&g, c.rank(), spec)
+                .unwrap()
+                .unwrap();
+            let l = Layout::of_pencil(&plan.info);
+            let b = plan.info.interior();
+            let mut data = vec![u64::MAX; plan.info.size as usize];
+            let index = |z: i64| (z.rem_euclid(6) * 100) as u64;
+            for z in b.lo[2]..b.lo[2] + b.len[2] {
+                for y in 0..4 {
+                    for x in 0..3 {
+                        data[l.offset([x, y, z]) as usize] = index(z) + (x + 3 * y) as u64;
+                    }
+                }
+            }
+            let mut work = vec![0u64; plan.workspace_elems() as usize];
+            let run = HaloRun {
+                plan: &plan,
+                backend: HaloBackend::Nccl,
+                elem: 8,
+                mover: &HostMover,
+                data: Buf::from_slice(bytes(&mut data)),
+                work: Buf::from_slice(bytes(&mut work)),
+            };
+            run.run(&Tagless(c)).unwrap();
+            for z in [b.lo[2] - 1, b.lo[2] + b.len[2]] {
+                for y in 0..4 {
+                    for x in 0..3 {
+                        assert_eq!(
+                            data[l.offset([x, y, z]) as usize],
+                            index(z) + (x + 3 * y) as u64,
+                            "z={z}"
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    fn bytes(v: &mut [u64]) -> &mut [u8] {
+        let n = std::mem::size_of_val(v);
+        // SAFETY: u64 has no padding; any byte pattern is a valid u8.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), n) }
     }
 }
