@@ -14,7 +14,8 @@ K=${1:-}
 run() {  # run NAME NRANKS
     local name=$1 n=$2
     echo "=== $name ($n ranks) ==="
-    timeout 540 mpirun --allow-run-as-root --oversubscribe -np "$n" python3 -m pytest -q -p no:cacheprovider -x ${K:+-k "$K"} tests \
+    local what=${3:-tests}
+    timeout 540 mpirun --allow-run-as-root --oversubscribe -np "$n" python3 -m pytest -q -p no:cacheprovider -x ${K:+-k "$K"} $what \
         > "$OUT/$name.log" 2>&1
     local rc=$?
     grep -E "passed|failed|error" "$OUT/$name.log" | sort | uniq -c | head -5
@@ -23,9 +24,17 @@ run() {  # run NAME NRANKS
 }
 G=$(python3 -c 'import cupy; print(cupy.cuda.runtime.getDeviceCount())')
 rc=0
-run gpu1 1 || rc=1
-if [ "$G" -ge 2 ]; then run gpu2 2 || rc=1; else run gpu2-shared 2 || rc=1; fi
-run gpu4-shared 4 || rc=1
+# SUITES picks runs (default all): gpu1 gpu2 sliced gpu4
+SUITES=${SUITES:-gpu1 gpu2 sliced gpu4}
+on() { [[ " $SUITES " == *" $1 "* ]]; }
+on gpu1 && { run gpu1 1 || rc=1; }
+if [ "$G" -ge 2 ]; then on gpu2 && { run gpu2 2 || rc=1; }; else on gpu2 && { run gpu2-shared 2 || rc=1; }; fi
+# Pipelined NCCL and DIRECT transposes cut chunks into slices of 32 MiB: tiny slices make
+# the suite's small arrays take the multi-slice paths too.
+if on sliced; then
+    CUDECOMP_PIPELINE_SLICE_BYTES=64 K="NCCL or DIRECT" run sliced 2 tests/test_transpose.py || rc=1
+fi
+on gpu4 && { run gpu4-shared 4 || rc=1; }
 B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL
 echo "=== demo (2 ranks, $B, 128^3) ==="
 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/demo.py -n 128 --backend $B 2>&1 | tail -8

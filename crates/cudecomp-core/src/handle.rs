@@ -14,11 +14,12 @@ use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::direct::{allow_peer_writes, DirectRun};
 use crate::engine::halo::HaloRun;
+use crate::engine::streamed::{IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{triple, Clock, PerfReport, PerfSettings, SampleKey, TimedTransport};
-use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
+use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan, SLICE_BYTES};
 use crate::{invalid, unsupported, Error, Result};
 
 /// Handle-owned host workspace, grown on demand and never shrunk. Its lock also
@@ -88,6 +89,11 @@ impl Workspace {
         self.ipc.peer(r)
     }
 
+    /// Peers' mapped workspaces and signal events (after `exchange_ipc`).
+    pub fn ipc(&self) -> &IpcPeers {
+        &self.ipc
+    }
+
     /// Collective: maps every peer's device workspace (DIRECT backend); `work` must be this
     /// workspace's current buffer.
     pub fn exchange_ipc(&mut self, comm: &dyn Communicator, work: Buf) -> Result<()> {
@@ -155,6 +161,24 @@ pub struct CudaState {
     nccl: Mutex<Option<Arc<Nccl>>>,
     /// MPI reads device memory directly; otherwise messages are staged through the host.
     pub mpi_cuda_aware: bool,
+    /// The library's second stream (pipelined NCCL and DIRECT transposes), made on first
+    /// use. Locked before the workspace.
+    pipe: Mutex<Option<Pipe>>,
+}
+
+impl CudaState {
+    /// The pipe, created on first use, with room for `npeers` peers.
+    fn pipe(&self, npeers: usize) -> Result<MutexGuard<'_, Option<Pipe>>> {
+        let mut g = lock(&self.pipe);
+        if g.is_none() {
+            self.device.bind()?;
+            *g = Some(Pipe::new()?);
+        }
+        if let Some(p) = g.as_mut() {
+            p.reserve(npeers)?;
+        }
+        Ok(g)
+    }
 }
 
 struct Shared {
@@ -212,6 +236,7 @@ impl Handle {
                     nccl_path,
                     nccl: Mutex::new(None),
                     mpi_cuda_aware: aware,
+                    pipe: Mutex::new(None),
                 }),
                 direct: Mutex::new(None),
             }),
@@ -358,6 +383,8 @@ impl Handle {
     /// with its row and column communicators.
     pub fn create_grid(&self, cfg: &GridConfig, space: MemorySpace) -> Result<GridDesc> {
         self.check_agreement("grid configuration", &cfg.to_bytes())?;
+        let slice_bytes = slice_bytes_from_env()?;
+        self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &slice_bytes.to_le_bytes())?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
         let nvshmem = matches!(
             grid.transpose_backend,
@@ -415,6 +442,7 @@ impl Handle {
             plans: Mutex::new(HashMap::new()),
             halo_plans: Mutex::new(HashMap::new()),
             perf: PerfSettings::from_env().map(PerfReport::new),
+            slice_bytes,
         })
     }
 
@@ -441,6 +469,26 @@ pub struct GridDesc {
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
     halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
     perf: Option<PerfReport>,
+    /// Slice size of pipelined device transposes (the same on every rank: checked).
+    slice_bytes: i64,
+}
+
+/// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined device transposes),
+/// [`SLICE_BYTES`] when unset.
+fn slice_bytes_from_env() -> Result<i64> {
+    match std::env::var("CUDECOMP_PIPELINE_SLICE_BYTES") {
+        Err(_) => Ok(SLICE_BYTES),
+        Ok(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "CUDECOMP_PIPELINE_SLICE_BYTES: expected a positive number of bytes, got {v:?}"
+                ))
+            }),
+    }
 }
 
 /// Identifies a transpose configuration in the performance report.
@@ -703,6 +751,16 @@ impl GridDesc {
             return self.direct_device(&plan, elem, input, output, stream);
         }
         let staging = ((plan.input.size + plan.output.size) as usize) * elem;
+        // NCCL transposes run as a pipeline of slices with the exchange on the library's
+        // stream; MPI ones synchronise on the host per message and stay on the user's.
+        let sliced = backend.is_nccl() && plan.npeers() > 1;
+        let cuda = self.handle.cuda()?;
+        let pipe = if sliced {
+            Some(cuda.pipe(plan.npeers())?)
+        } else {
+            None
+        };
+        let pipe = pipe.as_ref().and_then(|g| g.as_ref());
         self.on_device(
             stream,
             work,
@@ -716,9 +774,10 @@ impl GridDesc {
                 staging,
                 key: &|| transpose_key(direction, layouts, dtype, input.ptr() == output.ptr()),
                 bytes: (plan.input.interior().volume() as usize * elem) as f64,
+                side: pipe.map(Pipe::side),
             },
             |mover, work, transport| {
-                TransposeRun {
+                let run = TransposeRun {
                     plan: &plan,
                     backend,
                     elem,
@@ -726,16 +785,29 @@ impl GridDesc {
                     input,
                     output,
                     work,
+                };
+                match pipe {
+                    Some(pipe) => run.sliced(
+                        &TransportSlices {
+                            transport,
+                            pipe,
+                            main: stream,
+                        },
+                        self.slice_bytes,
+                        backend == TransposeBackend::NcclPl,
+                    ),
+                    None => run.run(transport),
                 }
-                .run(transport)
             },
         )
     }
 
-    /// DIRECT on GPUs: pack kernels write each chunk straight into the receiving peer's
-    /// workspace through CUDA IPC; two host synchronisations order the exchange (the
-    /// workspaces are free, then every chunk has landed). Always uses the handle's
-    /// workspace, which peers have mapped.
+    /// DIRECT on GPUs: chunks are packed slice by slice on the user's stream and copied by
+    /// the copy engine straight into the receiving peer's workspace (mapped through CUDA
+    /// IPC) from the library's stream; each slice is signalled with an interprocess event
+    /// and unpacked by the receiver as it lands. One host synchronisation at the start
+    /// (the peers' workspaces are free) and one barrier (signals recorded before waits).
+    /// Always uses the handle's workspace, which peers have mapped.
     fn direct_device(
         &self,
         plan: &TransposePlan,
@@ -751,43 +823,47 @@ impl GridDesc {
             kernels: &kernels,
             stream,
         };
+        let pipe = cuda.pipe(plan.npeers())?;
+        let pipe = pipe
+            .as_ref()
+            .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
         let mut ws = self.handle.lock_workspace();
         let need = self.grid.transpose_workspace_size() as usize * elem;
         let work = ws.device(&cuda.device, need, stream)?;
-        let in_place = input.ptr() == output.ptr();
-        let me = plan.me;
         // Earlier work on this stream (the previous user of the workspace, the producer of
         // the input) completes before any peer may write into this workspace.
         cuda::synchronize(stream)?;
         ws.exchange_ipc(self.handle.comm(), work)?; // collective: also the start barrier
-        if in_place {
-            mover.copy(elem, input, work, &plan.pack(me))?;
-        }
-        for &(to, _) in &plan.schedule {
-            if plan.sends[to].count == 0 {
-                continue;
-            }
-            let (ptr, len) = ws
-                .ipc_peer(plan.members[to])
-                .ok_or_else(|| Error::Internal("DIRECT: peer workspace not mapped".into()))?;
-            // SAFETY: the peer's whole workspace, mapped by CUDA IPC for this operation.
-            let dst = unsafe { Buf::new(ptr as usize as *mut u8, len as usize) };
-            mover.copy(elem, input, dst, &plan.pack_into_peer(to))?;
-        }
-        if !in_place {
-            mover.copy(elem, input, output, &plan.self_copy())?;
-        }
-        cuda::synchronize(stream)?;
-        self.subcomm(plan.direction.comm()).barrier()?; // every chunk has landed
-        for &(_, from) in &plan.schedule {
-            if plan.recvs[from].count > 0 {
-                mover.copy(elem, work, output, &plan.unpack_from(from, plan.recv_base))?;
-            }
-        }
-        if in_place {
-            mover.copy(elem, work, output, &plan.unpack_self_packed())?;
-        }
-        ws.release(stream)
+        let comm = self.subcomm(plan.direction.comm());
+        let run = TransposeRun {
+            plan,
+            backend: TransposeBackend::Direct,
+            elem,
+            mover: &mover,
+            input,
+            output,
+            work,
+        };
+        let result = if plan.npeers() > 1 {
+            let slots = plan
+                .peer_recv_offsets
+                .iter()
+                .map(|&o| (o * elem as i64) as u64)
+                .collect();
+            let x = IpcSlices {
+                pipe,
+                main: stream,
+                peers: ws.ipc(),
+                members: &plan.members,
+                slots,
+                comm,
+            };
+            run.sliced(&x, self.slice_bytes, false)
+        } else {
+            run.run(comm)
+        };
+        ws.release(stream)?;
+        result
     }
 
     /// Runs a halo update on a device pencil array, enqueued on `stream`.
@@ -817,6 +893,7 @@ impl GridDesc {
                 staging: plan.workspace_elems() as usize * elem,
                 key: &|| halo_key(spec, dtype),
                 bytes: halo_bytes(&plan, self.rank, elem),
+                side: None,
             },
             |mover, work, transport| {
                 HaloRun {
@@ -862,7 +939,11 @@ impl GridDesc {
             |t: &dyn Transport| self.reported(&clock, t, ex.key, ex.bytes, |t| f(&mover, work, t));
         let result = if ex.nccl {
             let nccl = self.handle.nccl()?;
-            run(&NcclTransport::new(&nccl, stream, ex.members))
+            run(&NcclTransport::new(
+                &nccl,
+                ex.side.unwrap_or(stream),
+                ex.members,
+            ))
         } else if cuda.mpi_cuda_aware {
             run(&DirectMpi::new(ex.comm, stream))
         } else {
@@ -941,6 +1022,8 @@ struct DeviceExchange<'a> {
     /// Performance-report key and bytes of the operation.
     key: &'a dyn Fn() -> SampleKey,
     bytes: f64,
+    /// The library's stream, where a pipelined NCCL exchange runs.
+    side: Option<Stream>,
 }
 
 fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {

@@ -1,9 +1,11 @@
 //! CUDA IPC for the DIRECT backend on GPUs: every rank exports its device workspace, and
 //! every other rank of the node maps it, so pack kernels write chunks straight into the
 //! peer's receive region (one crossing of NVLink, no staging, no library in between).
+//! Interprocess events, one per (peer, slice), tell a receiver that a slice has landed.
 
-use super::check;
+use super::{check, Event};
 use crate::comm::{allgather_bytes, Communicator};
+use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 use cudarc::driver::sys;
 
@@ -29,6 +31,10 @@ impl Drop for Mapped {
 #[derive(Default)]
 pub struct IpcPeers {
     peers: Vec<Option<Mapped>>,
+    /// Recorded by this rank once slice `k` is in rank `r`'s workspace: `sent[r][k]`.
+    sent: Vec<Vec<Event>>,
+    /// Recorded by rank `w` once slice `k` is in this rank's workspace: `landed[w][k]`.
+    landed: Vec<Vec<Event>>,
 }
 
 impl IpcPeers {
@@ -79,7 +85,68 @@ impl IpcPeers {
                 len: rlen,
             });
         }
+        if self.sent.is_empty() {
+            self.exchange_events(comm)?;
+        }
         Ok(())
+    }
+
+    /// Collective, once: creates this rank's signal events and opens its peers'.
+    fn exchange_events(&mut self, comm: &dyn Communicator) -> Result<()> {
+        let (n, me) = (comm.size(), comm.rank());
+        let mut table = Vec::with_capacity(n * MAX_SLICES * 64);
+        let mut sent = Vec::with_capacity(n);
+        for r in 0..n {
+            let events = if r == me {
+                Vec::new()
+            } else {
+                (0..MAX_SLICES)
+                    .map(|_| Event::new_ipc())
+                    .collect::<Result<Vec<_>>>()?
+            };
+            for k in 0..MAX_SLICES {
+                match events.get(k) {
+                    Some(e) => table.extend(e.ipc_handle()?),
+                    None => table.extend([0u8; 64]),
+                }
+            }
+            sent.push(events);
+        }
+        let all = allgather_bytes(comm, &table)?;
+        let mut landed = Vec::with_capacity(n);
+        for (w, t) in all.iter().enumerate() {
+            if w == me {
+                landed.push(Vec::new());
+                continue;
+            }
+            let mine = t
+                .get(me * MAX_SLICES * 64..(me + 1) * MAX_SLICES * 64)
+                .ok_or_else(|| Error::Internal("IPC event table size".into()))?;
+            landed.push(
+                mine.chunks_exact(64)
+                    .map(|h| Event::open_ipc(h.try_into().unwrap_or(&[0; 64])))
+                    .collect::<Result<Vec<_>>>()?,
+            );
+        }
+        self.sent = sent;
+        self.landed = landed;
+        Ok(())
+    }
+
+    /// The event this rank records after copying slice `k` into rank `r`'s workspace.
+    pub fn sent(&self, r: usize, k: usize) -> Result<&Event> {
+        self.sent
+            .get(r)
+            .and_then(|v| v.get(k))
+            .ok_or_else(|| Error::Internal(format!("DIRECT: no signal for rank {r} slice {k}")))
+    }
+
+    /// The event rank `w` records after copying slice `k` into this rank's workspace.
+    pub fn landed(&self, w: usize, k: usize) -> Result<&Event> {
+        self.landed
+            .get(w)
+            .and_then(|v| v.get(k))
+            .ok_or_else(|| Error::Internal(format!("DIRECT: no signal from rank {w} slice {k}")))
     }
 
     /// `(mapped address, length)` of rank `r`'s workspace.

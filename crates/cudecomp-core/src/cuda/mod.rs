@@ -247,7 +247,56 @@ impl Drop for PinnedAlloc {
     }
 }
 
-/// A CUDA event without timing, used to order workspace reuse across streams.
+/// A stream the library creates and owns: non-blocking (no implicit ordering with the
+/// legacy default stream) and of the highest priority, so that its small communication
+/// kernels get SMs while large pack kernels on the user's stream are running.
+pub struct OwnedStream(Stream);
+
+impl OwnedStream {
+    /// Creates the stream in the bound context.
+    pub fn new() -> Result<OwnedStream> {
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: writes two ints.
+        check(
+            unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }.result(),
+            "cuCtxGetStreamPriorityRange",
+        )?;
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: creates a stream in the current context; destroyed in Drop.
+        check(
+            unsafe {
+                sys::cuStreamCreateWithPriority(
+                    &mut s,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                    greatest,
+                )
+            }
+            .result(),
+            "cuStreamCreateWithPriority",
+        )?;
+        Ok(OwnedStream(Stream(s)))
+    }
+
+    /// The stream handle.
+    pub fn stream(&self) -> Stream {
+        self.0
+    }
+}
+
+impl Drop for OwnedStream {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`; pending work completes before the driver frees it.
+        let _ = unsafe { sys::cuStreamDestroy_v2(self.0 .0) };
+    }
+}
+
+// SAFETY: a stream handle is an opaque identifier usable from any thread.
+unsafe impl Send for OwnedStream {}
+// SAFETY: as above.
+unsafe impl Sync for OwnedStream {}
+
+/// A CUDA event without timing, used to order work across streams (and, exported through
+/// CUDA IPC, across processes).
 pub struct Event(sys::CUevent);
 
 // SAFETY: events may be recorded and waited on from any thread.
@@ -264,6 +313,45 @@ impl Event {
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
         };
         Ok(Event(check(cu::event::create(flags), "cuEventCreate")?))
+    }
+
+    /// A new event that other processes can wait on (see [`Event::ipc_handle`]).
+    pub fn new_ipc() -> Result<Event> {
+        let flags = sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32
+            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: creates an event in the current context; destroyed in Drop.
+        check(
+            unsafe { sys::cuEventCreate(&mut e, flags) }.result(),
+            "cuEventCreate(INTERPROCESS)",
+        )?;
+        Ok(Event(e))
+    }
+
+    /// The 64-byte handle another process passes to [`Event::open_ipc`].
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        let mut h = sys::CUipcEventHandle_st { reserved: [0; 64] };
+        // SAFETY: valid interprocess event; writes the handle.
+        check(
+            unsafe { sys::cuIpcGetEventHandle(&mut h, self.0) }.result(),
+            "cuIpcGetEventHandle",
+        )?;
+        Ok(h.reserved.map(|c| c as u8))
+    }
+
+    /// Opens an event exported by another process of this node. Waiting on it waits for
+    /// the exporter's last record issued before the wait was enqueued.
+    pub fn open_ipc(handle: &[u8; 64]) -> Result<Event> {
+        let h = sys::CUipcEventHandle_st {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: the handle was exported by a live process for a live event.
+        check(
+            unsafe { sys::cuIpcOpenEventHandle(&mut e, h) }.result(),
+            "cuIpcOpenEventHandle",
+        )?;
+        Ok(Event(e))
     }
 
     /// Records the event on `stream`.

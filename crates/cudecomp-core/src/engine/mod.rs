@@ -2,4 +2,5 @@
 
 pub mod direct;
 pub mod halo;
+pub mod streamed;
 pub mod transpose;

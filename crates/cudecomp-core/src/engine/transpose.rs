@@ -6,10 +6,44 @@
 //! the output when the plan says they are dense there and aliasing allows it.
 
 use crate::comm::{pieces, post_pieces, Request, Transport, Way};
-use crate::geometry::TransposeBackend;
+use crate::geometry::{Box3, TransposeBackend};
 use crate::mem::{Buf, Mover};
 use crate::plan::TransposePlan;
 use crate::{unsupported, Result};
+
+/// One slice of one peer's chunk in a sliced pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Peer index in the plan's sub-communicator.
+    pub peer: usize,
+    /// Local address of the slice: where it is sent from or received into.
+    pub ptr: *mut u8,
+    /// Bytes.
+    pub len: usize,
+    /// Byte offset of the slice inside the packed chunk (what a peer-side address adds).
+    pub rel: usize,
+}
+
+/// How a sliced pipeline moves slices between ranks. Implementations are stream-ordered
+/// (NCCL or copies into peers' memory on a second stream), so the main stream keeps packing
+/// and unpacking while earlier slices are in flight.
+pub trait SliceExchange {
+    /// True when incoming slices may land straight in the output array (false when peers
+    /// can only address this rank's workspace).
+    fn lands_in_output(&self) -> bool;
+    /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
+    fn ready(&self, u: usize) -> Result<()>;
+    /// Enqueues unit `u` (slice number `slice` of each peer's chunk): `sends` leave this
+    /// rank, `recvs` arrive.
+    fn exchange(&self, u: usize, slice: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()>;
+    /// Called once this rank has enqueued every unit, before the first `arrived` (DIRECT:
+    /// a barrier, so that peers have recorded their signals before anyone waits on them).
+    fn posted(&self) -> Result<()>;
+    /// Orders the main stream after the arrival of unit `u`'s `recvs`.
+    fn arrived(&self, u: usize, slice: usize, recvs: &[Piece]) -> Result<()>;
+    /// Orders the main stream after every exchange, sends included.
+    fn finish(&self) -> Result<()>;
+}
 
 /// Buffers and means of one transpose. `input == output` (same start address) means in-place.
 #[derive(Clone, Copy)]
@@ -222,6 +256,128 @@ impl TransposeRun<'_> {
         self.self_after()
     }
 
+    /// The unit list of a sliced pipeline: `(pairs, slice)` with every schedule pair in
+    /// each unit, or one pair per unit when `per_peer` (upstream's per-peer pipelining).
+    fn units(
+        &self,
+        per_peer: bool,
+        sends: &[Vec<Box3>],
+        recvs: &[Vec<Box3>],
+    ) -> Vec<(Vec<(usize, usize)>, usize)> {
+        let steps: Vec<Vec<(usize, usize)>> = if per_peer {
+            self.plan.schedule.iter().map(|&p| vec![p]).collect()
+        } else {
+            vec![self.plan.schedule.clone()]
+        };
+        let mut units = Vec::new();
+        for pairs in steps {
+            let n = pairs
+                .iter()
+                .map(|&(to, from)| sends[to].len().max(recvs[from].len()))
+                .max()
+                .unwrap_or(0);
+            units.extend((0..n).map(|k| (pairs.clone(), k)));
+        }
+        units
+    }
+
+    /// The piece of slice `part` of `peer`'s chunk, sent (`Way::Send`) or received.
+    fn piece(&self, way: Way, peer: usize, part: &Box3, direct: bool) -> Result<Piece> {
+        let plan = self.plan;
+        let e = self.e();
+        let (chunk, (buf, base)) = match (way, direct) {
+            (Way::Send, true) => (
+                &plan.sends[peer],
+                (self.input, plan.send_offset_in_input(peer)),
+            ),
+            (Way::Send, false) => (&plan.sends[peer], (self.work, plan.sends[peer].offset)),
+            (Way::Receive, true) => (
+                &plan.recvs[peer],
+                (self.output, plan.recv_offset_in_output(peer)),
+            ),
+            (Way::Receive, false) => (
+                &plan.recvs[peer],
+                (self.work, plan.recv_base + plan.recvs[peer].offset),
+            ),
+        };
+        let rel = plan.packed_offset(&chunk.region, part);
+        let len = part.volume() * e;
+        Ok(Piece {
+            peer,
+            ptr: buf.range((base + rel) * e, len)?,
+            len: len as usize,
+            rel: (rel * e) as usize,
+        })
+    }
+
+    /// Runs the transpose as a pipeline of slices of at most about `slice_bytes`: the main
+    /// stream packs slice after slice while `x` moves earlier ones, then copies this rank's
+    /// own cells, then unpacks slices in arrival order. In-place runs pack everything
+    /// (their own chunk included) before anything is unpacked into the shared buffer.
+    pub fn sliced(&self, x: &dyn SliceExchange, slice_bytes: i64, per_peer: bool) -> Result<()> {
+        let plan = self.plan;
+        let in_place = self.in_place();
+        let send_direct = self.send_direct();
+        let recv_direct = plan.recv_into_output && !in_place && x.lands_in_output();
+        let np = plan.npeers();
+        let send_parts: Vec<Vec<Box3>> = (0..np)
+            .map(|p| plan.send_slices(p, self.elem, slice_bytes))
+            .collect();
+        let recv_parts: Vec<Vec<Box3>> = (0..np)
+            .map(|p| plan.recv_slices(p, self.elem, slice_bytes))
+            .collect();
+        let units = self.units(per_peer, &send_parts, &recv_parts);
+        let incoming = |pairs: &[(usize, usize)], k: usize| -> Result<Vec<Piece>> {
+            pairs
+                .iter()
+                .filter_map(|&(_, from)| recv_parts[from].get(k).map(|b| (from, b)))
+                .map(|(from, b)| self.piece(Way::Receive, from, b, recv_direct))
+                .collect()
+        };
+        if in_place {
+            self.self_before()?;
+        }
+        for (u, (pairs, k)) in units.iter().enumerate() {
+            let mut sends = Vec::new();
+            for &(to, _) in pairs {
+                if let Some(b) = send_parts[to].get(*k) {
+                    if !send_direct {
+                        self.mover.copy(
+                            self.elem,
+                            self.input,
+                            self.work,
+                            &plan.pack_part(to, b),
+                        )?;
+                    }
+                    sends.push(self.piece(Way::Send, to, b, send_direct)?);
+                }
+            }
+            x.ready(u)?;
+            x.exchange(u, *k, &sends, &incoming(pairs, *k)?)?;
+        }
+        if !in_place {
+            self.self_before()?;
+        }
+        x.posted()?;
+        for (u, (pairs, k)) in units.iter().enumerate() {
+            let recvs = incoming(pairs, *k)?;
+            x.arrived(u, *k, &recvs)?;
+            if !recv_direct {
+                for r in &recvs {
+                    let part = &recv_parts[r.peer][*k];
+                    self.mover.copy(
+                        self.elem,
+                        self.work,
+                        self.output,
+                        &plan.unpack_part(r.peer, plan.recv_base, part),
+                    )?;
+                }
+            }
+        }
+        x.finish()?;
+        self.self_after()
+    }
+
     fn alltoallv(&self, comm: &dyn Transport) -> Result<()> {
         let np = self.plan.npeers();
         let me = self.plan.me;
@@ -256,5 +412,147 @@ impl TransposeRun<'_> {
             self.unpack(p)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::comm::{mock, Communicator};
+    use crate::geometry::{Grid, GridConfig};
+    use crate::mem::HostMover;
+    use crate::plan::{Direction, Layout, TransposeLayouts};
+
+    /// Slices over a blocking transport: every unit is posted up front and completed in
+    /// arrival order, as a stream-ordered exchange would deliver them.
+    struct Posted<'a> {
+        t: &'a dyn Transport,
+        reqs: RefCell<Vec<Vec<Request>>>,
+        land_in_output: bool,
+    }
+
+    impl SliceExchange for Posted<'_> {
+        fn lands_in_output(&self) -> bool {
+            self.land_in_output
+        }
+        fn ready(&self, _u: usize) -> Result<()> {
+            Ok(())
+        }
+        fn exchange(&self, u: usize, _k: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
+            let mut all = self.reqs.borrow_mut();
+            all.resize_with(u + 1, Vec::new);
+            for (way, list) in [(Way::Receive, recvs), (Way::Send, sends)] {
+                for p in list {
+                    // SAFETY: the pieces lie in buffers that outlive the transpose.
+                    unsafe {
+                        post_pieces(self.t, way, p.ptr, p.len, p.peer, 7 + u as i32, &mut all[u])?
+                    };
+                }
+            }
+            Ok(())
+        }
+        fn posted(&self) -> Result<()> {
+            Ok(())
+        }
+        fn arrived(&self, u: usize, _k: usize, _recvs: &[Piece]) -> Result<()> {
+            self.t.wait_all(&mut self.reqs.borrow_mut()[u])
+        }
+        fn finish(&self) -> Result<()> {
+            for r in self.reqs.borrow_mut().iter_mut() {
+                self.t.wait_all(r)?;
+            }
+            Ok(())
+        }
+    }
+
+    fn oracle(info: &crate::geometry::PencilInfo, gdims: [i64; 3], fill: u64) -> Vec<u64> {
+        let l = Layout::of_pencil(info);
+        let mut v = vec![fill; info.size as usize];
+        let b = info.interior();
+        for z in b.lo[2]..b.lo[2] + b.len[2] {
+            for y in b.lo[1]..b.lo[1] + b.len[1] {
+                for x in b.lo[0]..b.lo[0] + b.len[0] {
+                    v[l.offset([x, y, z]) as usize] = (x + gdims[0] * (y + gdims[1] * z)) as u64;
+                }
+            }
+        }
+        v
+    }
+
+    fn bytes(v: &mut [u64]) -> Buf {
+        // SAFETY: the vector outlives the transpose that uses this view.
+        unsafe { Buf::new(v.as_mut_ptr().cast(), v.len() * 8) }
+    }
+
+    fn sliced_case(pdims: [i32; 2], contiguous: bool, in_place: bool, per_peer: bool, land: bool) {
+        let n = (pdims[0] * pdims[1]) as usize;
+        mock::run(n, |c: &dyn Communicator| {
+            let cfg = GridConfig {
+                gdims: [9, 10, 11],
+                pdims,
+                transpose_axis_contiguous: [contiguous; 3],
+                ..Default::default()
+            };
+            let g = Grid::new(&cfg, n, false).unwrap();
+            let gd = g.gdims;
+            for d in Direction::ALL {
+                let lay = if in_place {
+                    TransposeLayouts::default()
+                } else {
+                    TransposeLayouts {
+                        input_halo: [1, 0, 1],
+                        output_padding: [0, 1, 0],
+                        ..Default::default()
+                    }
+                };
+                let plan = TransposePlan::new(&g, c.rank(), d, &lay).unwrap();
+                let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
+                let mut input = oracle(&plan.input, gd, u64::MAX);
+                let expect = oracle(&plan.output, gd, 5);
+                let mut work = vec![0u64; g.transpose_workspace_size() as usize];
+                let mut output = vec![5u64; plan.output.size as usize];
+                if in_place {
+                    input.resize(plan.input.size.max(plan.output.size) as usize, 0);
+                }
+                let inp = bytes(&mut input);
+                let run = TransposeRun {
+                    plan: &plan,
+                    backend: TransposeBackend::NcclPl,
+                    elem: 8,
+                    mover: &HostMover,
+                    input: inp,
+                    output: if in_place { inp } else { bytes(&mut output) },
+                    work: bytes(&mut work),
+                };
+                let x = Posted {
+                    t: sub.as_ref(),
+                    reqs: RefCell::new(Vec::new()),
+                    land_in_output: land,
+                };
+                run.sliced(&x, 24, per_peer).unwrap();
+                let got = if in_place {
+                    &input[..plan.output.size as usize]
+                } else {
+                    &output[..]
+                };
+                assert_eq!(got, &expect[..], "{d:?} rank {} pdims {pdims:?}", c.rank());
+                sub.free().unwrap();
+            }
+        });
+    }
+
+    #[test]
+    fn sliced_pipeline_matches_the_oracle() {
+        for pdims in [[2, 2], [3, 1], [1, 2]] {
+            for contiguous in [false, true] {
+                for in_place in [false, true] {
+                    for per_peer in [false, true] {
+                        sliced_case(pdims, contiguous, in_place, per_peer, !per_peer);
+                    }
+                }
+            }
+        }
     }
 }

@@ -10,7 +10,8 @@ mod transpose;
 
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
 pub use transpose::{
-    peer_schedule, Chunk, DirectRoutes, Direction, Run, TransposeLayouts, TransposePlan,
+    peer_schedule, slice_box, slice_count, Chunk, DirectRoutes, Direction, Run, TransposeLayouts,
+    TransposePlan, MAX_SLICES, SLICE_BYTES,
 };
 
 use crate::geometry::{Axis, Box3, PencilInfo};

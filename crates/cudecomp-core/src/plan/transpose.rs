@@ -15,6 +15,42 @@ const MIN_DIRECT_RUN: i64 = 8;
 /// Staging is chosen when it divides the number of remote runs by more than this.
 const STAGE_FACTOR: usize = 8;
 
+/// Bytes per slice when stream-ordered pipelines cut chunks: below this, per-slice costs
+/// (an event, an NCCL group or a copy launch) start to show next to the transfer itself.
+pub const SLICE_BYTES: i64 = 32 << 20;
+
+/// Most slices one chunk is cut into (bounds the events each rank keeps per peer).
+pub const MAX_SLICES: usize = 8;
+
+/// Cuts `region`, packed in memory order `order`, into at most `n` boxes along its slowest
+/// axis that has more than one cell; each box is one dense run of the packed chunk and the
+/// boxes follow each other in memory. Empty regions have no slices.
+pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
+    if region.volume() <= 0 {
+        return Vec::new();
+    }
+    let Some(&g) = order.iter().rev().find(|&&g| region.len[g] > 1) else {
+        return vec![*region];
+    };
+    let len = region.len[g];
+    let n = (n.max(1) as i64).min(len);
+    (0..n)
+        .map(|i| {
+            let (a, b) = (len * i / n, len * (i + 1) / n);
+            let mut s = *region;
+            s.lo[g] += a;
+            s.len[g] = b - a;
+            s
+        })
+        .collect()
+}
+
+/// Number of slices for a chunk of `cells` elements of `elem` bytes, slices of about
+/// `slice_bytes` (the same on sender and receiver: it depends on the chunk alone).
+pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64) -> usize {
+    ((cells * elem as i64) / slice_bytes.max(1)).clamp(1, MAX_SLICES as i64) as usize
+}
+
 /// How the DIRECT backend moves each peer's chunk into the peer's array.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirectRoutes {
@@ -240,16 +276,45 @@ impl TransposePlan {
 
     /// Input → packed send slot of `peer` (send region at workspace offset 0).
     pub fn pack(&self, peer: usize) -> Copy3 {
-        let c = &self.sends[peer];
-        let dst = Layout::packed(&c.region, self.pack_order, c.offset);
-        Copy3::between(&c.region, &self.in_layout, &dst)
+        self.pack_part(peer, &self.sends[peer].region)
     }
 
     /// Packed receive slot of `peer` (at `base`) → output.
     pub fn unpack_from(&self, peer: usize, base: i64) -> Copy3 {
+        self.unpack_part(peer, base, &self.recvs[peer].region)
+    }
+
+    /// [`TransposePlan::pack`] restricted to `part` of the chunk (a slice).
+    pub fn pack_part(&self, peer: usize, part: &Box3) -> Copy3 {
+        let c = &self.sends[peer];
+        let dst = Layout::packed(&c.region, self.pack_order, c.offset);
+        Copy3::between(part, &self.in_layout, &dst)
+    }
+
+    /// [`TransposePlan::unpack_from`] restricted to `part` of the chunk (a slice).
+    pub fn unpack_part(&self, peer: usize, base: i64, part: &Box3) -> Copy3 {
         let c = &self.recvs[peer];
         let src = Layout::packed(&c.region, self.pack_order, base + c.offset);
-        Copy3::between(&c.region, &src, &self.out_layout)
+        Copy3::between(part, &src, &self.out_layout)
+    }
+
+    /// Slices of the chunk sent to `peer` (see [`slice_box`]).
+    pub fn send_slices(&self, peer: usize, elem: usize, slice_bytes: i64) -> Vec<Box3> {
+        let c = &self.sends[peer];
+        let n = slice_count(c.count, elem, slice_bytes);
+        slice_box(&c.region, self.pack_order, n)
+    }
+
+    /// Slices of the chunk received from `peer`: the sender's slices of the same chunk.
+    pub fn recv_slices(&self, peer: usize, elem: usize, slice_bytes: i64) -> Vec<Box3> {
+        let c = &self.recvs[peer];
+        let n = slice_count(c.count, elem, slice_bytes);
+        slice_box(&c.region, self.pack_order, n)
+    }
+
+    /// Element offset of `part` inside the packed chunk whose region is `region`.
+    pub fn packed_offset(&self, region: &Box3, part: &Box3) -> i64 {
+        Layout::packed(region, self.pack_order, 0).offset(part.lo)
     }
 
     /// This rank's own chunk, packed in the send region → output (in-place runs).
@@ -423,6 +488,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn slices_tile_the_packed_chunk_in_order() {
+        let g = grid([9, 10, 11], [2, 3], false);
+        for d in Direction::ALL {
+            for rank in 0..6 {
+                let p = TransposePlan::new(&g, rank, d, &TransposeLayouts::default()).unwrap();
+                for peer in 0..p.npeers() {
+                    let c = p.sends[peer];
+                    let parts = p.send_slices(peer, 8, 40);
+                    let mut next = 0;
+                    for part in &parts {
+                        assert_eq!(p.packed_offset(&c.region, part), next);
+                        next += part.volume();
+                    }
+                    assert_eq!(next, c.count);
+                    let want = slice_count(c.count, 8, 40).min(if c.count > 0 { 11 } else { 0 });
+                    assert!(parts.len() <= want.max(1));
+                    if c.count > 0 {
+                        assert!(parts.len() > 1 || slice_count(c.count, 8, 40) == 1);
+                    }
+                }
+            }
+        }
+        assert_eq!(slice_count(1, 16, SLICE_BYTES), 1);
+        assert_eq!(slice_count(1 << 30, 16, SLICE_BYTES), MAX_SLICES);
+        let one = Box3 {
+            lo: [3, 4, 5],
+            len: [1, 1, 1],
+        };
+        assert_eq!(slice_box(&one, [0, 1, 2], 4), vec![one]);
     }
 
     #[test]

@@ -1,0 +1,171 @@
+//! Stream-ordered slice exchanges for device transposes (see [`TransposeRun::sliced`]):
+//! the user's stream packs and unpacks while a second, library-owned stream moves slices,
+//! through NCCL or as copy-engine writes into peers' workspaces mapped by CUDA IPC.
+//!
+//! [`TransposeRun::sliced`]: crate::engine::transpose::TransposeRun::sliced
+
+use crate::comm::{post_pieces, Communicator, Transport, Way};
+use crate::cuda::ipc::IpcPeers;
+use crate::cuda::{copy_device, Event, OwnedStream, Stream};
+use crate::engine::transpose::{Piece, SliceExchange};
+use crate::plan::MAX_SLICES;
+use crate::{Error, Result};
+
+/// The second stream of a handle and the events that order it against the user's stream.
+pub struct Pipe {
+    side: OwnedStream,
+    /// Main → side: the unit's slices are packed (re-recorded per unit; each wait is
+    /// enqueued right after its record, so one event serves every unit).
+    ready: Event,
+    /// Side → main: every exchange of the operation is done.
+    fin: Event,
+    /// Side → main: unit `u` has arrived (waited on after all units are enqueued).
+    done: Vec<Event>,
+}
+
+impl Pipe {
+    /// Creates the stream and events in the bound context.
+    pub fn new() -> Result<Pipe> {
+        Ok(Pipe {
+            side: OwnedStream::new()?,
+            ready: Event::new(false)?,
+            fin: Event::new(false)?,
+            done: Vec::new(),
+        })
+    }
+
+    /// The library's stream.
+    pub fn side(&self) -> Stream {
+        self.side.stream()
+    }
+
+    /// Makes room for the units of a pipeline over `npeers` peers.
+    pub fn reserve(&mut self, npeers: usize) -> Result<()> {
+        let n = npeers * MAX_SLICES;
+        while self.done.len() < n {
+            self.done.push(Event::new(false)?);
+        }
+        Ok(())
+    }
+
+    fn ready(&self, main: Stream) -> Result<()> {
+        self.ready.record(main)?;
+        self.ready.wait_on(self.side())
+    }
+
+    fn finish(&self, main: Stream) -> Result<()> {
+        self.fin.record(self.side())?;
+        self.fin.wait_on(main)
+    }
+
+    fn done(&self, u: usize) -> Result<&Event> {
+        self.done
+            .get(u)
+            .ok_or_else(|| Error::Internal(format!("pipeline unit {u} has no event")))
+    }
+}
+
+/// Slices through a stream-ordered transport (NCCL) bound to the pipe's stream: one group
+/// per unit.
+pub struct TransportSlices<'a> {
+    pub transport: &'a dyn Transport,
+    pub pipe: &'a Pipe,
+    pub main: Stream,
+}
+
+impl SliceExchange for TransportSlices<'_> {
+    fn lands_in_output(&self) -> bool {
+        true
+    }
+
+    fn ready(&self, _u: usize) -> Result<()> {
+        self.pipe.ready(self.main)
+    }
+
+    fn exchange(&self, u: usize, _k: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
+        let mut reqs = Vec::new();
+        for (way, list) in [(Way::Receive, recvs), (Way::Send, sends)] {
+            for p in list {
+                // SAFETY: pieces lie in the operation's buffers, which the main stream
+                // keeps until `finish` has ordered it after this exchange.
+                unsafe { post_pieces(self.transport, way, p.ptr, p.len, p.peer, 0, &mut reqs)? };
+            }
+        }
+        self.transport.wait_all(&mut reqs)?;
+        self.pipe.done(u)?.record(self.pipe.side())
+    }
+
+    fn posted(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn arrived(&self, u: usize, _k: usize, _recvs: &[Piece]) -> Result<()> {
+        self.pipe.done(u)?.wait_on(self.main)
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.pipe.finish(self.main)
+    }
+}
+
+/// Slices copied by the copy engine straight into peers' workspaces (DIRECT backend),
+/// each followed by an interprocess event the receiver waits on.
+pub struct IpcSlices<'a> {
+    pub pipe: &'a Pipe,
+    pub main: Stream,
+    pub peers: &'a IpcPeers,
+    /// Handle rank of each peer of the plan's sub-communicator.
+    pub members: &'a [usize],
+    /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
+    pub slots: Vec<u64>,
+    /// The plan's sub-communicator (its barrier separates records from waits).
+    pub comm: &'a dyn Communicator,
+}
+
+impl SliceExchange for IpcSlices<'_> {
+    fn lands_in_output(&self) -> bool {
+        false
+    }
+
+    fn ready(&self, _u: usize) -> Result<()> {
+        self.pipe.ready(self.main)
+    }
+
+    fn exchange(&self, _u: usize, k: usize, sends: &[Piece], _recvs: &[Piece]) -> Result<()> {
+        for s in sends {
+            let r = self.members[s.peer];
+            let (base, len) = self
+                .peers
+                .peer(r)
+                .ok_or_else(|| Error::Internal("DIRECT: peer workspace not mapped".into()))?;
+            let at = self.slots[s.peer] + s.rel as u64;
+            if at + s.len as u64 > len {
+                return Err(Error::Internal(format!(
+                    "DIRECT: slice {at}+{} beyond rank {r}'s workspace of {len} bytes",
+                    s.len
+                )));
+            }
+            copy_device(base + at, s.ptr as u64, s.len, self.pipe.side())?;
+            self.peers.sent(r, k)?.record(self.pipe.side())?;
+        }
+        Ok(())
+    }
+
+    fn posted(&self) -> Result<()> {
+        // Peers have enqueued their records: waits enqueued from now on see them.
+        self.comm.barrier()
+    }
+
+    fn arrived(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<()> {
+        for r in recvs {
+            self.peers
+                .landed(self.members[r.peer], k)?
+                .wait_on(self.main)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.pipe.finish(self.main)
+    }
+}
