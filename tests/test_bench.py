@@ -7,6 +7,7 @@ import os
 
 from mpi4py import MPI
 
+import cudecomp
 from conftest import requires_data_path
 from cudecomp import bench
 
@@ -18,7 +19,7 @@ def test_bench_smoke(tmp_path: os.PathLike[str]) -> None:
     path = comm.bcast(str(tmp_path) if comm.rank == 0 else None)
     out = os.path.join(path, "rows.json")
     csv = os.path.join(path, "rows.csv")
-    args = ["--gdims", "8^3", "--dtypes", "f64", "--reps", "2", "--warmup", "1", "--quiet", "--json", out, "--csv", csv]
+    args = ["--gdims", "8^3", "--dtypes", "f64", "--reps", "2", "--warmup", "1", "--quiet", "--autotune", "--json", out, "--csv", csv]
     assert bench.main(args) == 0
     if comm.rank == 0:
         rows = json.load(open(out))["rows"]
@@ -26,4 +27,7 @@ def test_bench_smoke(tmp_path: os.PathLike[str]) -> None:
         assert {"xy", "yz", "zy", "yx", "halo"} <= ops
         assert all(r["ms"] > 0 for r in rows if not r["note"])
         assert open(csv).readline().startswith("op,")
+        tuned = [r for r in rows if r["op"] == "tune"]
+        assert len(tuned) == 1 and tuned[0]["pdims"][0] * tuned[0]["pdims"][1] == comm.size
+        assert tuned[0]["backend"] in {b.name for b in cudecomp.TransposeCommBackend}
     comm.Barrier()

@@ -323,6 +323,9 @@ def run(args: argparse.Namespace) -> list[Row]:
     total = len(args.gdims) * len(args.dtypes) * len(args.axis_contiguous) * len(backends) * max(1, len(grids))
     done = 0
     handle = cudecomp.Handle(comm)
+    if args.autotune:
+        for gdims in args.gdims:
+            rows += [autotune(handle, comm, gdims, d, bool(ac)) for d in args.dtypes for ac in args.axis_contiguous]
     for gdims in args.gdims:
         for pdims in grids:
             for dname in args.dtypes:
@@ -365,6 +368,35 @@ def run(args: argparse.Namespace) -> list[Row]:
     for r in rows:
         r.baseline = {**r.baseline, **{f"ceiling_{k}_gbps": v for k, v in ceil.items()}}
     return rows
+
+
+def autotune(handle: cudecomp.Handle, comm: MPI.Comm, gdims: tuple[int, int, int], dname: str, ac: bool) -> Row:
+    """Run the autotuner (process grid and transpose backend, all four transposes).
+
+    Returns its choice as a row whose ``ms`` is the wall time of the whole search.
+    """
+    opts = cudecomp.GridDescAutotuneOptions()
+    opts.dtype = DTYPES[dname]
+    opts.autotune_transpose_backend = True
+    cfg = config(gdims, (0, 0), TransposeCommBackend.MPI_P2P, ac)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    grid = handle.create_grid(cfg, opts)
+    took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    chosen = grid.config
+    row = Row(
+        "tune",
+        gdims,
+        (int(chosen.pdims[0]), int(chosen.pdims[1])),
+        TransposeCommBackend(int(chosen.transpose_comm_backend)).name,
+        dname,
+        ac,
+        ms=took * 1e3,
+        note=f"autotuner chose {TransposeCommBackend(int(chosen.transpose_comm_backend)).name} on "
+        f"{chosen.pdims[0]}x{chosen.pdims[1]}; search took {took:.2f} s",
+    )
+    grid.destroy()
+    return row
 
 
 def config(
@@ -579,6 +611,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--no-baselines", dest="baselines", action="store_false")
+    p.add_argument("--autotune", action="store_true", help="also run the autotuner (grid + backend) and report its choice")
     p.add_argument("--json", help="write rows as JSON")
     p.add_argument("--csv", help="write rows as CSV")
     p.add_argument("--plot", help="directory for PNG heatmaps and bandwidth plots")
