@@ -5,7 +5,7 @@
 //! `plan.recv_base`. Chunks are sent straight from the input / received straight into
 //! the output when the plan says they are dense there and aliasing allows it.
 
-use crate::comm::{pieces, post_pieces, Request, Transport, Way};
+use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::{Box3, TransposeBackend};
 use crate::mem::{Buf, Mover};
 use crate::plan::TransposePlan;
@@ -395,10 +395,10 @@ impl TransposeRun<'_> {
             sbuf.range(sd[p] as i64, sc[p] as i64)?;
             rbuf.range(rd[p] as i64, rc[p] as i64)?;
         }
-        let fits =
-            |v: &[usize], c: &[usize]| v.iter().zip(c).all(|(&d, &n)| d + n < i32::MAX as usize);
-        if !fits(&sd, &sc) || !fits(&rd, &rc) || sc.iter().chain(&rc).any(|&n| pieces(n) > 1) {
-            // Counts beyond MPI's int: the point-to-point path cuts messages into pieces.
+        if self.plan.max_member_elems * self.e() >= i32::MAX as i64 {
+            // Counts or displacements beyond MPI's int: the point-to-point path cuts
+            // messages into pieces. Decided from a bound every member shares: a rank that
+            // chose differently from its peers would wait in a collective forever.
             return self.p2p(comm);
         }
         for p in self.others() {

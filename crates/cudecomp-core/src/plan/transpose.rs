@@ -168,6 +168,9 @@ pub struct TransposePlan {
     /// Element offset, in each member's workspace, where this rank's chunk lands (its
     /// receive region plus the chunks of lower ranks): what a direct writer targets.
     pub peer_recv_offsets: Vec<i64>,
+    /// Largest input, output or workspace (elements) of any member: decisions that every
+    /// member must take alike (message counts fitting MPI's `int`) use this bound.
+    pub max_member_elems: i64,
     /// Routes of the DIRECT backend, worked out on first use.
     direct_routes: OnceLock<DirectRoutes>,
 }
@@ -235,6 +238,16 @@ impl TransposePlan {
                     .map(|i| Layout::of_pencil(&i))
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut max_member_elems = 0;
+        for &r in &members {
+            let size =
+                |axis: Axis, halo, pad| grid.pencil_info(axis as i64, r, halo, pad).map(|i| i.size);
+            let work = align(grid.owned_box(a, r).volume()) + grid.owned_box(b, r).volume();
+            max_member_elems = max_member_elems
+                .max(size(a, layouts.input_halo, layouts.input_padding)?)
+                .max(size(b, layouts.output_halo, layouts.output_padding)?)
+                .max(work);
+        }
         let peer_recv_offsets = members
             .iter()
             .map(|&r| {
@@ -265,6 +278,7 @@ impl TransposePlan {
             peer_outputs,
             out_order,
             peer_recv_offsets,
+            max_member_elems,
             direct_routes: OnceLock::new(),
         })
     }
@@ -482,6 +496,9 @@ mod tests {
                     for (j, &peer) in p.members.iter().enumerate() {
                         let q =
                             TransposePlan::new(&g, peer, d, &TransposeLayouts::default()).unwrap();
+                        // Every member takes the same MPI_A2A / point-to-point decision.
+                        assert_eq!(p.max_member_elems, q.max_member_elems);
+                        assert!(p.max_member_elems >= p.workspace_elems());
                         let (s, r) = (p.sends[j], q.recvs[p.me]);
                         assert_eq!((s.region, s.count), (r.region, r.count));
                     }
