@@ -20,7 +20,7 @@ const STAGE_FACTOR: usize = 8;
 pub const SLICE_BYTES: i64 = 32 << 20;
 
 /// Most slices one chunk is cut into (bounds the events each rank keeps per peer).
-pub const MAX_SLICES: usize = 8;
+pub const MAX_SLICES: usize = 16;
 
 /// Cuts `region`, packed in memory order `order`, into at most `n` boxes along its slowest
 /// axis that has more than one cell; each box is one dense run of the packed chunk and the
