@@ -430,10 +430,13 @@ pub fn autotune(
     let nccl = space == MemorySpace::Cuda
         && (o.autotune_transpose_backend || o.autotune_halo_backend)
         && handle.one_gpu_per_rank()?;
-    // DIRECT (host memory) only where every rank can write into every other.
-    let direct = space == MemorySpace::Host
-        && o.autotune_transpose_backend
-        && handle.direct_pids()?.is_some();
+    // DIRECT only where every rank can write into every other: cross-memory attach on
+    // the host, CUDA IPC (one node) on GPUs.
+    let direct = o.autotune_transpose_backend
+        && match space {
+            MemorySpace::Host => handle.direct_pids()?.is_some(),
+            MemorySpace::Cuda => handle.one_node()?,
+        };
     let mut chosen = cfg.clone();
     let transpose_first = !o.grid_mode_halo;
     let mut grid_fixed = !tune_grid;

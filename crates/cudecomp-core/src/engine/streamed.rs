@@ -78,6 +78,12 @@ impl SliceExchange for TransportSlices<'_> {
         true
     }
 
+    /// 8 × 512 MiB measured 14.9 ms and 16 × 256 MiB 17.5 ms for a 1024³ complex128 X→Y on
+    /// 2×H200 (NCCL's kernels share the SMs with the packing).
+    fn max_slices(&self) -> usize {
+        8
+    }
+
     fn ready(&self, _u: usize) -> Result<()> {
         self.pipe.ready(self.main)
     }
@@ -125,6 +131,10 @@ pub struct IpcSlices<'a> {
 impl SliceExchange for IpcSlices<'_> {
     fn lands_in_output(&self) -> bool {
         false
+    }
+
+    fn max_slices(&self) -> usize {
+        MAX_SLICES
     }
 
     fn ready(&self, _u: usize) -> Result<()> {

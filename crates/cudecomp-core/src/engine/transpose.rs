@@ -31,6 +31,8 @@ pub trait SliceExchange {
     /// True when incoming slices may land straight in the output array (false when peers
     /// can only address this rank's workspace).
     fn lands_in_output(&self) -> bool;
+    /// Most slices per chunk this exchange works best with (at most [`crate::plan::MAX_SLICES`]).
+    fn max_slices(&self) -> usize;
     /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
     fn ready(&self, u: usize) -> Result<()>;
     /// Enqueues unit `u` (slice number `slice` of each peer's chunk): `sends` leave this
@@ -321,10 +323,10 @@ impl TransposeRun<'_> {
         let recv_direct = plan.recv_into_output && !in_place && x.lands_in_output();
         let np = plan.npeers();
         let send_parts: Vec<Vec<Box3>> = (0..np)
-            .map(|p| plan.send_slices(p, self.elem, slice_bytes))
+            .map(|p| plan.send_slices(p, self.elem, slice_bytes, x.max_slices()))
             .collect();
         let recv_parts: Vec<Vec<Box3>> = (0..np)
-            .map(|p| plan.recv_slices(p, self.elem, slice_bytes))
+            .map(|p| plan.recv_slices(p, self.elem, slice_bytes, x.max_slices()))
             .collect();
         let units = self.units(per_peer, &send_parts, &recv_parts);
         let incoming = |pairs: &[(usize, usize)], k: usize| -> Result<Vec<Piece>> {
@@ -423,7 +425,7 @@ mod tests {
     use crate::comm::{mock, Communicator};
     use crate::geometry::{Grid, GridConfig};
     use crate::mem::HostMover;
-    use crate::plan::{Direction, Layout, TransposeLayouts};
+    use crate::plan::{Direction, Layout, TransposeLayouts, MAX_SLICES};
 
     /// Slices over a blocking transport: every unit is posted up front and completed in
     /// arrival order, as a stream-ordered exchange would deliver them.
@@ -436,6 +438,9 @@ mod tests {
     impl SliceExchange for Posted<'_> {
         fn lands_in_output(&self) -> bool {
             self.land_in_output
+        }
+        fn max_slices(&self) -> usize {
+            MAX_SLICES
         }
         fn ready(&self, _u: usize) -> Result<()> {
             Ok(())

@@ -46,9 +46,11 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
 }
 
 /// Number of slices for a chunk of `cells` elements of `elem` bytes, slices of about
-/// `slice_bytes` (the same on sender and receiver: it depends on the chunk alone).
-pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64) -> usize {
-    ((cells * elem as i64) / slice_bytes.max(1)).clamp(1, MAX_SLICES as i64) as usize
+/// `slice_bytes`, at most `max` (capped by [`MAX_SLICES`]); the same on sender and
+/// receiver: it depends on the chunk alone.
+pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64, max: usize) -> usize {
+    let max = max.clamp(1, MAX_SLICES) as i64;
+    ((cells * elem as i64) / slice_bytes.max(1)).clamp(1, max) as usize
 }
 
 /// How the DIRECT backend moves each peer's chunk into the peer's array.
@@ -313,16 +315,16 @@ impl TransposePlan {
     }
 
     /// Slices of the chunk sent to `peer` (see [`slice_box`]).
-    pub fn send_slices(&self, peer: usize, elem: usize, slice_bytes: i64) -> Vec<Box3> {
+    pub fn send_slices(&self, peer: usize, elem: usize, slice_bytes: i64, max: usize) -> Vec<Box3> {
         let c = &self.sends[peer];
-        let n = slice_count(c.count, elem, slice_bytes);
+        let n = slice_count(c.count, elem, slice_bytes, max);
         slice_box(&c.region, self.pack_order, n)
     }
 
     /// Slices of the chunk received from `peer`: the sender's slices of the same chunk.
-    pub fn recv_slices(&self, peer: usize, elem: usize, slice_bytes: i64) -> Vec<Box3> {
+    pub fn recv_slices(&self, peer: usize, elem: usize, slice_bytes: i64, max: usize) -> Vec<Box3> {
         let c = &self.recvs[peer];
-        let n = slice_count(c.count, elem, slice_bytes);
+        let n = slice_count(c.count, elem, slice_bytes, max);
         slice_box(&c.region, self.pack_order, n)
     }
 
@@ -515,23 +517,31 @@ mod tests {
                 let p = TransposePlan::new(&g, rank, d, &TransposeLayouts::default()).unwrap();
                 for peer in 0..p.npeers() {
                     let c = p.sends[peer];
-                    let parts = p.send_slices(peer, 8, 40);
+                    let parts = p.send_slices(peer, 8, 40, MAX_SLICES);
                     let mut next = 0;
                     for part in &parts {
                         assert_eq!(p.packed_offset(&c.region, part), next);
                         next += part.volume();
                     }
                     assert_eq!(next, c.count);
-                    let want = slice_count(c.count, 8, 40).min(if c.count > 0 { 11 } else { 0 });
+                    let want = slice_count(c.count, 8, 40, MAX_SLICES).min(if c.count > 0 {
+                        11
+                    } else {
+                        0
+                    });
                     assert!(parts.len() <= want.max(1));
                     if c.count > 0 {
-                        assert!(parts.len() > 1 || slice_count(c.count, 8, 40) == 1);
+                        assert!(parts.len() > 1 || slice_count(c.count, 8, 40, MAX_SLICES) == 1);
                     }
                 }
             }
         }
-        assert_eq!(slice_count(1, 16, SLICE_BYTES), 1);
-        assert_eq!(slice_count(1 << 30, 16, SLICE_BYTES), MAX_SLICES);
+        assert_eq!(slice_count(1, 16, SLICE_BYTES, MAX_SLICES), 1);
+        assert_eq!(
+            slice_count(1 << 30, 16, SLICE_BYTES, MAX_SLICES),
+            MAX_SLICES
+        );
+        assert_eq!(slice_count(1 << 30, 16, SLICE_BYTES, 8), 8);
         let one = Box3 {
             lo: [3, 4, 5],
             len: [1, 1, 1],
