@@ -430,11 +430,11 @@ pub fn autotune(
     let nccl = space == MemorySpace::Cuda
         && (o.autotune_transpose_backend || o.autotune_halo_backend)
         && handle.one_gpu_per_rank()?;
-    // DIRECT only where every rank can write into every other: cross-memory attach on
+    // DIRECT only where every rank can write into every other: node-shared memory on
     // the host, CUDA IPC (one node) on GPUs.
     let direct = o.autotune_transpose_backend
         && match space {
-            MemorySpace::Host => handle.direct_pids()?.is_some(),
+            MemorySpace::Host => handle.host_direct_ok()?,
             MemorySpace::Cuda => handle.one_node()?,
         };
     let mut chosen = cfg.clone();

@@ -12,11 +12,12 @@ use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
-use crate::engine::direct::{allow_peer_writes, DirectRun};
+use crate::engine::direct::SharedSlices;
 use crate::engine::halo::HaloRun;
 use crate::engine::streamed::{IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
+use crate::mem::shm::SharedWorkspaces;
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{triple, Clock, PerfReport, PerfSettings, SampleKey, TimedTransport};
 use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan, SLICE_BYTES};
@@ -34,6 +35,8 @@ pub struct Workspace {
     staging: Option<PinnedAlloc>,
     /// Peers' device workspaces mapped for the DIRECT backend.
     ipc: IpcPeers,
+    /// Node-shared host workspaces of the DIRECT backend (this rank's and its peers').
+    shared: SharedWorkspaces,
 }
 
 impl Workspace {
@@ -186,9 +189,9 @@ struct Shared {
     workspace: Mutex<Workspace>,
     col_major_default: bool,
     cuda: Option<CudaState>,
-    /// Process ids by rank when every rank may write into every other (DIRECT backend);
+    /// Whether every rank can map every other's shared memory (host DIRECT backend);
     /// probed collectively on first need.
-    direct: Mutex<Option<Option<Arc<Vec<i32>>>>>,
+    direct: Mutex<Option<bool>>,
 }
 
 /// A library handle bound to a (private duplicate of a) communicator.
@@ -250,46 +253,46 @@ impl Handle {
         Ok(all.iter().all(|h| *h == host.as_bytes()))
     }
 
-    /// Collective: the process id of every rank when all ranks share one node and may
-    /// write into each other's memory (checked by a probe write), else `None`.
-    pub fn direct_pids(&self) -> Result<Option<Arc<Vec<i32>>>> {
+    /// Collective: true when all ranks share one node and each can write into every
+    /// other's shared memory (checked by a probe write through a small shared workspace).
+    pub fn host_direct_ok(&self) -> Result<bool> {
         let mut cached = lock(&self.shared.direct);
-        if let Some(c) = cached.as_ref() {
-            return Ok(c.clone());
+        if let Some(c) = *cached {
+            return Ok(c);
         }
-        allow_peer_writes();
-        let n = self.nranks();
-        // Written by peers through the kernel, behind the compiler's back: read volatile.
-        let mut probe = vec![0u64; n];
-        let host = self.comm().host_name()?;
-        let mut mine = (std::process::id() as u64).to_le_bytes().to_vec();
-        mine.extend((probe.as_mut_ptr() as u64).to_le_bytes());
-        mine.extend(host.as_bytes());
-        let all = allgather_bytes(self.comm(), &mine)?;
-        let word =
-            |v: &[u8], i: usize| u64::from_le_bytes(v[i..i + 8].try_into().unwrap_or([0; 8]));
-        let one_node = all
-            .iter()
-            .all(|v| v.len() >= 16 && v[16..] == *host.as_bytes());
-        let pids: Vec<i32> = all.iter().map(|v| word(v, 0) as i32).collect();
-        let mut ok = one_node;
-        if one_node {
-            let me = self.rank();
-            let stamp = [me as u64 + 1];
-            for (r, v) in all.iter().enumerate() {
-                let at = word(v, 8) + 8 * me as u64;
-                ok &= probe_write(pids[r], &stamp, at);
+        let ok = self.one_node()? && self.probe_shared()?;
+        *cached = Some(ok);
+        Ok(ok)
+    }
+
+    /// Collective: every rank stamps its rank into every peer's probe workspace; true
+    /// when every stamp arrived everywhere.
+    fn probe_shared(&self) -> Result<bool> {
+        let (n, me) = (self.nranks(), self.rank());
+        let mut probe = SharedWorkspaces::default();
+        let mine = match probe.exchange(self.comm(), 8 * n) {
+            Ok(b) => b,
+            Err(Error::NotSupported(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        for r in (0..n).filter(|&r| r != me) {
+            if let Some(peer) = probe.peer(r) {
+                let stamp = (me as u64 + 1).to_le_bytes();
+                let at = peer.range(8 * me as i64, 8)?;
+                // SAFETY: inside rank r's mapped probe workspace; only this rank writes there.
+                unsafe { std::ptr::copy_nonoverlapping(stamp.as_ptr(), at, 8) };
             }
         }
         self.comm().barrier()?;
-        ok &= probe.iter().enumerate().all(|(r, v)| {
-            // SAFETY: `v` points into the live probe vector.
-            unsafe { std::ptr::read_volatile(v) == r as u64 + 1 }
-        });
+        let mut ok = true;
+        for r in (0..n).filter(|&r| r != me) {
+            let at = mine.range(8 * r as i64, 8)?;
+            // SAFETY: inside this rank's probe workspace, written by rank r before the barrier.
+            let v = unsafe { std::ptr::read_volatile(at.cast::<[u8; 8]>()) };
+            ok &= u64::from_le_bytes(v) == r as u64 + 1;
+        }
         let flags = allgather_u64(self.comm(), u64::from(ok))?;
-        let result = flags.iter().all(|&f| f == 1).then(|| Arc::new(pids));
-        *cached = Some(result.clone());
-        Ok(result)
+        Ok(flags.iter().all(|&f| f == 1))
     }
 
     /// Whether `RANK_ORDER_DEFAULT` resolves to column-major (deprecated environment switch).
@@ -410,8 +413,8 @@ impl Handle {
                 if !self.one_node()? {
                     unsupported!("transpose_comm_backend DIRECT needs every rank's GPU in one node (CUDA IPC)");
                 }
-            } else if self.direct_pids()?.is_none() {
-                unsupported!("transpose_comm_backend DIRECT needs every rank on one node with cross-memory attach permitted (kernel.yama.ptrace_scope <= 1)");
+            } else if !self.host_direct_ok()? {
+                unsupported!("transpose_comm_backend DIRECT needs every rank on one node, sharing memory through /dev/shm");
             }
         }
         if space == MemorySpace::Host {
@@ -616,6 +619,35 @@ impl GridDesc {
     ) -> Result<()> {
         let (plan, elem) = self.sized_transpose_plan(direction, layouts, dtype, input, output)?;
         let mut ws = self.handle.lock_workspace();
+        let key = || transpose_key(direction, layouts, dtype, input.ptr() == output.ptr());
+        let bytes = (plan.input.interior().volume() as usize * elem) as f64;
+        let sub = self.subcomm(direction.comm());
+        if self.grid.transpose_backend == TransposeBackend::Direct {
+            // Always the handle's shared workspace: peers write into it.
+            let need = self.grid.transpose_workspace_size() as usize * elem;
+            let work = ws.shared.exchange(self.handle.comm(), need)?;
+            let run = TransposeRun {
+                plan: &plan,
+                backend: TransposeBackend::Direct,
+                elem,
+                mover: &HostMover,
+                input,
+                output,
+                work,
+            };
+            let x = SharedSlices {
+                workspaces: &ws.shared,
+                members: &plan.members,
+                comm: sub,
+            };
+            return self.reported(&Clock::Host, sub, &key, bytes, |t| {
+                if plan.npeers() > 1 {
+                    run.sliced(&x, i64::MAX, false)
+                } else {
+                    run.run(t)
+                }
+            });
+        }
         let work = choose_work(
             work,
             self.grid.transpose_workspace_size(),
@@ -623,25 +655,6 @@ impl GridDesc {
             "get_transpose_workspace_size()",
             |n| Ok(ws.get(n)),
         )?;
-        let key = || transpose_key(direction, layouts, dtype, input.ptr() == output.ptr());
-        let bytes = (plan.input.interior().volume() as usize * elem) as f64;
-        let sub = self.subcomm(direction.comm());
-        if self.grid.transpose_backend == TransposeBackend::Direct {
-            let all = self
-                .handle
-                .direct_pids()?
-                .ok_or_else(|| Error::Internal("DIRECT backend without peer process ids".into()))?;
-            let pids: Vec<i32> = plan.members.iter().map(|&r| all[r]).collect();
-            let run = DirectRun {
-                plan: &plan,
-                elem,
-                mover: &HostMover,
-                input,
-                output,
-                work,
-            };
-            return self.reported(&Clock::Host, sub, &key, bytes, |_| run.run(sub, &pids));
-        }
         let run = TransposeRun {
             plan: &plan,
             backend: self.grid.transpose_backend,
@@ -992,22 +1005,6 @@ impl GridDesc {
         }
         Ok(())
     }
-}
-
-/// Writes `words` into process `pid` at `addr`; false when the kernel refuses.
-fn probe_write(pid: i32, words: &[u64], addr: u64) -> bool {
-    let local = libc::iovec {
-        iov_base: words.as_ptr() as *mut std::ffi::c_void,
-        iov_len: std::mem::size_of_val(words),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as usize as *mut std::ffi::c_void,
-        iov_len: std::mem::size_of_val(words),
-    };
-    // SAFETY: the local iovec covers `words`; the remote one a probe array the peer keeps
-    // alive until the barrier that follows all probe writes.
-    let done = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-    done == local.iov_len as isize
 }
 
 /// How a device operation exchanges data.

@@ -31,6 +31,11 @@ pub trait SliceExchange {
     /// True when incoming slices may land straight in the output array (false when peers
     /// can only address this rank's workspace).
     fn lands_in_output(&self) -> bool;
+    /// The peer's workspace when this rank can write into it directly: slices for `peer`
+    /// are then packed straight into their slot there (no send, no separate copy).
+    fn pack_into(&self, _peer: usize) -> Option<Buf> {
+        None
+    }
     /// Most slices per chunk this exchange works best with (at most [`crate::plan::MAX_SLICES`]).
     fn max_slices(&self) -> usize;
     /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
@@ -343,6 +348,11 @@ impl TransposeRun<'_> {
             let mut sends = Vec::new();
             for &(to, _) in pairs {
                 if let Some(b) = send_parts[to].get(*k) {
+                    if let Some(peer) = x.pack_into(to) {
+                        let c = plan.pack_into_peer(to, b);
+                        self.mover.copy(self.elem, self.input, peer, &c)?;
+                        continue;
+                    }
                     if !send_direct {
                         self.mover.copy(
                             self.elem,

@@ -2,6 +2,7 @@
 //! memory that Python (NumPy, CuPy, ...) or the handle's workspace owns.
 
 pub mod host;
+pub mod shm;
 
 use crate::plan::Copy3;
 use crate::{Error, Result};

@@ -388,11 +388,12 @@ impl TransposePlan {
         Copy3::between(&c.region, &staged, &self.peer_outputs[peer])
     }
 
-    /// Input → `peer`'s receive slot for this rank, packed, in the peer's workspace.
-    pub fn pack_into_peer(&self, peer: usize) -> Copy3 {
+    /// `part` of the chunk for `peer`: input → this rank's receive slot, packed, in the
+    /// peer's workspace.
+    pub fn pack_into_peer(&self, peer: usize, part: &Box3) -> Copy3 {
         let c = &self.sends[peer];
         let dst = Layout::packed(&c.region, self.pack_order, self.peer_recv_offsets[peer]);
-        Copy3::between(&c.region, &self.in_layout, &dst)
+        Copy3::between(part, &self.in_layout, &dst)
     }
 
     /// This rank's own staged chunk → output (in-place direct runs).
