@@ -12,7 +12,7 @@ use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
-use crate::engine::direct::SharedSlices;
+use crate::engine::direct::{SharedSlices, HOST_SLICE_BYTES};
 use crate::engine::halo::HaloRun;
 use crate::engine::streamed::{IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
@@ -638,11 +638,11 @@ impl GridDesc {
             let x = SharedSlices {
                 workspaces: &ws.shared,
                 members: &plan.members,
-                comm: sub,
+                rank: self.rank,
             };
             return self.reported(&Clock::Host, sub, &key, bytes, |t| {
                 if plan.npeers() > 1 {
-                    run.sliced(&x, i64::MAX, false)
+                    run.sliced(&x, HOST_SLICE_BYTES, false)
                 } else {
                     run.run(t)
                 }

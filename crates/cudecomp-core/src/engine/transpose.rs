@@ -36,6 +36,11 @@ pub trait SliceExchange {
     fn pack_into(&self, _peer: usize) -> Option<Buf> {
         None
     }
+    /// Units packed ahead of the first wait for an arrival (`usize::MAX`: pack all first,
+    /// as stream-ordered exchanges need so that packing never queues behind a wait).
+    fn lag(&self) -> usize {
+        usize::MAX
+    }
     /// Most slices per chunk this exchange works best with (at most [`crate::plan::MAX_SLICES`]).
     fn max_slices(&self) -> usize;
     /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
@@ -317,10 +322,12 @@ impl TransposeRun<'_> {
         })
     }
 
-    /// Runs the transpose as a pipeline of slices of at most about `slice_bytes`: the main
-    /// stream packs slice after slice while `x` moves earlier ones, then copies this rank's
-    /// own cells, then unpacks slices in arrival order. In-place runs pack everything
-    /// (their own chunk included) before anything is unpacked into the shared buffer.
+    /// Runs the transpose as a pipeline of slices of at most about `slice_bytes`: slice
+    /// after slice is packed (into the workspace, or straight into the peer's when the
+    /// exchange can address it) and handed to `x`; this rank's own cells are copied just
+    /// before the first wait for an arrival; arrived slices are unpacked in order, starting
+    /// once `x.lag()` units are ahead. In-place runs pack everything (their own chunk
+    /// included) before anything is unpacked into the shared buffer.
     pub fn sliced(&self, x: &dyn SliceExchange, slice_bytes: i64, per_peer: bool) -> Result<()> {
         let plan = self.plan;
         let in_place = self.in_place();
@@ -334,12 +341,41 @@ impl TransposeRun<'_> {
             .map(|p| plan.recv_slices(p, self.elem, slice_bytes, x.max_slices()))
             .collect();
         let units = self.units(per_peer, &send_parts, &recv_parts);
+        let lag = if in_place { usize::MAX } else { x.lag().max(1) };
         let incoming = |pairs: &[(usize, usize)], k: usize| -> Result<Vec<Piece>> {
             pairs
                 .iter()
                 .filter_map(|&(_, from)| recv_parts[from].get(k).map(|b| (from, b)))
                 .map(|(from, b)| self.piece(Way::Receive, from, b, recv_direct))
                 .collect()
+        };
+        // Stream-ordered exchanges (everything packed first) copy this rank's own cells
+        // while the slices travel; host ones do it last, after the hot slices are unpacked.
+        let own_first = lag == usize::MAX && !in_place;
+        let mut unpacked = 0;
+        // Waits for and unpacks units up to (excluding) `upto`; the first call tells the
+        // exchange that the packing side is posted.
+        let mut drain = |upto: usize| -> Result<()> {
+            if unpacked == 0 && upto > 0 {
+                if own_first {
+                    self.self_before()?;
+                }
+                x.posted()?;
+            }
+            while unpacked < upto {
+                let (pairs, k) = &units[unpacked];
+                let recvs = incoming(pairs, *k)?;
+                x.arrived(unpacked, *k, &recvs)?;
+                if !recv_direct {
+                    for r in &recvs {
+                        let part = &recv_parts[r.peer][*k];
+                        let c = plan.unpack_part(r.peer, plan.recv_base, part);
+                        self.mover.copy(self.elem, self.work, self.output, &c)?;
+                    }
+                }
+                unpacked += 1;
+            }
+            Ok(())
         };
         if in_place {
             self.self_before()?;
@@ -348,46 +384,59 @@ impl TransposeRun<'_> {
             let mut sends = Vec::new();
             for &(to, _) in pairs {
                 if let Some(b) = send_parts[to].get(*k) {
-                    if let Some(peer) = x.pack_into(to) {
-                        let c = plan.pack_into_peer(to, b);
-                        self.mover.copy(self.elem, self.input, peer, &c)?;
-                        continue;
-                    }
-                    if !send_direct {
-                        self.mover.copy(
-                            self.elem,
-                            self.input,
-                            self.work,
-                            &plan.pack_part(to, b),
-                        )?;
-                    }
-                    sends.push(self.piece(Way::Send, to, b, send_direct)?);
+                    sends.push(self.pack_slice(x, to, b, send_direct)?);
                 }
             }
             x.ready(u)?;
             x.exchange(u, *k, &sends, &incoming(pairs, *k)?)?;
-        }
-        if !in_place {
-            self.self_before()?;
-        }
-        x.posted()?;
-        for (u, (pairs, k)) in units.iter().enumerate() {
-            let recvs = incoming(pairs, *k)?;
-            x.arrived(u, *k, &recvs)?;
-            if !recv_direct {
-                for r in &recvs {
-                    let part = &recv_parts[r.peer][*k];
-                    self.mover.copy(
-                        self.elem,
-                        self.work,
-                        self.output,
-                        &plan.unpack_part(r.peer, plan.recv_base, part),
-                    )?;
-                }
+            if u + 1 >= lag {
+                drain(u + 1 - lag + 1)?;
             }
         }
+        if units.is_empty() {
+            x.posted()?;
+        }
+        drain(units.len())?;
         x.finish()?;
+        if !in_place && (!own_first || units.is_empty()) {
+            self.self_before()?;
+        }
         self.self_after()
+    }
+
+    /// Packs slice `part` of `peer`'s chunk (straight into the peer's workspace when the
+    /// exchange can address it, else into this rank's unless sent from the input) and
+    /// returns the piece that leaves this rank.
+    fn pack_slice(
+        &self,
+        x: &dyn SliceExchange,
+        peer: usize,
+        part: &Box3,
+        send_direct: bool,
+    ) -> Result<Piece> {
+        let plan = self.plan;
+        if let Some(far) = x.pack_into(peer) {
+            self.mover
+                .copy(self.elem, self.input, far, &plan.pack_into_peer(peer, part))?;
+            let rel = plan.packed_offset(&plan.sends[peer].region, part);
+            let len = part.volume() * self.e();
+            let at = (plan.peer_recv_offsets[peer] + rel) * self.e();
+            return Ok(Piece {
+                peer,
+                ptr: far.range(at, len)?,
+                len: len as usize,
+                rel: (rel * self.e()) as usize,
+            });
+        }
+        if !send_direct {
+            self.mover.copy(
+                self.elem,
+                self.input,
+                self.work,
+                &plan.pack_part(peer, part),
+            )?;
+        }
+        self.piece(Way::Send, peer, part, send_direct)
     }
 
     fn alltoallv(&self, comm: &dyn Transport) -> Result<()> {
@@ -443,6 +492,7 @@ mod tests {
         t: &'a dyn Transport,
         reqs: RefCell<Vec<Vec<Request>>>,
         land_in_output: bool,
+        lag: usize,
     }
 
     impl SliceExchange for Posted<'_> {
@@ -451,6 +501,9 @@ mod tests {
         }
         fn max_slices(&self) -> usize {
             MAX_SLICES
+        }
+        fn lag(&self) -> usize {
+            self.lag
         }
         fn ready(&self, _u: usize) -> Result<()> {
             Ok(())
@@ -501,7 +554,14 @@ mod tests {
         unsafe { Buf::new(v.as_mut_ptr().cast(), v.len() * 8) }
     }
 
-    fn sliced_case(pdims: [i32; 2], contiguous: bool, in_place: bool, per_peer: bool, land: bool) {
+    fn sliced_case(
+        pdims: [i32; 2],
+        contiguous: bool,
+        in_place: bool,
+        per_peer: bool,
+        land: bool,
+        lag: usize,
+    ) {
         let n = (pdims[0] * pdims[1]) as usize;
         mock::run(n, |c: &dyn Communicator| {
             let cfg = GridConfig {
@@ -545,6 +605,7 @@ mod tests {
                     t: sub.as_ref(),
                     reqs: RefCell::new(Vec::new()),
                     land_in_output: land,
+                    lag,
                 };
                 run.sliced(&x, 24, per_peer).unwrap();
                 let got = if in_place {
@@ -564,7 +625,9 @@ mod tests {
             for contiguous in [false, true] {
                 for in_place in [false, true] {
                     for per_peer in [false, true] {
-                        sliced_case(pdims, contiguous, in_place, per_peer, !per_peer);
+                        for lag in [1, 2, usize::MAX] {
+                            sliced_case(pdims, contiguous, in_place, per_peer, !per_peer, lag);
+                        }
                     }
                 }
             }

@@ -99,11 +99,18 @@ fn unlink(name: &str) {
     }
 }
 
-/// This rank's shared workspace and the mapped workspaces of its peers.
+/// Bytes per signal slot (a cache line each, so writers never share one).
+const SLOT: usize = 64;
+
+/// This rank's shared workspace and the mapped workspaces of its peers. Each workspace
+/// ends with one signal slot per rank of the group: rank `w` stores into slot `w` of a
+/// peer's workspace what it has delivered there.
 #[derive(Default)]
 pub struct SharedWorkspaces {
     own: Option<(String, Mapping)>,
     peers: Vec<Option<(String, Mapping)>>,
+    ranks: usize,
+    ops: u64,
 }
 
 impl SharedWorkspaces {
@@ -114,6 +121,9 @@ impl SharedWorkspaces {
     pub fn exchange(&mut self, comm: &dyn Communicator, bytes: usize) -> Result<Buf> {
         let mut failure = None;
         let mut fresh = false;
+        self.ranks = comm.size();
+        self.ops += 1;
+        let bytes = bytes.div_ceil(SLOT) * SLOT + SLOT * self.ranks;
         if self.own.as_ref().is_none_or(|(_, m)| m.len < bytes) {
             let name = format!(
                 "/cudecomp-{}-{}",
@@ -181,15 +191,38 @@ impl SharedWorkspaces {
             .own
             .as_ref()
             .ok_or_else(|| Error::Internal("shared workspace missing".into()))?;
-        // SAFETY: the mapping is owned here and outlives the operation holding the lock.
-        Ok(unsafe { Buf::new(m.ptr, m.len) })
+        // SAFETY: the mapping is owned here and outlives the operation holding the lock;
+        // the signal slots at its end are left out.
+        Ok(unsafe { Buf::new(m.ptr, m.len - SLOT * self.ranks) })
     }
 
-    /// Rank `r`'s workspace as mapped here (after `exchange`).
+    /// Number of the current operation (counts `exchange` calls, which every rank makes
+    /// alike): signals carry it so that a stale value from an earlier operation never
+    /// reads as a delivery.
+    pub fn op(&self) -> u64 {
+        self.ops
+    }
+
+    /// Slot `writer` of rank `r`'s workspace (this rank's own when `r` is this rank).
+    pub fn signal(&self, r: usize, writer: usize) -> Option<&AtomicU64> {
+        let m = match self.peers.get(r).and_then(|p| p.as_ref()) {
+            Some((_, m)) => m,
+            None => &self.own.as_ref()?.1,
+        };
+        if writer >= self.ranks || m.len < SLOT * self.ranks {
+            return None;
+        }
+        let at = m.len - SLOT * (self.ranks - writer);
+        // SAFETY: inside the mapping, 64-byte aligned (lengths are multiples of SLOT and
+        // mappings page-aligned); every access to the slot is atomic.
+        Some(unsafe { &*(m.ptr.add(at) as *const AtomicU64) })
+    }
+
+    /// Rank `r`'s workspace as mapped here (after `exchange`), signal slots left out.
     pub fn peer(&self, r: usize) -> Option<Buf> {
         let (_, m) = self.peers.get(r)?.as_ref()?;
         // SAFETY: the mapping lives as long as `self`; peers order their use of it with
-        // the operation's barriers.
-        Some(unsafe { Buf::new(m.ptr, m.len) })
+        // the operation's barrier and signals.
+        Some(unsafe { Buf::new(m.ptr, m.len.checked_sub(SLOT * self.ranks)?) })
     }
 }

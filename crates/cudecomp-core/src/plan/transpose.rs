@@ -19,7 +19,7 @@ const STAGE_FACTOR: usize = 8;
 /// (an event, an NCCL group or a copy launch) start to show next to the transfer itself.
 pub const SLICE_BYTES: i64 = 32 << 20;
 
-/// Most slices one chunk is cut into (bounds the events each rank keeps per peer).
+/// Most slices one chunk is cut into on GPUs (bounds the events each rank keeps per peer).
 pub const MAX_SLICES: usize = 16;
 
 /// Cuts `region`, packed in memory order `order`, into at most `n` boxes along its slowest
@@ -46,10 +46,10 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
 }
 
 /// Number of slices for a chunk of `cells` elements of `elem` bytes, slices of about
-/// `slice_bytes`, at most `max` (capped by [`MAX_SLICES`]); the same on sender and
-/// receiver: it depends on the chunk alone.
+/// `slice_bytes`, at most `max`; the same on sender and receiver: it depends on the chunk
+/// alone.
 pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64, max: usize) -> usize {
-    let max = max.clamp(1, MAX_SLICES) as i64;
+    let max = max.max(1) as i64;
     ((cells * elem as i64) / slice_bytes.max(1)).clamp(1, max) as usize
 }
 
