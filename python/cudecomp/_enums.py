@@ -34,8 +34,9 @@ class TransposeCommBackend(enum.IntEnum):
     NVSHMEM = 6
     NVSHMEM_PL = 7
     NVSHMEM_SM = 8
-    #: Beyond upstream: ranks of one node write their chunks straight into each other's
-    #: output arrays (CPU variant: cross-memory attach; one copy, no MPI data movement).
+    #: Beyond upstream: ranks of one node pack their chunks straight into each other's
+    #: workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine), pipelined
+    #: in slices, with no MPI or NCCL data movement.
     DIRECT = 9
 
 

@@ -20,8 +20,9 @@ pub enum TransposeBackend {
     Nvshmem = 6,
     NvshmemPl = 7,
     NvshmemSm = 8,
-    /// Beyond upstream: ranks on one node write their chunks straight into each other's
-    /// output arrays (CPU: `process_vm_writev`), one copy and no MPI data movement.
+    /// Beyond upstream: ranks on one node pack their chunks straight into each other's
+    /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine), with no
+    /// MPI or NCCL data movement.
     Direct = 9,
 }
 
