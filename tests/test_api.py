@@ -384,6 +384,25 @@ def test_autotune_filter_errors(handle: cudecomp.Handle, monkeypatch: pytest.Mon
     still_works(handle)
 
 
+@pytest.mark.parametrize("value", ["0", "-4096", "32MiB", ""])
+def test_pipeline_slice_bytes_errors(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", value)
+    with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_PIPELINE_SLICE_BYTES"):
+        handle.create_grid(base_config())
+    monkeypatch.delenv("CUDECOMP_PIPELINE_SLICE_BYTES")
+    still_works(handle)
+
+
+@pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
+@pytest.mark.parametrize("other", ["65536", "bogus"])
+def test_pipeline_slice_bytes_must_agree(handle: cudecomp.Handle, comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+    monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", other if comm.rank == 1 else "4096")
+    with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
+        handle.create_grid(base_config())
+    monkeypatch.delenv("CUDECOMP_PIPELINE_SLICE_BYTES")
+    still_works(handle)
+
+
 def test_autotune_no_valid_grid(handle: cudecomp.Handle) -> None:
     if NRANKS == 1:
         pytest.skip("one rank always has a valid grid")

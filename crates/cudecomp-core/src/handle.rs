@@ -386,8 +386,12 @@ impl Handle {
     /// with its row and column communicators.
     pub fn create_grid(&self, cfg: &GridConfig, space: MemorySpace) -> Result<GridDesc> {
         self.check_agreement("grid configuration", &cfg.to_bytes())?;
-        let slice_bytes = slice_bytes_from_env()?;
-        self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &slice_bytes.to_le_bytes())?;
+        // Agreed on before a bad value raises, so that a rank alone with a typo does not
+        // leave the others waiting in the collective.
+        let slice_bytes = slice_bytes_from_env();
+        let token = slice_bytes.as_ref().map_or(-1, |&b| b);
+        self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &token.to_le_bytes())?;
+        let slice_bytes = slice_bytes?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
         let nvshmem = matches!(
             grid.transpose_backend,

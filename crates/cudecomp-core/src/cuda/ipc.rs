@@ -50,7 +50,11 @@ impl IpcPeers {
         let mut mine: Vec<u8> = handle.reserved.iter().map(|&c| c as u8).collect();
         mine.extend(ptr.to_le_bytes());
         mine.extend(len.to_le_bytes());
-        let all = allgather_bytes(comm, &mine)?;
+        // Fixed-size records: one gather (this is also the start barrier of every DIRECT
+        // transpose).
+        let mut all = vec![0u8; RECORD * comm.size()];
+        comm.allgather(&mine, &mut all)?;
+        let all: Vec<&[u8]> = all.chunks_exact(RECORD).collect();
         self.peers.resize_with(all.len(), || None);
         for (r, rec) in all.iter().enumerate() {
             if r == comm.rank() {
