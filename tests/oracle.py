@@ -67,7 +67,7 @@ _DIRECT: list[bool] = []
 
 def direct_usable() -> bool:
     """Collective (first call): whether the DIRECT backend works here (one node; CPU variant:
-    cross-memory attach permitted; GPU variant: a GPU)."""
+    node-shared memory; GPU variant: a GPU)."""
     from mpi4py import MPI
 
     if not _DIRECT:

@@ -643,14 +643,23 @@ impl GridDesc {
                 workspaces: &ws.shared,
                 members: &plan.members,
                 rank: self.rank,
+                waited_ms: Cell::new(0.0),
             };
-            return self.reported(&Clock::Host, sub, &key, bytes, |t| {
-                if plan.npeers() > 1 {
-                    run.sliced(&x, HOST_SLICE_BYTES, false)
-                } else {
-                    run.run(t)
-                }
-            });
+            let waited = || Ok(x.waited_ms.get());
+            return self.reported(
+                &Clock::Host,
+                sub,
+                &key,
+                bytes,
+                CommTime::Own(&waited),
+                |t| {
+                    if plan.npeers() > 1 {
+                        run.sliced(&x, HOST_SLICE_BYTES, false)
+                    } else {
+                        run.run(t)
+                    }
+                },
+            );
         }
         let work = choose_work(
             work,
@@ -668,7 +677,9 @@ impl GridDesc {
             output,
             work,
         };
-        self.reported(&Clock::Host, sub, &key, bytes, |t| run.run(t))
+        self.reported(&Clock::Host, sub, &key, bytes, CommTime::PerCall, |t| {
+            run.run(t)
+        })
     }
 
     /// The plan of a transpose and the element size, after checking that the buffers hold
@@ -735,6 +746,7 @@ impl GridDesc {
             self.handle.comm(),
             &|| halo_key(spec, dtype),
             bytes,
+            CommTime::PerCall,
             |t| {
                 HaloRun {
                     plan: &plan,
@@ -764,8 +776,10 @@ impl GridDesc {
     ) -> Result<()> {
         let (plan, elem) = self.sized_transpose_plan(direction, layouts, dtype, input, output)?;
         let backend = self.grid.transpose_backend;
+        let key = || transpose_key(direction, layouts, dtype, input.ptr() == output.ptr());
+        let bytes = (plan.input.interior().volume() as usize * elem) as f64;
         if backend == TransposeBackend::Direct {
-            return self.direct_device(&plan, elem, input, output, stream);
+            return self.direct_device(&plan, elem, input, output, stream, (&key, bytes));
         }
         let staging = ((plan.input.size + plan.output.size) as usize) * elem;
         // NCCL transposes run as a pipeline of slices with the exchange on the library's
@@ -789,9 +803,9 @@ impl GridDesc {
                 members: &plan.members,
                 comm: self.subcomm(direction.comm()),
                 staging,
-                key: &|| transpose_key(direction, layouts, dtype, input.ptr() == output.ptr()),
-                bytes: (plan.input.interior().volume() as usize * elem) as f64,
-                side: pipe.map(Pipe::side),
+                key: &key,
+                bytes,
+                pipe,
             },
             |mover, work, transport| {
                 let run = TransposeRun {
@@ -832,6 +846,7 @@ impl GridDesc {
         input: Buf,
         output: Buf,
         stream: Stream,
+        (key, bytes): (&dyn Fn() -> SampleKey, f64),
     ) -> Result<()> {
         let cuda = self.handle.cuda()?;
         cuda.device.bind()?;
@@ -847,10 +862,6 @@ impl GridDesc {
         let mut ws = self.handle.lock_workspace();
         let need = self.grid.transpose_workspace_size() as usize * elem;
         let work = ws.device(&cuda.device, need, stream)?;
-        // Earlier work on this stream (the previous user of the workspace, the producer of
-        // the input) completes before any peer may write into this workspace.
-        cuda::synchronize(stream)?;
-        ws.exchange_ipc(self.handle.comm(), work)?; // collective: also the start barrier
         let comm = self.subcomm(plan.direction.comm());
         let run = TransposeRun {
             plan,
@@ -861,24 +872,35 @@ impl GridDesc {
             output,
             work,
         };
-        let result = if plan.npeers() > 1 {
-            let slots = plan
-                .peer_recv_offsets
-                .iter()
-                .map(|&o| (o * elem as i64) as u64)
-                .collect();
+        let clock = Clock::Device(stream);
+        let span = || pipe.span_ms();
+        let timing = if plan.npeers() > 1 {
+            CommTime::Own(&span)
+        } else {
+            CommTime::PerCall
+        };
+        let result = self.reported(&clock, comm, key, bytes, timing, |t| {
+            // Earlier work on this stream (the previous user of the workspace, the producer
+            // of the input) completes before any peer may write into this workspace.
+            cuda::synchronize(stream)?;
+            ws.exchange_ipc(self.handle.comm(), work)?; // collective: also the start barrier
+            if plan.npeers() == 1 {
+                return run.run(t);
+            }
             let x = IpcSlices {
                 pipe,
                 main: stream,
                 peers: ws.ipc(),
                 members: &plan.members,
-                slots,
+                slots: plan
+                    .peer_recv_offsets
+                    .iter()
+                    .map(|&o| (o * elem as i64) as u64)
+                    .collect(),
                 comm,
             };
             run.sliced(&x, self.slice_bytes, false)
-        } else {
-            run.run(comm)
-        };
+        });
         ws.release(stream)?;
         result
     }
@@ -910,7 +932,7 @@ impl GridDesc {
                 staging: plan.workspace_elems() as usize * elem,
                 key: &|| halo_key(spec, dtype),
                 bytes: halo_bytes(&plan, self.rank, elem),
-                side: None,
+                pipe: None,
             },
             |mover, work, transport| {
                 HaloRun {
@@ -952,15 +974,18 @@ impl GridDesc {
             ws.device(&cuda.device, n, stream)
         })?;
         let clock = Clock::Device(stream);
-        let run =
-            |t: &dyn Transport| self.reported(&clock, t, ex.key, ex.bytes, |t| f(&mover, work, t));
+        let span = || ex.pipe.map_or(Ok(0.0), Pipe::span_ms);
+        let comm = match ex.pipe {
+            Some(_) => CommTime::Own(&span),
+            None => CommTime::PerCall,
+        };
+        let run = |t: &dyn Transport| {
+            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| f(&mover, work, t))
+        };
         let result = if ex.nccl {
             let nccl = self.handle.nccl()?;
-            run(&NcclTransport::new(
-                &nccl,
-                ex.side.unwrap_or(stream),
-                ex.members,
-            ))
+            let on = ex.pipe.map_or(stream, Pipe::side);
+            run(&NcclTransport::new(&nccl, on, ex.members))
         } else if cuda.mpi_cuda_aware {
             run(&DirectMpi::new(ex.comm, stream))
         } else {
@@ -973,14 +998,15 @@ impl GridDesc {
         result
     }
 
-    /// Runs `f` on `transport`; with the performance report on, times it (total and time
-    /// inside the transport) and records a sample under `key`.
+    /// Runs `f` on `transport`; with the performance report on, times it (total, and the
+    /// communication time `comm` says how to get) and records a sample under `key`.
     fn reported(
         &self,
         clock: &Clock,
         transport: &dyn Transport,
         key: &dyn Fn() -> SampleKey,
         bytes: f64,
+        comm: CommTime<'_>,
         f: impl FnOnce(&dyn Transport) -> Result<()>,
     ) -> Result<()> {
         let Some(perf) = &self.perf else {
@@ -992,9 +1018,18 @@ impl GridDesc {
             clock,
             comm_ms: Cell::new(0.0),
         };
-        f(&timed)?;
+        let comm_ms = match comm {
+            CommTime::PerCall => {
+                f(&timed)?;
+                timed.comm_ms.get()
+            }
+            CommTime::Own(read) => {
+                f(transport)?;
+                read()?
+            }
+        };
         let total = clock.since(&start)?;
-        perf.record(key(), total, timed.comm_ms.get(), bytes);
+        perf.record(key(), total, comm_ms, bytes);
         Ok(())
     }
 
@@ -1011,6 +1046,16 @@ impl GridDesc {
     }
 }
 
+/// How the performance report gets an operation's communication time.
+#[derive(Clone, Copy)]
+enum CommTime<'a> {
+    /// Time inside each transport call (transports that complete on the host).
+    PerCall,
+    /// Read after the run from what it measured itself: pipelines must not be timed call
+    /// by call, since each device timing waits for the stream and would serialise them.
+    Own(&'a dyn Fn() -> Result<f64>),
+}
+
 /// How a device operation exchanges data.
 struct DeviceExchange<'a> {
     nccl: bool,
@@ -1023,8 +1068,8 @@ struct DeviceExchange<'a> {
     /// Performance-report key and bytes of the operation.
     key: &'a dyn Fn() -> SampleKey,
     bytes: f64,
-    /// The library's stream, where a pipelined NCCL exchange runs.
-    side: Option<Stream>,
+    /// The library's stream and events, where a pipelined NCCL exchange runs.
+    pipe: Option<&'a Pipe>,
 }
 
 fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {

@@ -5,6 +5,7 @@
 //! reads them, so the two copies of an off-rank cell cost little more memory traffic than
 //! one. No MPI message carries data.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,8 @@ pub struct SharedSlices<'a> {
     pub members: &'a [usize],
     /// This rank's handle rank.
     pub rank: usize,
+    /// Milliseconds spent waiting for peers' slices (the report's communication time).
+    pub waited_ms: Cell<f64>,
 }
 
 impl SharedSlices<'_> {
@@ -111,10 +114,13 @@ impl SliceExchange for SharedSlices<'_> {
     }
 
     fn arrived(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<()> {
+        let start = Instant::now();
         for r in recvs {
             let from = self.members[r.peer];
             wait_for(self.slot(self.rank, from)?, self.mark(k), from)?;
         }
+        let waited = start.elapsed().as_secs_f64() * 1e3;
+        self.waited_ms.set(self.waited_ms.get() + waited);
         Ok(())
     }
 

@@ -4,6 +4,8 @@
 //!
 //! [`TransposeRun::sliced`]: crate::engine::transpose::TransposeRun::sliced
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::comm::{post_pieces, Communicator, Transport, Way};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::{copy_device, Event, OwnedStream, Stream};
@@ -21,6 +23,10 @@ pub struct Pipe {
     fin: Event,
     /// Side → main: unit `u` has arrived (waited on after all units are enqueued).
     done: Vec<Event>,
+    /// Timing events around the exchanges of the last operation (performance report).
+    span: [Event; 2],
+    /// The span's start is recorded for the current operation.
+    started: AtomicBool,
 }
 
 impl Pipe {
@@ -31,6 +37,8 @@ impl Pipe {
             ready: Event::new(false)?,
             fin: Event::new(false)?,
             done: Vec::new(),
+            span: [Event::new(true)?, Event::new(true)?],
+            started: AtomicBool::new(false),
         })
     }
 
@@ -50,12 +58,27 @@ impl Pipe {
 
     fn ready(&self, main: Stream) -> Result<()> {
         self.ready.record(main)?;
-        self.ready.wait_on(self.side())
+        self.ready.wait_on(self.side())?;
+        if !self.started.swap(true, Ordering::Relaxed) {
+            self.span[0].record(self.side())?;
+        }
+        Ok(())
     }
 
     fn finish(&self, main: Stream) -> Result<()> {
+        if !self.started.swap(false, Ordering::Relaxed) {
+            self.span[0].record(self.side())?;
+        }
+        self.span[1].record(self.side())?;
         self.fin.record(self.side())?;
         self.fin.wait_on(main)
+    }
+
+    /// Milliseconds the last operation's exchanges took on the library's stream, from the
+    /// first slice's start to the last one's end (waits for them).
+    pub fn span_ms(&self) -> Result<f64> {
+        self.span[1].synchronize()?;
+        Ok(f64::from(self.span[0].elapsed_ms(&self.span[1])?))
     }
 
     fn done(&self, u: usize) -> Result<&Event> {
