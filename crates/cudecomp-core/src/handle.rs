@@ -880,10 +880,17 @@ impl GridDesc {
             CommTime::PerCall
         };
         let result = self.reported(&clock, comm, key, bytes, timing, |t| {
-            // Earlier work on this stream (the previous user of the workspace, the producer
-            // of the input) completes before any peer may write into this workspace.
-            cuda::synchronize(stream)?;
-            ws.exchange_ipc(self.handle.comm(), work)?; // collective: also the start barrier
+            // Peers may write into this workspace once this stream gets here (it already
+            // waits for every earlier user of the workspace): said with the `free` event,
+            // recorded before the start barrier so that peers' waits after it see it. The
+            // first operation, before the events exist, waits on the host instead.
+            if ws.ipc().has_signals() {
+                ws.ipc().free()?.record(stream)?;
+            } else {
+                cuda::synchronize(stream)?;
+            }
+            // Collective: maps new workspaces; the start barrier.
+            ws.exchange_ipc(self.handle.comm(), work)?;
             if plan.npeers() == 1 {
                 return run.run(t);
             }
@@ -892,6 +899,7 @@ impl GridDesc {
                 main: stream,
                 peers: ws.ipc(),
                 members: &plan.members,
+                me: plan.me,
                 slots: plan
                     .peer_recv_offsets
                     .iter()

@@ -35,6 +35,11 @@ pub struct IpcPeers {
     sent: Vec<Vec<Event>>,
     /// Recorded by rank `w` once slice `k` is in this rank's workspace: `landed[w][k]`.
     landed: Vec<Vec<Event>>,
+    /// Recorded by this rank where its stream no longer uses its workspace (at the start
+    /// of each DIRECT operation, before the start barrier).
+    free: Option<Event>,
+    /// Every peer's `free`, opened here (`None` for self).
+    peers_free: Vec<Option<Event>>,
 }
 
 impl IpcPeers {
@@ -98,7 +103,10 @@ impl IpcPeers {
     /// Collective, once: creates this rank's signal events and opens its peers'.
     fn exchange_events(&mut self, comm: &dyn Communicator) -> Result<()> {
         let (n, me) = (comm.size(), comm.rank());
-        let mut table = Vec::with_capacity(n * MAX_SLICES * 64);
+        // Layout: this rank's `free` handle, then one handle per (receiver, slice).
+        let free = Event::new_ipc()?;
+        let mut table = Vec::with_capacity((1 + n * MAX_SLICES) * 64);
+        table.extend(free.ipc_handle()?);
         let mut sent = Vec::with_capacity(n);
         for r in 0..n {
             let events = if r == me {
@@ -118,23 +126,54 @@ impl IpcPeers {
         }
         let all = allgather_bytes(comm, &table)?;
         let mut landed = Vec::with_capacity(n);
+        let mut peers_free = Vec::with_capacity(n);
+        let open = |h: &[u8]| Event::open_ipc(h.try_into().unwrap_or(&[0; 64]));
         for (w, t) in all.iter().enumerate() {
             if w == me {
                 landed.push(Vec::new());
+                peers_free.push(None);
                 continue;
             }
+            let at = |i: usize| {
+                t.get(64 * i..64 * (i + 1))
+                    .ok_or_else(|| Error::Internal("IPC event table size".into()))
+            };
+            peers_free.push(Some(open(at(0)?)?));
             let mine = t
-                .get(me * MAX_SLICES * 64..(me + 1) * MAX_SLICES * 64)
+                .get(64 * (1 + me * MAX_SLICES)..64 * (1 + (me + 1) * MAX_SLICES))
                 .ok_or_else(|| Error::Internal("IPC event table size".into()))?;
             landed.push(
                 mine.chunks_exact(64)
-                    .map(|h| Event::open_ipc(h.try_into().unwrap_or(&[0; 64])))
+                    .map(open)
                     .collect::<Result<Vec<_>>>()?,
             );
         }
         self.sent = sent;
         self.landed = landed;
+        self.free = Some(free);
+        self.peers_free = peers_free;
         Ok(())
+    }
+
+    /// True once the signal events exist (after the first `exchange`).
+    pub fn has_signals(&self) -> bool {
+        self.free.is_some()
+    }
+
+    /// The event this rank records once it is done with its workspace for an operation;
+    /// writers wait for it (on their stream) before copying into the workspace again.
+    pub fn free(&self) -> Result<&Event> {
+        self.free
+            .as_ref()
+            .ok_or_else(|| Error::Internal("DIRECT: signals not exchanged".into()))
+    }
+
+    /// Rank `r`'s `free` event.
+    pub fn peer_free(&self, r: usize) -> Result<&Event> {
+        self.peers_free
+            .get(r)
+            .and_then(|e| e.as_ref())
+            .ok_or_else(|| Error::Internal(format!("DIRECT: no free signal of rank {r}")))
     }
 
     /// The event this rank records after copying slice `k` into rank `r`'s workspace.

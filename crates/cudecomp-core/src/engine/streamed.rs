@@ -145,6 +145,8 @@ pub struct IpcSlices<'a> {
     pub peers: &'a IpcPeers,
     /// Handle rank of each peer of the plan's sub-communicator.
     pub members: &'a [usize],
+    /// This rank's index in `members`.
+    pub me: usize,
     /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
     pub slots: Vec<u64>,
     /// The plan's sub-communicator (its barrier separates records from waits).
@@ -160,8 +162,19 @@ impl SliceExchange for IpcSlices<'_> {
         MAX_SLICES
     }
 
-    fn ready(&self, _u: usize) -> Result<()> {
-        self.pipe.ready(self.main)
+    /// Before the first copy, the copy stream also waits until every peer's stream is done
+    /// with its workspace (their `free` records precede this operation's start barrier,
+    /// so these waits see them): no host synchronisation.
+    fn ready(&self, u: usize) -> Result<()> {
+        self.pipe.ready(self.main)?;
+        if u == 0 {
+            for (p, &r) in self.members.iter().enumerate() {
+                if p != self.me {
+                    self.peers.peer_free(r)?.wait_on(self.pipe.side())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn exchange(&self, _u: usize, k: usize, sends: &[Piece], _recvs: &[Piece]) -> Result<()> {
