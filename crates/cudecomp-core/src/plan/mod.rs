@@ -10,8 +10,8 @@ mod transpose;
 
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
 pub use transpose::{
-    peer_schedule, slice_box, slice_count, Chunk, DirectRoutes, Direction, Run, TransposeLayouts,
-    TransposePlan, MAX_SLICES, SLICE_BYTES,
+    peer_schedule, slice_box, slice_count, Chunk, Direction, TransposeLayouts, TransposePlan,
+    MAX_SLICES, SLICE_BYTES,
 };
 
 use crate::geometry::{Axis, Box3, PencilInfo};
@@ -148,44 +148,6 @@ impl Copy3 {
         }
         Some(self.cells().max(0))
     }
-
-    /// The copy as runs `(src offset, dst offset, length)` in elements that are dense on
-    /// both sides, merging axes while they stay contiguous (single elements when the
-    /// fastest axes differ).
-    pub fn runs(&self) -> Vec<Run> {
-        if self.cells() <= 0 {
-            return Vec::new();
-        }
-        let mut ax = [0usize, 1, 2];
-        ax.sort_by_key(|&g| self.dst_strides[g].abs());
-        let mut len = 1;
-        let mut outer = Vec::new();
-        for &g in ax.iter().filter(|&&g| self.extent[g] > 1) {
-            if outer.is_empty() && self.src_strides[g] == len && self.dst_strides[g] == len {
-                len *= self.extent[g];
-            } else {
-                outer.push(g);
-            }
-        }
-        let ext = |k: usize| outer.get(k).map_or(1, |&g| self.extent[g]);
-        let stride = |side: &[i64; 3], k: usize| outer.get(k).map_or(0, |&g| side[g]);
-        let mut out = Vec::with_capacity((ext(0) * ext(1) * ext(2)) as usize);
-        for l in 0..ext(2) {
-            for k in 0..ext(1) {
-                for j in 0..ext(0) {
-                    let at = |side: &[i64; 3]| {
-                        j * stride(side, 0) + k * stride(side, 1) + l * stride(side, 2)
-                    };
-                    out.push((
-                        self.src_offset + at(&self.src_strides),
-                        self.dst_offset + at(&self.dst_strides),
-                        len,
-                    ));
-                }
-            }
-        }
-        out
-    }
 }
 
 fn end(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
@@ -223,29 +185,6 @@ mod tests {
         let c = Copy3::between(&b, &l, &l);
         assert_eq!(c.src_start(), 10);
         assert_eq!(c.src_end(), 10 + 24);
-    }
-
-    #[test]
-    fn runs_merge_dense_axes() {
-        let b = Box3 {
-            lo: [0, 0, 0],
-            len: [4, 3, 2],
-        };
-        let full = Layout::packed(&b, [0, 1, 2], 0);
-        let c = Copy3::between(&b, &full, &full);
-        assert_eq!(c.runs(), vec![(0, 0, 24)]);
-        let big = Box3 {
-            lo: [0, 0, 0],
-            len: [8, 3, 2],
-        };
-        let wide = Layout::packed(&big, [0, 1, 2], 0);
-        let c = Copy3::between(&b, &wide, &full);
-        assert_eq!(c.runs().len(), 6);
-        assert_eq!(c.runs()[1], (8, 4, 4));
-        let perm = Layout::packed(&b, [1, 0, 2], 0);
-        let single = Copy3::between(&b, &full, &perm).runs();
-        assert_eq!(single.len(), 24);
-        assert!(single.iter().all(|r| r.2 == 1));
     }
 
     #[test]

@@ -1,19 +1,8 @@
 //! Transpose plans: per-peer chunks, packing order and peer schedule.
 
-use std::sync::OnceLock;
-
 use super::{Copy3, Layout};
 use crate::geometry::{align, Axis, Box3, CommAxis, Grid, PencilInfo};
 use crate::Result;
-
-/// A dense run `(src offset, dst offset, length)` in elements.
-pub type Run = (i64, i64, i64);
-
-/// Shortest average run (elements) worth writing straight from the input.
-const MIN_DIRECT_RUN: i64 = 8;
-
-/// Staging is chosen when it divides the number of remote runs by more than this.
-const STAGE_FACTOR: usize = 8;
 
 /// Bytes per slice when stream-ordered pipelines cut chunks: below this, per-slice costs
 /// (an event, an NCCL group or a copy launch) start to show next to the transfer itself.
@@ -51,17 +40,6 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
 pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64, max: usize) -> usize {
     let max = max.max(1) as i64;
     ((cells * elem as i64) / slice_bytes.max(1)).clamp(1, max) as usize
-}
-
-/// How the DIRECT backend moves each peer's chunk into the peer's array.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirectRoutes {
-    /// Runs straight from the input, or `None` when the chunk goes through the workspace
-    /// (staging costs a local pass; it pays when it cuts the remote writes into far fewer,
-    /// longer runs — each run is one iovec for the kernel).
-    pub from_input: Vec<Option<Vec<Run>>>,
-    /// Runs from the chunk staged in the output's memory order (always possible).
-    pub from_stage: Vec<Vec<Run>>,
 }
 
 /// The four global transposes; the discriminant is upstream's operation index.
@@ -163,18 +141,12 @@ pub struct TransposePlan {
     pub send_from_input: bool,
     /// Chunks are dense runs of the output, so they can be received without unpacking.
     pub recv_into_output: bool,
-    /// Output layout of every member (what a direct writer addresses in a peer's array).
-    pub peer_outputs: Vec<Layout>,
-    /// Memory order of output pencils (the same on every rank).
-    pub out_order: [Axis; 3],
     /// Element offset, in each member's workspace, where this rank's chunk lands (its
     /// receive region plus the chunks of lower ranks): what a direct writer targets.
     pub peer_recv_offsets: Vec<i64>,
     /// Largest input, output or workspace (elements) of any member: decisions that every
     /// member must take alike (message counts fitting MPI's `int`) use this bound.
     pub max_member_elems: i64,
-    /// Routes of the DIRECT backend, worked out on first use.
-    direct_routes: OnceLock<DirectRoutes>,
 }
 
 impl TransposePlan {
@@ -233,13 +205,6 @@ impl TransposePlan {
             .all(|c| c.count == 0 || out_layout.holds_packed(&c.region, pack_order));
         let recv_base = align(mine_in.volume());
         let schedule = peer_schedule(me, members.len());
-        let peer_outputs = members
-            .iter()
-            .map(|&r| {
-                grid.pencil_info(b as i64, r, layouts.output_halo, layouts.output_padding)
-                    .map(|i| Layout::of_pencil(&i))
-            })
-            .collect::<Result<Vec<_>>>()?;
         let mut max_member_elems = 0;
         for &r in &members {
             let size =
@@ -277,11 +242,8 @@ impl TransposePlan {
             schedule,
             send_from_input,
             recv_into_output,
-            peer_outputs,
-            out_order,
             peer_recv_offsets,
             max_member_elems,
-            direct_routes: OnceLock::new(),
         })
     }
 
@@ -340,70 +302,12 @@ impl TransposePlan {
         Copy3::between(&c.region, &src, &self.out_layout)
     }
 
-    /// Input → `peer`'s output array (offsets relative to the peer's array).
-    pub fn direct(&self, peer: usize) -> Copy3 {
-        Copy3::between(
-            &self.sends[peer].region,
-            &self.in_layout,
-            &self.peer_outputs[peer],
-        )
-    }
-
-    /// The DIRECT backend's routes (computed once per plan).
-    pub fn direct_routes(&self) -> &DirectRoutes {
-        self.direct_routes.get_or_init(|| {
-            let from_stage: Vec<Vec<Run>> = (0..self.npeers())
-                .map(|p| self.from_stage(p).runs())
-                .collect();
-            let from_input = (0..self.npeers())
-                .map(|p| {
-                    let runs = self.direct(p).runs();
-                    let worth = runs.len() as i64 * MIN_DIRECT_RUN <= self.sends[p].count
-                        && runs.len() <= STAGE_FACTOR * from_stage[p].len().max(1);
-                    worth.then_some(runs)
-                })
-                .collect();
-            DirectRoutes {
-                from_input,
-                from_stage,
-            }
-        })
-    }
-
-    /// Input → workspace slot of `peer`'s chunk, laid out in the output memory order so
-    /// that it reaches the peer's array in dense runs.
-    pub fn stage(&self, peer: usize) -> Copy3 {
-        let c = &self.sends[peer];
-        Copy3::between(
-            &c.region,
-            &self.in_layout,
-            &Layout::packed(&c.region, self.out_order, c.offset),
-        )
-    }
-
-    /// Staged slot of `peer`'s chunk → `peer`'s output array.
-    pub fn from_stage(&self, peer: usize) -> Copy3 {
-        let c = &self.sends[peer];
-        let staged = Layout::packed(&c.region, self.out_order, c.offset);
-        Copy3::between(&c.region, &staged, &self.peer_outputs[peer])
-    }
-
     /// `part` of the chunk for `peer`: input → this rank's receive slot, packed, in the
     /// peer's workspace.
     pub fn pack_into_peer(&self, peer: usize, part: &Box3) -> Copy3 {
         let c = &self.sends[peer];
         let dst = Layout::packed(&c.region, self.pack_order, self.peer_recv_offsets[peer]);
         Copy3::between(part, &self.in_layout, &dst)
-    }
-
-    /// This rank's own staged chunk → output (in-place direct runs).
-    pub fn unstage_self(&self) -> Copy3 {
-        let c = &self.sends[self.me];
-        Copy3::between(
-            &c.region,
-            &Layout::packed(&c.region, self.out_order, c.offset),
-            &self.out_layout,
-        )
     }
 
     /// Input → output for the cells that stay on this rank.
