@@ -102,6 +102,8 @@ def variant_halo_backends() -> list[cudecomp.HaloCommBackend]:
     out = [b.MPI, b.MPI_BLOCKING]
     if nccl_usable():
         out.append(b.NCCL)
+    if direct_usable():
+        out.append(b.DIRECT)
     return out
 
 

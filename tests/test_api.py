@@ -66,7 +66,7 @@ def test_public_names() -> None:
 def test_enum_values() -> None:
     assert [int(d) for d in DataType] == [-1, -2, -3, -4]
     assert [int(b) for b in TransposeCommBackend] == list(range(1, 10))
-    assert [int(b) for b in HaloCommBackend] == list(range(1, 6))
+    assert [int(b) for b in HaloCommBackend] == list(range(1, 7))
     assert int(cudecomp.AutotuneGridMode.HALO) == 1
     assert int(cudecomp.RankOrder.COL_MAJOR) == 2
     assert int(cudecomp.Result.NVML_ERROR) == 9
@@ -86,7 +86,7 @@ def test_backend_strings() -> None:
     ]
     assert [cudecomp.transpose_comm_backend_to_string(b) for b in TransposeCommBackend] == expect
     assert cudecomp.transpose_comm_backend_to_string(0) == "ERROR"
-    expect = ["MPI", "MPI (blocking)", "NCCL", "NVSHMEM", "NVSHMEM (blocking)"]
+    expect = ["MPI", "MPI (blocking)", "NCCL", "NVSHMEM", "NVSHMEM (blocking)", "DIRECT"]
     assert [cudecomp.halo_comm_backend_to_string(b) for b in HaloCommBackend] == expect
     assert cudecomp.halo_comm_backend_to_string(42) == "ERROR"
     with pytest.raises(TypeError):

@@ -48,6 +48,9 @@ class HaloCommBackend(enum.IntEnum):
     NCCL = 3
     NVSHMEM = 4
     NVSHMEM_BLOCKING = 5
+    #: Beyond upstream: ranks of one node copy faces straight into their neighbours'
+    #: workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine).
+    DIRECT = 6
 
 
 class AutotuneGridMode(enum.IntEnum):

@@ -431,9 +431,9 @@ def run_config(
     local_ceiling: float,
 ) -> list[Row]:
     rows: list[Row] = []
-    halo_backend = HaloCommBackend[
-        {"MPI_P2P": "MPI", "MPI_P2P_PL": "MPI_BLOCKING", "MPI_A2A": "MPI", "NCCL": "NCCL", "NCCL_PL": "NCCL"}.get(bname, "MPI")
-    ]
+    # The halo backend of the same family as the transpose backend.
+    halo_of = {"MPI_P2P_PL": "MPI_BLOCKING", "NCCL": "NCCL", "NCCL_PL": "NCCL", "DIRECT": "DIRECT"}
+    halo_backend = HaloCommBackend[halo_of.get(bname, "MPI")]
     try:
         grid = handle.create_grid(config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend))
     except cudecomp.CudecompError as e:

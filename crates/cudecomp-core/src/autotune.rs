@@ -141,11 +141,14 @@ fn transpose_backends(
     Ok(list)
 }
 
-fn halo_backends(o: &AutotuneOptions, nccl: bool) -> Result<Vec<HaloBackend>> {
+fn halo_backends(o: &AutotuneOptions, nccl: bool, direct: bool) -> Result<Vec<HaloBackend>> {
     use HaloBackend::*;
     let mut all = vec![Mpi, MpiBlocking];
     if nccl {
         all.push(Nccl);
+    }
+    if direct {
+        all.push(Direct);
     }
     let known: Vec<&str> = HaloBackend::ALL.iter().map(|b| b.enum_name()).collect();
     let list = filter_names(
@@ -432,7 +435,7 @@ pub fn autotune(
         && handle.one_gpu_per_rank()?;
     // DIRECT only where every rank can write into every other: node-shared memory on
     // the host, CUDA IPC (one node) on GPUs.
-    let direct = o.autotune_transpose_backend
+    let direct = (o.autotune_transpose_backend || o.autotune_halo_backend)
         && match space {
             MemorySpace::Host => handle.host_direct_ok()?,
             MemorySpace::Cuda => handle.one_node()?,
@@ -460,7 +463,7 @@ pub fn autotune(
                 .into_iter()
                 .map(|b| b as i32)
                 .collect(),
-            (false, true) => halo_backends(o, nccl)?
+            (false, true) => halo_backends(o, nccl, direct)?
                 .into_iter()
                 .map(|b| b as i32)
                 .collect(),

@@ -94,16 +94,20 @@ pub enum HaloBackend {
     Nccl = 3,
     Nvshmem = 4,
     NvshmemBlocking = 5,
+    /// Beyond upstream: ranks on one node copy faces straight into their neighbours'
+    /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine).
+    Direct = 6,
 }
 
 impl HaloBackend {
     /// Every backend in C-value order.
-    pub const ALL: [HaloBackend; 5] = [
+    pub const ALL: [HaloBackend; 6] = [
         Self::Mpi,
         Self::MpiBlocking,
         Self::Nccl,
         Self::Nvshmem,
         Self::NvshmemBlocking,
+        Self::Direct,
     ];
 
     /// The backend with C value `v`, if any.
@@ -119,6 +123,7 @@ impl HaloBackend {
             Self::Nccl => "NCCL",
             Self::Nvshmem => "NVSHMEM",
             Self::NvshmemBlocking => "NVSHMEM (blocking)",
+            Self::Direct => "DIRECT",
         }
     }
 
@@ -130,6 +135,7 @@ impl HaloBackend {
             Self::Nccl => "NCCL",
             Self::Nvshmem => "NVSHMEM",
             Self::NvshmemBlocking => "NVSHMEM_BLOCKING",
+            Self::Direct => "DIRECT",
         }
     }
 

@@ -12,9 +12,9 @@ use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
-use crate::engine::direct::{SharedSlices, HOST_SLICE_BYTES};
+use crate::engine::direct::{SharedFaces, SharedSlices, HOST_SLICE_BYTES};
 use crate::engine::halo::HaloRun;
-use crate::engine::streamed::{IpcSlices, Pipe, TransportSlices};
+use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
 use crate::mem::shm::SharedWorkspaces;
@@ -412,13 +412,27 @@ impl Handle {
         {
             self.nccl()?;
         }
-        if grid.transpose_backend == TransposeBackend::Direct {
+        for (what, direct) in [
+            (
+                "transpose_comm_backend",
+                grid.transpose_backend == TransposeBackend::Direct,
+            ),
+            (
+                "halo_comm_backend",
+                grid.halo_backend == HaloBackend::Direct,
+            ),
+        ] {
+            if !direct {
+                continue;
+            }
             if space == MemorySpace::Cuda {
                 if !self.one_node()? {
-                    unsupported!("transpose_comm_backend DIRECT needs every rank's GPU in one node (CUDA IPC)");
+                    unsupported!("{what} DIRECT needs every rank's GPU in one node (CUDA IPC)");
                 }
             } else if !self.host_direct_ok()? {
-                unsupported!("transpose_comm_backend DIRECT needs every rank on one node, sharing memory through /dev/shm");
+                unsupported!(
+                    "{what} DIRECT needs every rank on one node, sharing memory through /dev/shm"
+                );
             }
         }
         if space == MemorySpace::Host {
@@ -430,9 +444,9 @@ impl Handle {
                     grid.transpose_backend.enum_name()
                 );
             }
-            if !grid.halo_backend.is_mpi() {
+            if !(grid.halo_backend.is_mpi() || grid.halo_backend == HaloBackend::Direct) {
                 unsupported!(
-                    "halo_comm_backend {}: the CPU variant supports MPI and MPI_BLOCKING only",
+                    "halo_comm_backend {}: the CPU variant supports MPI, MPI_BLOCKING and DIRECT only",
                     grid.halo_backend.enum_name()
                 );
             }
@@ -737,10 +751,40 @@ impl GridDesc {
             return Ok(());
         };
         let mut ws = self.handle.lock_workspace();
+        let bytes = halo_bytes(&plan, self.rank, elem);
+        if self.grid.halo_backend == HaloBackend::Direct && !plan.local_wrap {
+            // Always the handle's shared workspace: neighbours write into it.
+            let work = ws
+                .shared
+                .exchange(self.handle.comm(), elems as usize * elem)?;
+            let run = HaloRun {
+                plan: &plan,
+                backend: HaloBackend::Direct,
+                elem,
+                mover: &HostMover,
+                data,
+                work,
+            };
+            let x = SharedFaces {
+                workspaces: &ws.shared,
+                rank: self.rank,
+                waited_ms: Cell::new(0.0),
+            };
+            let waited = || Ok(x.waited_ms.get());
+            let key = || halo_key(spec, dtype);
+            let comm = self.handle.comm();
+            return self.reported(
+                &Clock::Host,
+                comm,
+                &key,
+                bytes,
+                CommTime::Own(&waited),
+                |_| run.direct(&x),
+            );
+        }
         let work = choose_work(work, elems, elem, "get_halo_workspace_size()", |n| {
             Ok(ws.get(n))
         })?;
-        let bytes = halo_bytes(&plan, self.rank, elem);
         self.reported(
             &Clock::Host,
             self.handle.comm(),
@@ -913,6 +957,66 @@ impl GridDesc {
         result
     }
 
+    /// DIRECT halo update on GPUs: faces are copied by the copy engine into the
+    /// neighbours' workspaces (CUDA IPC) and signalled with interprocess events; the
+    /// handle's workspace is always used, as peers have mapped it.
+    #[allow(clippy::too_many_arguments)]
+    fn direct_halo_device(
+        &self,
+        plan: &HaloPlan,
+        spec: &HaloSpec,
+        dtype: DataType,
+        elem: usize,
+        elems: i64,
+        data: Buf,
+        stream: Stream,
+    ) -> Result<()> {
+        let cuda = self.handle.cuda()?;
+        cuda.device.bind()?;
+        let kernels = Kernels::for_device(&cuda.device)?;
+        let mover = DeviceMover {
+            kernels: &kernels,
+            stream,
+        };
+        let pipe = cuda.pipe(1)?;
+        let pipe = pipe
+            .as_ref()
+            .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
+        let mut ws = self.handle.lock_workspace();
+        let work = ws.device(&cuda.device, elems as usize * elem, stream)?;
+        let run = HaloRun {
+            plan,
+            backend: HaloBackend::Direct,
+            elem,
+            mover: &mover,
+            data,
+            work,
+        };
+        let comm = self.handle.comm();
+        let span = || pipe.span_ms();
+        let key = || halo_key(spec, dtype);
+        let bytes = halo_bytes(plan, self.rank, elem);
+        let clock = Clock::Device(stream);
+        let result = self.reported(&clock, comm, &key, bytes, CommTime::Own(&span), |_| {
+            // As in `direct_device`: the workspace is free once this stream gets here.
+            if ws.ipc().has_signals() {
+                ws.ipc().free()?.record(stream)?;
+            } else {
+                cuda::synchronize(stream)?;
+            }
+            ws.exchange_ipc(comm, work)?;
+            run.direct(&IpcFaces {
+                pipe,
+                main: stream,
+                peers: ws.ipc(),
+                neighbours: plan.neighbours,
+                comm,
+            })
+        });
+        ws.release(stream)?;
+        result
+    }
+
     /// Runs a halo update on a device pencil array, enqueued on `stream`.
     pub fn update_halos_device(
         &self,
@@ -926,6 +1030,9 @@ impl GridDesc {
             return Ok(());
         };
         let backend = self.grid.halo_backend;
+        if backend == HaloBackend::Direct && !plan.local_wrap {
+            return self.direct_halo_device(&plan, spec, dtype, elem, elems, data, stream);
+        }
         let everyone: Vec<usize> = (0..self.grid.nranks()).collect();
         self.on_device(
             stream,
@@ -1327,7 +1434,11 @@ mod tests {
 
     #[test]
     fn halo_updates_on_mock() {
-        for backend in [HaloBackend::Mpi, HaloBackend::MpiBlocking] {
+        for backend in [
+            HaloBackend::Mpi,
+            HaloBackend::MpiBlocking,
+            HaloBackend::Direct,
+        ] {
             for pdims in [[2, 2], [1, 2], [3, 1], [1, 1]] {
                 for axis in 0..3 {
                     for periods in [[false; 3], [true; 3], [true, false, true]] {

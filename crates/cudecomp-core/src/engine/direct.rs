@@ -9,9 +9,11 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::engine::halo::FaceExchange;
 use crate::engine::transpose::{Piece, SliceExchange};
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
+use crate::plan::HaloSide;
 use crate::{Error, Result};
 
 /// Slice size of host DIRECT transposes: a few hundred KiB stay in the shared cache
@@ -36,18 +38,28 @@ pub struct SharedSlices<'a> {
     pub waited_ms: Cell<f64>,
 }
 
+/// The signal value meaning "item `k` of the current operation is there". A writer
+/// raises its items in increasing `k`, so waiting for "at least" is enough.
+fn mark(ws: &SharedWorkspaces, k: usize) -> u64 {
+    (ws.op() << 20) | (k as u64 + 1)
+}
+
+/// The slot rank `writer` raises in rank `r`'s workspace.
+fn slot(ws: &SharedWorkspaces, r: usize, writer: usize) -> Result<&AtomicU64> {
+    ws.signal(r, writer).ok_or_else(|| {
+        Error::Internal(format!(
+            "DIRECT: no signal slot of rank {writer} at rank {r}"
+        ))
+    })
+}
+
 impl SharedSlices<'_> {
-    /// The signal value meaning "slice `k` of this operation is there".
     fn mark(&self, k: usize) -> u64 {
-        (self.workspaces.op() << 20) | (k as u64 + 1)
+        mark(self.workspaces, k)
     }
 
     fn slot(&self, r: usize, writer: usize) -> Result<&AtomicU64> {
-        self.workspaces.signal(r, writer).ok_or_else(|| {
-            Error::Internal(format!(
-                "DIRECT: no signal slot of rank {writer} at rank {r}"
-            ))
-        })
+        slot(self.workspaces, r, writer)
     }
 }
 
@@ -121,6 +133,52 @@ impl SliceExchange for SharedSlices<'_> {
         }
         let waited = start.elapsed().as_secs_f64() * 1e3;
         self.waited_ms.set(self.waited_ms.get() + waited);
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Host halo faces: copied into the neighbours' shared workspaces, one signal each.
+pub struct SharedFaces<'a> {
+    pub workspaces: &'a SharedWorkspaces,
+    /// This rank's handle rank.
+    pub rank: usize,
+    /// Milliseconds spent waiting for neighbours' faces.
+    pub waited_ms: Cell<f64>,
+}
+
+impl FaceExchange for SharedFaces<'_> {
+    fn ready(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()> {
+        let peer = self.workspaces.peer(to).ok_or_else(|| {
+            Error::Internal(format!("DIRECT: rank {to} has no mapped shared workspace"))
+        })?;
+        let dst = peer.range(at, face.len() as i64)?;
+        // SAFETY: `face` is a face of this rank's array or workspace; `dst` lies inside the
+        // neighbour's workspace, at a slot only this rank writes during the operation.
+        unsafe { std::ptr::copy_nonoverlapping(face.ptr(), dst, face.len()) };
+        // Release: the face is visible before the signal.
+        slot(self.workspaces, to, self.rank)?
+            .store(mark(self.workspaces, side as usize), Ordering::Release);
+        Ok(())
+    }
+
+    fn posted(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn arrived(&self, from: usize, side: HaloSide) -> Result<()> {
+        let start = Instant::now();
+        let target = mark(self.workspaces, side as usize);
+        wait_for(slot(self.workspaces, self.rank, from)?, target, from)?;
+        self.waited_ms
+            .set(self.waited_ms.get() + start.elapsed().as_secs_f64() * 1e3);
         Ok(())
     }
 

@@ -6,6 +6,23 @@ use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, HaloPlan, HaloSide};
 use crate::{unsupported, Result};
 
+/// How a DIRECT halo update moves faces into neighbours' workspaces. The faces a rank
+/// sends travel in the order left, right, and a neighbour learns of each with a signal
+/// numbered by the sender's side.
+pub trait FaceExchange {
+    /// Orders the deliveries after everything enqueued so far (packing included).
+    fn ready(&self) -> Result<()>;
+    /// Copies `face` into rank `to`'s workspace at byte `at`, then signals `to` that the
+    /// face this rank sends towards `side` is there.
+    fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()>;
+    /// Called once this rank has delivered everything, before any `arrived`.
+    fn posted(&self) -> Result<()>;
+    /// Waits until rank `from` has delivered the face it sends towards `side`.
+    fn arrived(&self, from: usize, side: HaloSide) -> Result<()>;
+    /// Orders what follows after every delivery of this rank.
+    fn finish(&self) -> Result<()>;
+}
+
 /// Buffers and means of one halo update.
 #[derive(Clone, Copy)]
 pub struct HaloRun<'a> {
@@ -77,12 +94,58 @@ impl HaloRun<'_> {
         Ok(())
     }
 
+    /// Periodic wrap onto this rank itself; false when neighbours are other ranks.
+    fn wrap(&self) -> Result<bool> {
+        if !self.plan.local_wrap {
+            return Ok(false);
+        }
+        for side in HaloSide::BOTH {
+            self.copy(self.data, self.data, &self.plan.wrap_copy(side))?;
+        }
+        Ok(true)
+    }
+
+    /// Runs the update with the DIRECT backend: each face is packed (unless dense in the
+    /// array), delivered into the neighbour's receive slot, and unpacked by the
+    /// neighbour once signalled. `work` must be the workspace the neighbours address.
+    pub fn direct(&self, x: &dyn FaceExchange) -> Result<()> {
+        if self.wrap()? {
+            return Ok(());
+        }
+        let p = self.plan;
+        let e = self.elem as i64;
+        let len = p.face * e;
+        let mut sources = Vec::new();
+        for side in HaloSide::BOTH {
+            if p.neighbours[side as usize].is_some() {
+                if !p.faces_dense() {
+                    self.copy(self.data, self.work, &p.pack(side))?;
+                }
+                let (in_array, off) = p.send_source(side);
+                let buf = if in_array { self.data } else { self.work };
+                sources.push((side, buf.slice(off * e, len)?));
+            }
+        }
+        x.ready()?;
+        for &(side, src) in &sources {
+            if let Some(to) = p.neighbours[side as usize] {
+                x.deliver(src, to, p.peer_slot_offset(side) * e, side)?;
+            }
+        }
+        x.posted()?;
+        for side in HaloSide::BOTH {
+            if let Some(from) = p.neighbours[side as usize] {
+                // The neighbour on `side` sends this face towards its opposite side.
+                x.arrived(from, side.opposite())?;
+                self.copy(self.work, self.data, &p.unpack(side))?;
+            }
+        }
+        x.finish()
+    }
+
     /// Runs the update. `comm` is the handle's communicator (global ranks).
     pub fn run(&self, comm: &dyn Transport) -> Result<()> {
-        if self.plan.local_wrap {
-            for side in HaloSide::BOTH {
-                self.copy(self.data, self.data, &self.plan.wrap_copy(side))?;
-            }
+        if self.wrap()? {
             return Ok(());
         }
         match self.backend {

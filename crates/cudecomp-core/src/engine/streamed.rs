@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::comm::{post_pieces, Communicator, Transport, Way};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::{copy_device, Event, OwnedStream, Stream};
+use crate::engine::halo::FaceExchange;
 use crate::engine::transpose::{Piece, SliceExchange};
+use crate::mem::Buf;
+use crate::plan::HaloSide;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
@@ -209,6 +212,55 @@ impl SliceExchange for IpcSlices<'_> {
                 .wait_on(self.main)?;
         }
         Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.pipe.finish(self.main)
+    }
+}
+
+/// Halo faces copied by the copy engine into neighbours' workspaces mapped through CUDA
+/// IPC, each followed by an interprocess event (numbered by the sender's side).
+pub struct IpcFaces<'a> {
+    pub pipe: &'a Pipe,
+    pub main: Stream,
+    pub peers: &'a IpcPeers,
+    /// Handle ranks of the neighbours (left, right).
+    pub neighbours: [Option<usize>; 2],
+    /// The handle's communicator (its barrier separates records from waits).
+    pub comm: &'a dyn Communicator,
+}
+
+impl FaceExchange for IpcFaces<'_> {
+    fn ready(&self) -> Result<()> {
+        self.pipe.ready(self.main)?;
+        for r in self.neighbours.into_iter().flatten() {
+            self.peers.peer_free(r)?.wait_on(self.pipe.side())?;
+        }
+        Ok(())
+    }
+
+    fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()> {
+        let (base, plen) = self
+            .peers
+            .peer(to)
+            .ok_or_else(|| Error::Internal("DIRECT: neighbour workspace not mapped".into()))?;
+        let len = face.len();
+        if at < 0 || at as u64 + len as u64 > plen {
+            return Err(Error::Internal(format!(
+                "DIRECT: face {at}+{len} beyond rank {to}'s workspace of {plen} bytes"
+            )));
+        }
+        copy_device(base + at as u64, face.ptr() as u64, len, self.pipe.side())?;
+        self.peers.sent(to, side as usize)?.record(self.pipe.side())
+    }
+
+    fn posted(&self) -> Result<()> {
+        self.comm.barrier()
+    }
+
+    fn arrived(&self, from: usize, side: HaloSide) -> Result<()> {
+        self.peers.landed(from, side as usize)?.wait_on(self.main)
     }
 
     fn finish(&self) -> Result<()> {

@@ -57,6 +57,15 @@ impl Buf {
         self.len == 0
     }
 
+    /// The sub-range `[offset, offset + len)` after checking it lies inside.
+    pub fn slice(&self, offset: i64, len: i64) -> Result<Buf> {
+        let ptr = self.range(offset, len)?;
+        Ok(Buf {
+            ptr,
+            len: len as usize,
+        })
+    }
+
     /// Address of the range `[offset, offset + len)` after checking it lies inside.
     pub fn range(&self, offset: i64, len: i64) -> Result<*mut u8> {
         if offset < 0 || len < 0 || (offset + len) as u128 > self.len as u128 {

@@ -166,6 +166,23 @@ impl HaloPlan {
         (side as i64 + if receive { 2 } else { 0 }) * self.slot
     }
 
+    /// Element offset, in the workspace of the neighbour on `side`, of the receive slot
+    /// the face this rank sends there lands in (the neighbour receives it from its
+    /// opposite side; neighbours along `dim` share the face shape, so the slot size too).
+    pub fn peer_slot_offset(&self, side: HaloSide) -> i64 {
+        self.slot_offset(side.opposite(), true)
+    }
+
+    /// Array → this rank's send slot for `side`, or the face as it lies in the array when
+    /// faces are dense: `(from the array?, element offset)` of the face to deliver.
+    pub fn send_source(&self, side: HaloSide) -> (bool, i64) {
+        if self.faces_dense() {
+            (true, self.array_offset(&self.send[side as usize]))
+        } else {
+            (false, self.slot_offset(side, false))
+        }
+    }
+
     /// True when faces are dense runs of the array (the update dimension is the slowest
     /// in memory and the faster ones carry no padding): they go straight to and from MPI.
     pub fn faces_dense(&self) -> bool {
