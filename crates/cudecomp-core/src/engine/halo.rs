@@ -115,25 +115,29 @@ impl HaloRun<'_> {
         let p = self.plan;
         let e = self.elem as i64;
         let len = p.face * e;
-        let mut sources = Vec::new();
+        // Each face leaves as soon as it is packed, so packing the right face overlaps
+        // the delivery of the left one.
         for side in HaloSide::BOTH {
-            if p.neighbours[side as usize].is_some() {
-                if !p.faces_dense() {
-                    self.copy(self.data, self.work, &p.pack(side))?;
-                }
-                let (in_array, off) = p.send_source(side);
-                let buf = if in_array { self.data } else { self.work };
-                sources.push((side, buf.slice(off * e, len)?));
+            let Some(to) = p.neighbours[side as usize] else {
+                continue;
+            };
+            if !p.faces_dense() {
+                self.copy(self.data, self.work, &p.pack(side))?;
             }
-        }
-        x.ready()?;
-        for &(side, src) in &sources {
-            if let Some(to) = p.neighbours[side as usize] {
-                x.deliver(src, to, p.peer_slot_offset(side) * e, side)?;
-            }
+            let (in_array, off) = p.send_source(side);
+            let buf = if in_array { self.data } else { self.work };
+            x.ready()?;
+            x.deliver(
+                buf.slice(off * e, len)?,
+                to,
+                p.peer_slot_offset(side) * e,
+                side,
+            )?;
         }
         x.posted()?;
-        for side in HaloSide::BOTH {
+        // Neighbours deliver their left face first, which lands in this rank's right halo:
+        // unpacking it overlaps the delivery of the other face.
+        for side in [HaloSide::Right, HaloSide::Left] {
             if let Some(from) = p.neighbours[side as usize] {
                 // The neighbour on `side` sends this face towards its opposite side.
                 x.arrived(from, side.opposite())?;
