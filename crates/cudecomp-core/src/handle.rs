@@ -87,19 +87,28 @@ impl Workspace {
         Ok((s.ptr(), s.bytes()))
     }
 
-    /// `(mapped address, length)` of rank `r`'s device workspace (after `exchange_ipc`).
-    pub fn ipc_peer(&self, r: usize) -> Option<(u64, u64)> {
-        self.ipc.peer(r)
-    }
-
-    /// Peers' mapped workspaces and signal events (after `exchange_ipc`).
+    /// Peers' mapped workspaces and signal events (after `start_direct`).
     pub fn ipc(&self) -> &IpcPeers {
         &self.ipc
     }
 
-    /// Collective: maps every peer's device workspace (DIRECT backend); `work` must be this
-    /// workspace's current buffer.
-    pub fn exchange_ipc(&mut self, comm: &dyn Communicator, work: Buf) -> Result<()> {
+    /// Collective start of a DIRECT device operation on `stream`, `work` being this
+    /// workspace's current buffer: peers may write into the workspace once `stream` gets
+    /// here (it already waits for every earlier user of the workspace). That is said with
+    /// the `free` event, recorded before the start barrier so that peers' waits after it
+    /// see it; the first operation, before the events exist, waits on the host instead.
+    /// Then maps new peer workspaces (the start barrier).
+    pub fn start_direct(
+        &mut self,
+        comm: &dyn Communicator,
+        work: Buf,
+        stream: Stream,
+    ) -> Result<()> {
+        if self.ipc.has_signals() {
+            self.ipc.free()?.record(stream)?;
+        } else {
+            cuda::synchronize(stream)?;
+        }
         self.ipc
             .exchange(comm, work.ptr() as u64, work.len() as u64)
     }
@@ -892,9 +901,7 @@ impl GridDesc {
         stream: Stream,
         (key, bytes): (&dyn Fn() -> SampleKey, f64),
     ) -> Result<()> {
-        let cuda = self.handle.cuda()?;
-        cuda.device.bind()?;
-        let kernels = Kernels::for_device(&cuda.device)?;
+        let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover {
             kernels: &kernels,
             stream,
@@ -924,17 +931,7 @@ impl GridDesc {
             CommTime::PerCall
         };
         let result = self.reported(&clock, comm, key, bytes, timing, |t| {
-            // Peers may write into this workspace once this stream gets here (it already
-            // waits for every earlier user of the workspace): said with the `free` event,
-            // recorded before the start barrier so that peers' waits after it see it. The
-            // first operation, before the events exist, waits on the host instead.
-            if ws.ipc().has_signals() {
-                ws.ipc().free()?.record(stream)?;
-            } else {
-                cuda::synchronize(stream)?;
-            }
-            // Collective: maps new workspaces; the start barrier.
-            ws.exchange_ipc(self.handle.comm(), work)?;
+            ws.start_direct(self.handle.comm(), work, stream)?;
             if plan.npeers() == 1 {
                 return run.run(t);
             }
@@ -971,9 +968,7 @@ impl GridDesc {
         data: Buf,
         stream: Stream,
     ) -> Result<()> {
-        let cuda = self.handle.cuda()?;
-        cuda.device.bind()?;
-        let kernels = Kernels::for_device(&cuda.device)?;
+        let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover {
             kernels: &kernels,
             stream,
@@ -998,13 +993,7 @@ impl GridDesc {
         let bytes = halo_bytes(plan, self.rank, elem);
         let clock = Clock::Device(stream);
         let result = self.reported(&clock, comm, &key, bytes, CommTime::Own(&span), |_| {
-            // As in `direct_device`: the workspace is free once this stream gets here.
-            if ws.ipc().has_signals() {
-                ws.ipc().free()?.record(stream)?;
-            } else {
-                cuda::synchronize(stream)?;
-            }
-            ws.exchange_ipc(comm, work)?;
+            ws.start_direct(comm, work, stream)?;
             run.direct(&IpcFaces {
                 pipe,
                 main: stream,
@@ -1015,6 +1004,13 @@ impl GridDesc {
         });
         ws.release(stream)?;
         result
+    }
+
+    /// The GPU state with its device bound to this thread and its copy kernels loaded.
+    fn bound_device(&self) -> Result<(&CudaState, Arc<Kernels>)> {
+        let cuda = self.handle.cuda()?;
+        cuda.device.bind()?;
+        Ok((cuda, Kernels::for_device(&cuda.device)?))
     }
 
     /// Runs a halo update on a device pencil array, enqueued on `stream`.
@@ -1077,9 +1073,7 @@ impl GridDesc {
         ex: DeviceExchange<'_>,
         f: impl FnOnce(&dyn Mover, Buf, &dyn Transport) -> Result<()>,
     ) -> Result<()> {
-        let cuda = self.handle.cuda()?;
-        cuda.device.bind()?;
-        let kernels = Kernels::for_device(&cuda.device)?;
+        let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover {
             kernels: &kernels,
             stream,

@@ -140,6 +140,43 @@ impl SliceExchange for TransportSlices<'_> {
     }
 }
 
+/// Makes the copy stream wait until each of `ranks` has finished with its workspace
+/// (their `free` records precede the operation's start barrier, so these waits see
+/// them): no host synchronisation.
+fn wait_peers_free(
+    peers: &IpcPeers,
+    pipe: &Pipe,
+    ranks: impl Iterator<Item = usize>,
+) -> Result<()> {
+    for r in ranks {
+        peers.peer_free(r)?.wait_on(pipe.side())?;
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes at device address `src` into rank `r`'s mapped workspace at byte
+/// `at` on the copy stream, then records `r`'s signal `k`.
+fn copy_to_peer(
+    peers: &IpcPeers,
+    pipe: &Pipe,
+    r: usize,
+    at: u64,
+    src: u64,
+    len: usize,
+    k: usize,
+) -> Result<()> {
+    let (base, size) = peers
+        .peer(r)
+        .ok_or_else(|| Error::Internal(format!("DIRECT: rank {r}'s workspace not mapped")))?;
+    if at + len as u64 > size {
+        return Err(Error::Internal(format!(
+            "DIRECT: copy of {at}+{len} bytes beyond rank {r}'s workspace of {size} bytes"
+        )));
+    }
+    copy_device(base + at, src, len, pipe.side())?;
+    peers.sent(r, k)?.record(pipe.side())
+}
+
 /// Slices copied by the copy engine straight into peers' workspaces (DIRECT backend),
 /// each followed by an interprocess event the receiver waits on.
 pub struct IpcSlices<'a> {
@@ -165,37 +202,24 @@ impl SliceExchange for IpcSlices<'_> {
         MAX_SLICES
     }
 
-    /// Before the first copy, the copy stream also waits until every peer's stream is done
-    /// with its workspace (their `free` records precede this operation's start barrier,
-    /// so these waits see them): no host synchronisation.
     fn ready(&self, u: usize) -> Result<()> {
         self.pipe.ready(self.main)?;
         if u == 0 {
-            for (p, &r) in self.members.iter().enumerate() {
-                if p != self.me {
-                    self.peers.peer_free(r)?.wait_on(self.pipe.side())?;
-                }
-            }
+            let others = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|&(p, _)| p != self.me);
+            wait_peers_free(self.peers, self.pipe, others.map(|(_, &r)| r))?;
         }
         Ok(())
     }
 
     fn exchange(&self, _u: usize, k: usize, sends: &[Piece], _recvs: &[Piece]) -> Result<()> {
         for s in sends {
-            let r = self.members[s.peer];
-            let (base, len) = self
-                .peers
-                .peer(r)
-                .ok_or_else(|| Error::Internal("DIRECT: peer workspace not mapped".into()))?;
             let at = self.slots[s.peer] + s.rel as u64;
-            if at + s.len as u64 > len {
-                return Err(Error::Internal(format!(
-                    "DIRECT: slice {at}+{} beyond rank {r}'s workspace of {len} bytes",
-                    s.len
-                )));
-            }
-            copy_device(base + at, s.ptr as u64, s.len, self.pipe.side())?;
-            self.peers.sent(r, k)?.record(self.pipe.side())?;
+            let r = self.members[s.peer];
+            copy_to_peer(self.peers, self.pipe, r, at, s.ptr as u64, s.len, k)?;
         }
         Ok(())
     }
@@ -234,25 +258,21 @@ pub struct IpcFaces<'a> {
 impl FaceExchange for IpcFaces<'_> {
     fn ready(&self) -> Result<()> {
         self.pipe.ready(self.main)?;
-        for r in self.neighbours.into_iter().flatten() {
-            self.peers.peer_free(r)?.wait_on(self.pipe.side())?;
-        }
-        Ok(())
+        wait_peers_free(self.peers, self.pipe, self.neighbours.into_iter().flatten())
     }
 
     fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()> {
-        let (base, plen) = self
-            .peers
-            .peer(to)
-            .ok_or_else(|| Error::Internal("DIRECT: neighbour workspace not mapped".into()))?;
-        let len = face.len();
-        if at < 0 || at as u64 + len as u64 > plen {
-            return Err(Error::Internal(format!(
-                "DIRECT: face {at}+{len} beyond rank {to}'s workspace of {plen} bytes"
-            )));
-        }
-        copy_device(base + at as u64, face.ptr() as u64, len, self.pipe.side())?;
-        self.peers.sent(to, side as usize)?.record(self.pipe.side())
+        let at = u64::try_from(at).map_err(|_| Error::Internal(format!("DIRECT: face at {at}")))?;
+        let src = face.ptr() as u64;
+        copy_to_peer(
+            self.peers,
+            self.pipe,
+            to,
+            at,
+            src,
+            face.len(),
+            side as usize,
+        )
     }
 
     fn posted(&self) -> Result<()> {
