@@ -389,8 +389,9 @@ impl TransposeRun<'_> {
             }
             x.ready(u)?;
             x.exchange(u, *k, &sends, &incoming(pairs, *k)?)?;
+            // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.
             if u + 1 >= lag {
-                drain(u + 1 - lag + 1)?;
+                drain(u + 2 - lag)?;
             }
         }
         if units.is_empty() {
