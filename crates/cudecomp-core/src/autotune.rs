@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use crate::comm::allgather_f64;
 use crate::cuda::{self, DeviceAlloc, Stream};
-use crate::geometry::{split_axes, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
+use crate::geometry::{
+    split_axes, CommBackend, DataType, Grid, GridConfig, HaloBackend, TransposeBackend,
+};
 use crate::handle::{GridDesc, Handle, MemorySpace};
 use crate::mem::Buf;
 use crate::plan::{Direction, HaloSpec, TransposeLayouts};
@@ -106,66 +108,30 @@ pub fn candidate_grids(nranks: usize, col_major: bool) -> Result<Vec<[i32; 2]>> 
     Ok(grids)
 }
 
-fn transpose_backends(
+/// The backends of one family the search tries, in C-value order: MPI always, NCCL and
+/// DIRECT where usable, then the `var` environment filter and the `disable_*` options.
+fn backend_candidates<B: CommBackend>(
     o: &AutotuneOptions,
     nccl: bool,
     direct: bool,
-) -> Result<Vec<TransposeBackend>> {
-    use TransposeBackend::*;
-    let mut all = vec![MpiP2p, MpiP2pPl, MpiA2a];
-    if nccl {
-        all.extend([Nccl, NcclPl]);
-    }
-    if direct {
-        all.push(Direct);
-    }
-    let known: Vec<&str> = TransposeBackend::ALL
+    var: &str,
+    what: &str,
+) -> Result<Vec<B>> {
+    let all: Vec<B> = B::EVERY
         .iter()
-        .map(|b| b.enum_name())
+        .copied()
+        .filter(|b| b.is_mpi() || nccl && b.is_nccl() || direct && b.is_direct())
         .collect();
-    let list = filter_names(
-        "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
-        all,
-        |b| b.enum_name(),
-        &known,
-    )?;
-    let list: Vec<_> = list
+    let known: Vec<&str> = B::EVERY.iter().map(|b| b.enum_name()).collect();
+    let list: Vec<B> = filter_names(var, all, |b| b.enum_name(), &known)?
         .into_iter()
         .filter(|b| {
             !(o.disable_mpi_backends && b.is_mpi() || o.disable_nccl_backends && b.is_nccl())
         })
         .collect();
     if list.is_empty() {
-        invalid!("autotuning: no transpose backend left to try (environment filter and disable_* options)");
-    }
-    Ok(list)
-}
-
-fn halo_backends(o: &AutotuneOptions, nccl: bool, direct: bool) -> Result<Vec<HaloBackend>> {
-    use HaloBackend::*;
-    let mut all = vec![Mpi, MpiBlocking];
-    if nccl {
-        all.push(Nccl);
-    }
-    if direct {
-        all.push(Direct);
-    }
-    let known: Vec<&str> = HaloBackend::ALL.iter().map(|b| b.enum_name()).collect();
-    let list = filter_names(
-        "CUDECOMP_AUTOTUNE_HALO_BACKENDS",
-        all,
-        |b| b.enum_name(),
-        &known,
-    )?;
-    let list: Vec<_> = list
-        .into_iter()
-        .filter(|b| {
-            !(o.disable_mpi_backends && b.is_mpi() || o.disable_nccl_backends && *b == Nccl)
-        })
-        .collect();
-    if list.is_empty() {
         invalid!(
-            "autotuning: no halo backend left to try (environment filter and disable_* options)"
+            "autotuning: no {what} backend left to try (environment filter and disable_* options)"
         );
     }
     Ok(list)
@@ -459,14 +425,26 @@ pub fn autotune(
             grids.clone()
         };
         let backends: Vec<i32> = match (transpose_step, wanted) {
-            (true, true) => transpose_backends(o, nccl, direct)?
-                .into_iter()
-                .map(|b| b as i32)
-                .collect(),
-            (false, true) => halo_backends(o, nccl, direct)?
-                .into_iter()
-                .map(|b| b as i32)
-                .collect(),
+            (true, true) => backend_candidates::<TransposeBackend>(
+                o,
+                nccl,
+                direct,
+                "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
+                "transpose",
+            )?
+            .into_iter()
+            .map(|b| b as i32)
+            .collect(),
+            (false, true) => backend_candidates::<HaloBackend>(
+                o,
+                nccl,
+                direct,
+                "CUDECOMP_AUTOTUNE_HALO_BACKENDS",
+                "halo",
+            )?
+            .into_iter()
+            .map(|b| b as i32)
+            .collect(),
             (true, false) => vec![chosen.transpose_comm_backend],
             (false, false) => vec![chosen.halo_comm_backend],
         };

@@ -86,6 +86,52 @@ impl TransposeBackend {
     }
 }
 
+/// What the autotuner needs to know of a backend family (transpose or halo).
+pub trait CommBackend: Copy + 'static {
+    /// Every backend in C-value order.
+    const EVERY: &'static [Self];
+    /// Upper-case enum name (environment filters).
+    fn enum_name(self) -> &'static str;
+    /// True for the MPI family.
+    fn is_mpi(self) -> bool;
+    /// True for the NCCL family.
+    fn is_nccl(self) -> bool;
+    /// True for DIRECT.
+    fn is_direct(self) -> bool;
+}
+
+impl CommBackend for TransposeBackend {
+    const EVERY: &'static [Self] = &Self::ALL;
+    fn enum_name(self) -> &'static str {
+        TransposeBackend::enum_name(self)
+    }
+    fn is_mpi(self) -> bool {
+        TransposeBackend::is_mpi(self)
+    }
+    fn is_nccl(self) -> bool {
+        TransposeBackend::is_nccl(self)
+    }
+    fn is_direct(self) -> bool {
+        self == Self::Direct
+    }
+}
+
+impl CommBackend for HaloBackend {
+    const EVERY: &'static [Self] = &Self::ALL;
+    fn enum_name(self) -> &'static str {
+        HaloBackend::enum_name(self)
+    }
+    fn is_mpi(self) -> bool {
+        HaloBackend::is_mpi(self)
+    }
+    fn is_nccl(self) -> bool {
+        self == Self::Nccl
+    }
+    fn is_direct(self) -> bool {
+        self == Self::Direct
+    }
+}
+
 /// Halo communication backends with their C values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HaloBackend {

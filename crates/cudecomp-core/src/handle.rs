@@ -1196,23 +1196,8 @@ fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
 mod tests {
     use super::*;
     use crate::comm::mock;
-    use crate::geometry::PencilInfo;
+    use crate::plan::testing::oracle as fill;
     use crate::plan::Layout;
-
-    /// Fills a pencil buffer with the global-index oracle (sentinel outside the interior).
-    fn fill(info: &PencilInfo, gdims: [i64; 3], sentinel: u64) -> Vec<u64> {
-        let l = Layout::of_pencil(info);
-        let mut v = vec![sentinel; info.size as usize];
-        let b = info.interior();
-        for z in b.lo[2]..b.lo[2] + b.len[2] {
-            for y in b.lo[1]..b.lo[1] + b.len[1] {
-                for x in b.lo[0]..b.lo[0] + b.len[0] {
-                    v[l.offset([x, y, z]) as usize] = (x + gdims[0] * (y + gdims[1] * z)) as u64;
-                }
-            }
-        }
-        v
-    }
 
     fn as_buf(v: &mut [u64]) -> Buf {
         Buf::from_slice(bytemuck_words(v))

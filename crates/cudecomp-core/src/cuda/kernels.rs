@@ -221,13 +221,8 @@ impl Mover for DeviceMover<'_> {
             return super::copy_device(d, s, n as usize * elem, self.stream);
         }
         let ext = c.extent;
-        let mut ax = [0usize, 1, 2];
-        ax.sort_by_key(|&g| (ext[g] <= 1, c.dst_strides[g].abs()));
+        let (ax, src_fast) = c.walk_order();
         let inner = ax[0];
-        let src_fast = (0..3)
-            .filter(|&g| ext[g] > 1)
-            .min_by_key(|&g| c.src_strides[g].abs())
-            .unwrap_or(inner);
         let (order, tiled) = if src_fast == inner {
             (ax, false)
         } else {

@@ -63,8 +63,9 @@ impl SharedSlices<'_> {
     }
 }
 
-/// Spins (then yields, for oversubscribed nodes) until `flag` reaches `target`.
-fn wait_for(flag: &AtomicU64, target: u64, from: usize) -> Result<()> {
+/// Spins (then yields, for oversubscribed nodes) until `flag` reaches `target`; adds the
+/// milliseconds waited to `waited`.
+fn wait_for(flag: &AtomicU64, target: u64, from: usize, waited: &Cell<f64>) -> Result<()> {
     let start = Instant::now();
     let mut spins = 0u64;
     while flag.load(Ordering::Acquire) < target {
@@ -81,6 +82,7 @@ fn wait_for(flag: &AtomicU64, target: u64, from: usize) -> Result<()> {
             )));
         }
     }
+    waited.set(waited.get() + start.elapsed().as_secs_f64() * 1e3);
     Ok(())
 }
 
@@ -126,13 +128,15 @@ impl SliceExchange for SharedSlices<'_> {
     }
 
     fn arrived(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<()> {
-        let start = Instant::now();
         for r in recvs {
             let from = self.members[r.peer];
-            wait_for(self.slot(self.rank, from)?, self.mark(k), from)?;
+            wait_for(
+                self.slot(self.rank, from)?,
+                self.mark(k),
+                from,
+                &self.waited_ms,
+            )?;
         }
-        let waited = start.elapsed().as_secs_f64() * 1e3;
-        self.waited_ms.set(self.waited_ms.get() + waited);
         Ok(())
     }
 
@@ -174,12 +178,13 @@ impl FaceExchange for SharedFaces<'_> {
     }
 
     fn arrived(&self, from: usize, side: HaloSide) -> Result<()> {
-        let start = Instant::now();
         let target = mark(self.workspaces, side as usize);
-        wait_for(slot(self.workspaces, self.rank, from)?, target, from)?;
-        self.waited_ms
-            .set(self.waited_ms.get() + start.elapsed().as_secs_f64() * 1e3);
-        Ok(())
+        wait_for(
+            slot(self.workspaces, self.rank, from)?,
+            target,
+            from,
+            &self.waited_ms,
+        )
     }
 
     fn finish(&self) -> Result<()> {

@@ -342,13 +342,17 @@ impl TransposeRun<'_> {
             .collect();
         let units = self.units(per_peer, &send_parts, &recv_parts);
         let lag = if in_place { usize::MAX } else { x.lag().max(1) };
-        let incoming = |pairs: &[(usize, usize)], k: usize| -> Result<Vec<Piece>> {
-            pairs
-                .iter()
-                .filter_map(|&(_, from)| recv_parts[from].get(k).map(|b| (from, b)))
-                .map(|(from, b)| self.piece(Way::Receive, from, b, recv_direct))
-                .collect()
-        };
+        // What arrives in each unit.
+        let incoming = units
+            .iter()
+            .map(|(pairs, k)| {
+                pairs
+                    .iter()
+                    .filter_map(|&(_, from)| recv_parts[from].get(*k).map(|b| (from, b)))
+                    .map(|(from, b)| self.piece(Way::Receive, from, b, recv_direct))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
         // Stream-ordered exchanges (everything packed first) copy this rank's own cells
         // while the slices travel; host ones do it last, after the hot slices are unpacked.
         let own_first = lag == usize::MAX && !in_place;
@@ -363,12 +367,12 @@ impl TransposeRun<'_> {
                 x.posted()?;
             }
             while unpacked < upto {
-                let (pairs, k) = &units[unpacked];
-                let recvs = incoming(pairs, *k)?;
-                x.arrived(unpacked, *k, &recvs)?;
+                let k = units[unpacked].1;
+                let recvs = &incoming[unpacked];
+                x.arrived(unpacked, k, recvs)?;
                 if !recv_direct {
-                    for r in &recvs {
-                        let part = &recv_parts[r.peer][*k];
+                    for r in recvs {
+                        let part = &recv_parts[r.peer][k];
                         let c = plan.unpack_part(r.peer, plan.recv_base, part);
                         self.mover.copy(self.elem, self.work, self.output, &c)?;
                     }
@@ -388,7 +392,7 @@ impl TransposeRun<'_> {
                 }
             }
             x.ready(u)?;
-            x.exchange(u, *k, &sends, &incoming(pairs, *k)?)?;
+            x.exchange(u, *k, &sends, &incoming[u])?;
             // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.
             if u + 1 >= lag {
                 drain(u + 2 - lag)?;
@@ -485,7 +489,8 @@ mod tests {
     use crate::comm::{mock, Communicator};
     use crate::geometry::{Grid, GridConfig};
     use crate::mem::HostMover;
-    use crate::plan::{Direction, Layout, TransposeLayouts, MAX_SLICES};
+    use crate::plan::testing::oracle;
+    use crate::plan::{Direction, TransposeLayouts, MAX_SLICES};
 
     /// Slices over a blocking transport: every unit is posted up front and completed in
     /// arrival order, as a stream-ordered exchange would deliver them.
@@ -534,20 +539,6 @@ mod tests {
             }
             Ok(())
         }
-    }
-
-    fn oracle(info: &crate::geometry::PencilInfo, gdims: [i64; 3], fill: u64) -> Vec<u64> {
-        let l = Layout::of_pencil(info);
-        let mut v = vec![fill; info.size as usize];
-        let b = info.interior();
-        for z in b.lo[2]..b.lo[2] + b.len[2] {
-            for y in b.lo[1]..b.lo[1] + b.len[1] {
-                for x in b.lo[0]..b.lo[0] + b.len[0] {
-                    v[l.offset([x, y, z]) as usize] = (x + gdims[0] * (y + gdims[1] * z)) as u64;
-                }
-            }
-        }
-        v
     }
 
     fn bytes(v: &mut [u64]) -> Buf {

@@ -45,13 +45,8 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3) {
     let e = std::mem::size_of::<T>() as isize;
     let ext = c.extent;
     // Walk the destination in memory order; unit-extent axes go outermost.
-    let mut ax = [0usize, 1, 2];
-    ax.sort_by_key(|&g| (ext[g] <= 1, c.dst_strides[g].abs()));
+    let (ax, src_fast) = c.walk_order();
     let inner = ax[0];
-    let src_fast = (0..3)
-        .filter(|&g| ext[g] > 1)
-        .min_by_key(|&g| c.src_strides[g].abs())
-        .unwrap_or(inner);
     let ss = c.src_strides.map(|s| s as isize * e);
     let ds = c.dst_strides.map(|s| s as isize * e);
     // SAFETY (whole body): offsets stay within the extents checked by the caller.

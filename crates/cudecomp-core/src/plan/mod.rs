@@ -133,6 +133,19 @@ impl Copy3 {
         start(self.dst_offset, &self.dst_strides, &self.extent)
     }
 
+    /// How copy kernels walk the copy: the axes in destination memory order (unit-extent
+    /// axes last) and the source's fastest axis among those longer than one cell; the two
+    /// fastest differ when the copy transposes.
+    pub fn walk_order(&self) -> ([Axis; 3], Axis) {
+        let mut ax = [0usize, 1, 2];
+        ax.sort_by_key(|&g| (self.extent[g] <= 1, self.dst_strides[g].abs()));
+        let src_fast = (0..3)
+            .filter(|&g| self.extent[g] > 1)
+            .min_by_key(|&g| self.src_strides[g].abs())
+            .unwrap_or(ax[0]);
+        (ax, src_fast)
+    }
+
     /// Elements of the copy when it is one dense block on both sides (a plain memcpy).
     pub fn dense_len(&self) -> Option<i64> {
         let mut ax = [0usize, 1, 2];
@@ -169,6 +182,28 @@ fn start(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
         + (0..3)
             .map(|g| (extent[g] - 1) * strides[g].min(0))
             .sum::<i64>()
+}
+
+/// Test helpers shared by the engines' and the handle's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::Layout;
+    use crate::geometry::PencilInfo;
+
+    /// A pencil buffer holding the global-index oracle (`sentinel` outside the interior).
+    pub(crate) fn oracle(info: &PencilInfo, gdims: [i64; 3], sentinel: u64) -> Vec<u64> {
+        let l = Layout::of_pencil(info);
+        let mut v = vec![sentinel; info.size as usize];
+        let b = info.interior();
+        for z in b.lo[2]..b.lo[2] + b.len[2] {
+            for y in b.lo[1]..b.lo[1] + b.len[1] {
+                for x in b.lo[0]..b.lo[0] + b.len[0] {
+                    v[l.offset([x, y, z]) as usize] = (x + gdims[0] * (y + gdims[1] * z)) as u64;
+                }
+            }
+        }
+        v
+    }
 }
 
 #[cfg(test)]
