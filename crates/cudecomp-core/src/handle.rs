@@ -499,7 +499,8 @@ pub struct GridDesc {
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
     halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
     perf: Option<PerfReport>,
-    /// Slice size of pipelined device transposes (the same on every rank: checked).
+    /// Slice size of pipelined transposes and DIRECT halos (the same on every rank:
+    /// checked).
     slice_bytes: i64,
 }
 
@@ -600,6 +601,12 @@ fn cached<K: std::hash::Hash + Eq, V: Clone>(
 }
 
 impl GridDesc {
+    /// Slice size of host DIRECT pipelines: [`HOST_SLICE_BYTES`] (cache-sized), or less
+    /// when `CUDECOMP_PIPELINE_SLICE_BYTES` asks for less.
+    fn host_slice_bytes(&self) -> i64 {
+        self.slice_bytes.min(HOST_SLICE_BYTES)
+    }
+
     /// The resolved grid.
     pub fn grid(&self) -> &Grid {
         &self.grid
@@ -677,7 +684,7 @@ impl GridDesc {
                 CommTime::Own(&waited),
                 |t| {
                     if plan.npeers() > 1 {
-                        run.sliced(&x, HOST_SLICE_BYTES, false)
+                        run.sliced(&x, self.host_slice_bytes(), false)
                     } else {
                         run.run(t)
                     }
@@ -788,7 +795,7 @@ impl GridDesc {
                 &key,
                 bytes,
                 CommTime::Own(&waited),
-                |_| run.direct(&x),
+                |_| run.direct(&x, self.host_slice_bytes()),
             );
         }
         let work = choose_work(work, elems, elem, "get_halo_workspace_size()", |n| {
@@ -994,13 +1001,14 @@ impl GridDesc {
         let clock = Clock::Device(stream);
         let result = self.reported(&clock, comm, &key, bytes, CommTime::Own(&span), |_| {
             ws.start_direct(comm, work, stream)?;
-            run.direct(&IpcFaces {
+            let x = IpcFaces {
                 pipe,
                 main: stream,
                 peers: ws.ipc(),
                 neighbours: plan.neighbours,
                 comm,
-            })
+            };
+            run.direct(&x, self.slice_bytes)
         });
         ws.release(stream)?;
         result
@@ -1209,6 +1217,7 @@ mod tests {
         backend: TransposeBackend,
         contiguous: [bool; 3],
         in_place: bool,
+        slice_bytes: i64,
     ) {
         let n = (pdims[0] * pdims[1]) as usize;
         mock::run(n, |c| {
@@ -1220,7 +1229,8 @@ mod tests {
                 transpose_axis_contiguous: contiguous,
                 ..Default::default()
             };
-            let g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            let mut g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            g.slice_bytes = slice_bytes;
             let gd = g.grid().gdims;
             for d in Direction::ALL {
                 let lay = TransposeLayouts {
@@ -1288,7 +1298,11 @@ mod tests {
             ] {
                 for contiguous in [[false; 3], [true; 3], [true, false, true]] {
                     for in_place in [false, true] {
-                        roundtrip(gdims, pdims, backend, contiguous, in_place);
+                        roundtrip(gdims, pdims, backend, contiguous, in_place, SLICE_BYTES);
+                        if backend == TransposeBackend::Direct {
+                            // Slices of two cells: many slices per chunk.
+                            roundtrip(gdims, pdims, backend, contiguous, in_place, 16);
+                        }
                     }
                 }
             }
@@ -1339,7 +1353,13 @@ mod tests {
     /// Reference §5 check: after updating dims 0, 1, 2 every non-padding cell holds the
     /// index of its (periodically wrapped) global point, or the sentinel where the point
     /// lies beyond a non-periodic boundary.
-    fn halo_case(pdims: [i32; 2], axis: usize, periods: [bool; 3], backend: HaloBackend) {
+    fn halo_case(
+        pdims: [i32; 2],
+        axis: usize,
+        periods: [bool; 3],
+        backend: HaloBackend,
+        slice_bytes: i64,
+    ) {
         let n = (pdims[0] * pdims[1]) as usize;
         let halo = [1, 2, 1];
         let padding = [1, 0, 2];
@@ -1352,7 +1372,8 @@ mod tests {
                 transpose_axis_contiguous: [true, false, true],
                 ..Default::default()
             };
-            let g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            let mut g = h.create_grid(&cfg, MemorySpace::Host).unwrap();
+            g.slice_bytes = slice_bytes;
             let gd = g.grid().gdims;
             let info = g
                 .grid()
@@ -1421,7 +1442,11 @@ mod tests {
             for pdims in [[2, 2], [1, 2], [3, 1], [1, 1]] {
                 for axis in 0..3 {
                     for periods in [[false; 3], [true; 3], [true, false, true]] {
-                        halo_case(pdims, axis, periods, backend);
+                        halo_case(pdims, axis, periods, backend, SLICE_BYTES);
+                        if backend == HaloBackend::Direct {
+                            // Slices of two cells: many slices per face.
+                            halo_case(pdims, axis, periods, backend, 16);
+                        }
                     }
                 }
             }

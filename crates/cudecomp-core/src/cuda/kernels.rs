@@ -220,6 +220,7 @@ impl Mover for DeviceMover<'_> {
             let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
             return super::copy_device(d, s, n as usize * elem, self.stream);
         }
+        let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
         let ext = c.extent;
         let (ax, src_fast) = c.walk_order();
         let inner = ax[0];

@@ -13,7 +13,6 @@ use crate::engine::halo::FaceExchange;
 use crate::engine::transpose::{Piece, SliceExchange};
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
-use crate::plan::HaloSide;
 use crate::{Error, Result};
 
 /// Slice size of host DIRECT transposes: a few hundred KiB stay in the shared cache
@@ -155,21 +154,25 @@ pub struct SharedFaces<'a> {
 }
 
 impl FaceExchange for SharedFaces<'_> {
-    fn ready(&self) -> Result<()> {
+    fn max_slices(&self) -> usize {
+        HOST_MAX_SLICES / 2
+    }
+
+    fn ready(&self, _first: bool) -> Result<()> {
         Ok(())
     }
 
-    fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()> {
+    fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()> {
         let peer = self.workspaces.peer(to).ok_or_else(|| {
             Error::Internal(format!("DIRECT: rank {to} has no mapped shared workspace"))
         })?;
-        let dst = peer.range(at, face.len() as i64)?;
-        // SAFETY: `face` is a face of this rank's array or workspace; `dst` lies inside the
+        let dst = peer.range(at, part.len() as i64)?;
+        // SAFETY: `part` lies in this rank's array or workspace; `dst` inside the
         // neighbour's workspace, at a slot only this rank writes during the operation.
-        unsafe { std::ptr::copy_nonoverlapping(face.ptr(), dst, face.len()) };
-        // Release: the face is visible before the signal.
+        unsafe { std::ptr::copy_nonoverlapping(part.ptr(), dst, part.len()) };
+        // Release: the slice is visible before the signal.
         slot(self.workspaces, to, self.rank)?
-            .store(mark(self.workspaces, side as usize), Ordering::Release);
+            .store(mark(self.workspaces, signal), Ordering::Release);
         Ok(())
     }
 
@@ -177,8 +180,8 @@ impl FaceExchange for SharedFaces<'_> {
         Ok(())
     }
 
-    fn arrived(&self, from: usize, side: HaloSide) -> Result<()> {
-        let target = mark(self.workspaces, side as usize);
+    fn arrived(&self, from: usize, signal: usize) -> Result<()> {
+        let target = mark(self.workspaces, signal);
         wait_for(
             slot(self.workspaces, self.rank, from)?,
             target,

@@ -3,22 +3,26 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::HaloBackend;
 use crate::mem::{Buf, Mover};
-use crate::plan::{Copy3, HaloPlan, HaloSide};
+use crate::plan::{slice_count, Copy3, HaloPlan, HaloSide};
 use crate::{unsupported, Result};
 
-/// How a DIRECT halo update moves faces into neighbours' workspaces. The faces a rank
-/// sends travel in the order left, right, and a neighbour learns of each with a signal
-/// numbered by the sender's side.
+/// How a DIRECT halo update moves faces into neighbours' workspaces. Faces are cut into
+/// slices; a rank sends its left face's slices, then its right face's, and a neighbour
+/// learns of each slice with a signal numbered `side * slices_per_face + slice` by the
+/// sender (so a sender raises its signals in increasing order).
 pub trait FaceExchange {
-    /// Orders the deliveries after everything enqueued so far (packing included).
-    fn ready(&self) -> Result<()>;
-    /// Copies `face` into rank `to`'s workspace at byte `at`, then signals `to` that the
-    /// face this rank sends towards `side` is there.
-    fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()>;
+    /// Most slices per face this exchange can signal.
+    fn max_slices(&self) -> usize;
+    /// Orders the next delivery after everything enqueued so far (packing included);
+    /// `first` for the operation's first delivery.
+    fn ready(&self, first: bool) -> Result<()>;
+    /// Copies `part` into rank `to`'s workspace at byte `at`, then raises signal `signal`
+    /// there.
+    fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()>;
     /// Called once this rank has delivered everything, before any `arrived`.
     fn posted(&self) -> Result<()>;
-    /// Waits until rank `from` has delivered the face it sends towards `side`.
-    fn arrived(&self, from: usize, side: HaloSide) -> Result<()>;
+    /// Waits until rank `from` has raised signal `signal` for this rank.
+    fn arrived(&self, from: usize, signal: usize) -> Result<()>;
     /// Orders what follows after every delivery of this rank.
     fn finish(&self) -> Result<()>;
 }
@@ -105,34 +109,40 @@ impl HaloRun<'_> {
         Ok(true)
     }
 
-    /// Runs the update with the DIRECT backend: each face is packed (unless dense in the
-    /// array), delivered into the neighbour's receive slot, and unpacked by the
-    /// neighbour once signalled. `work` must be the workspace the neighbours address.
-    pub fn direct(&self, x: &dyn FaceExchange) -> Result<()> {
+    /// Runs the update with the DIRECT backend: each face is cut into slices of about
+    /// `slice_bytes`; each slice is packed (unless the face is dense in the array),
+    /// delivered into the neighbour's receive slot and unpacked by the neighbour once
+    /// signalled, so packing, delivery and unpacking of successive slices overlap. `work`
+    /// must be the workspace the neighbours address.
+    pub fn direct(&self, x: &dyn FaceExchange, slice_bytes: i64) -> Result<()> {
         if self.wrap()? {
             return Ok(());
         }
         let p = self.plan;
         let e = self.elem as i64;
-        let len = p.face * e;
-        // Each face leaves as soon as it is packed, so packing the right face overlaps
-        // the delivery of the left one.
+        let n = slice_count(p.face, self.elem, slice_bytes, x.max_slices());
+        let mut first = true;
         for side in HaloSide::BOTH {
             let Some(to) = p.neighbours[side as usize] else {
                 continue;
             };
-            if !p.faces_dense() {
-                self.copy(self.data, self.work, &p.pack(side))?;
-            }
             let (in_array, off) = p.send_source(side);
             let buf = if in_array { self.data } else { self.work };
-            x.ready()?;
-            x.deliver(
-                buf.slice(off * e, len)?,
-                to,
-                p.peer_slot_offset(side) * e,
-                side,
-            )?;
+            let face = &p.send[side as usize];
+            for (s, part) in p.face_slices(side, false, n).iter().enumerate() {
+                if !in_array {
+                    self.copy(self.data, self.work, &p.pack_part(side, part))?;
+                }
+                let rel = p.offset_in_face(face, part);
+                x.ready(first)?;
+                first = false;
+                x.deliver(
+                    buf.slice((off + rel) * e, part.volume() * e)?,
+                    to,
+                    (p.peer_slot_offset(side) + rel) * e,
+                    side as usize * n + s,
+                )?;
+            }
         }
         x.posted()?;
         // Neighbours deliver their left face first, which lands in this rank's right halo:
@@ -140,8 +150,10 @@ impl HaloRun<'_> {
         for side in [HaloSide::Right, HaloSide::Left] {
             if let Some(from) = p.neighbours[side as usize] {
                 // The neighbour on `side` sends this face towards its opposite side.
-                x.arrived(from, side.opposite())?;
-                self.copy(self.work, self.data, &p.unpack(side))?;
+                for (s, part) in p.face_slices(side, true, n).iter().enumerate() {
+                    x.arrived(from, side.opposite() as usize * n + s)?;
+                    self.copy(self.work, self.data, &p.unpack_part(side, part))?;
+                }
             }
         }
         x.finish()

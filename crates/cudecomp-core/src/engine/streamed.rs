@@ -12,7 +12,6 @@ use crate::cuda::{copy_device, Event, OwnedStream, Stream};
 use crate::engine::halo::FaceExchange;
 use crate::engine::transpose::{Piece, SliceExchange};
 use crate::mem::Buf;
-use crate::plan::HaloSide;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
@@ -256,31 +255,31 @@ pub struct IpcFaces<'a> {
 }
 
 impl FaceExchange for IpcFaces<'_> {
-    fn ready(&self) -> Result<()> {
-        self.pipe.ready(self.main)?;
-        wait_peers_free(self.peers, self.pipe, self.neighbours.into_iter().flatten())
+    /// Both faces' signals share the [`MAX_SLICES`] interprocess events per writer.
+    fn max_slices(&self) -> usize {
+        MAX_SLICES / 2
     }
 
-    fn deliver(&self, face: Buf, to: usize, at: i64, side: HaloSide) -> Result<()> {
+    fn ready(&self, first: bool) -> Result<()> {
+        self.pipe.ready(self.main)?;
+        if first {
+            wait_peers_free(self.peers, self.pipe, self.neighbours.into_iter().flatten())?;
+        }
+        Ok(())
+    }
+
+    fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()> {
         let at = u64::try_from(at).map_err(|_| Error::Internal(format!("DIRECT: face at {at}")))?;
-        let src = face.ptr() as u64;
-        copy_to_peer(
-            self.peers,
-            self.pipe,
-            to,
-            at,
-            src,
-            face.len(),
-            side as usize,
-        )
+        let src = part.ptr() as u64;
+        copy_to_peer(self.peers, self.pipe, to, at, src, part.len(), signal)
     }
 
     fn posted(&self) -> Result<()> {
         self.comm.barrier()
     }
 
-    fn arrived(&self, from: usize, side: HaloSide) -> Result<()> {
-        self.peers.landed(from, side as usize)?.wait_on(self.main)
+    fn arrived(&self, from: usize, signal: usize) -> Result<()> {
+        self.peers.landed(from, signal)?.wait_on(self.main)
     }
 
     fn finish(&self) -> Result<()> {

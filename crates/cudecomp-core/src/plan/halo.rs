@@ -3,7 +3,7 @@
 //! Faces span the full stored extent of the other two dimensions, their halos included and
 //! padding excluded, so three successive updates (dims 0, 1, 2) fill edges and corners.
 
-use super::{Copy3, Layout};
+use super::{slice_box, Copy3, Layout};
 use crate::geometry::{align, face_cells, Axis, Box3, Grid, PencilInfo};
 use crate::{invalid, Result};
 
@@ -151,14 +151,41 @@ impl HaloPlan {
 
     /// Array → workspace slot of the face sent to `side`.
     pub fn pack(&self, side: HaloSide) -> Copy3 {
-        let b = &self.send[side as usize];
-        Copy3::between(b, &self.layout, &self.slot_layout(b, side as i64))
+        self.pack_part(side, &self.send[side as usize])
     }
 
     /// Workspace slot of the face received from `side` → array halo.
     pub fn unpack(&self, side: HaloSide) -> Copy3 {
+        self.unpack_part(side, &self.recv[side as usize])
+    }
+
+    /// [`HaloPlan::pack`] restricted to `part` of the face (a slice).
+    pub fn pack_part(&self, side: HaloSide, part: &Box3) -> Copy3 {
+        let b = &self.send[side as usize];
+        Copy3::between(part, &self.layout, &self.slot_layout(b, side as i64))
+    }
+
+    /// [`HaloPlan::unpack`] restricted to `part` of the face (a slice).
+    pub fn unpack_part(&self, side: HaloSide, part: &Box3) -> Copy3 {
         let b = &self.recv[side as usize];
-        Copy3::between(b, &self.slot_layout(b, 2 + side as i64), &self.layout)
+        Copy3::between(part, &self.slot_layout(b, 2 + side as i64), &self.layout)
+    }
+
+    /// The face sent to (`receive` false) or received from `side`, cut into at most `n`
+    /// slices, each a dense run of the packed face, in memory order. A face and the
+    /// neighbour's matching face have the same shape, so both ends cut alike.
+    pub fn face_slices(&self, side: HaloSide, receive: bool, n: usize) -> Vec<Box3> {
+        let b = if receive {
+            &self.recv[side as usize]
+        } else {
+            &self.send[side as usize]
+        };
+        slice_box(b, self.info.order, n)
+    }
+
+    /// Element offset of slice `part` inside the packed face `face` (sent or received).
+    pub fn offset_in_face(&self, face: &Box3, part: &Box3) -> i64 {
+        Layout::packed(face, self.info.order, 0).offset(part.lo)
     }
 
     /// Element offset of a face in the workspace: send slots 0/1, receive slots 2/3.
