@@ -29,10 +29,12 @@ SUITES=${SUITES:-gpu1 gpu2 sliced gpu4}
 on() { [[ " $SUITES " == *" $1 "* ]]; }
 on gpu1 && { run gpu1 1 || rc=1; }
 if [ "$G" -ge 2 ]; then on gpu2 && { run gpu2 2 || rc=1; }; else on gpu2 && { run gpu2-shared 2 || rc=1; }; fi
-# Pipelined NCCL and DIRECT transposes cut chunks into slices of 32 MiB: tiny slices make
-# the suite's small arrays take the multi-slice paths too.
+# Sliced transposes (NCCL, DIRECT, host-staged MPI_P2P) and DIRECT halos cut chunks and
+# faces into slices of 32 MiB: tiny slices make the suite's small arrays take the
+# multi-slice paths too.
 if on sliced; then
-    CUDECOMP_PIPELINE_SLICE_BYTES=64 K="NCCL or DIRECT" run sliced 2 tests/test_transpose.py || rc=1
+    CUDECOMP_PIPELINE_SLICE_BYTES=64 K="NCCL or DIRECT or MPI_P2P or halo_reference" \
+        run sliced 2 "tests/test_transpose.py tests/test_halo.py" || rc=1
 fi
 on gpu4 && { run gpu4-shared 4 || rc=1; }
 B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL

@@ -14,8 +14,9 @@ use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::direct::{SharedFaces, SharedSlices, HOST_SLICE_BYTES};
 use crate::engine::halo::HaloRun;
+use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
-use crate::engine::transpose::TransposeRun;
+use crate::engine::transpose::{SliceExchange, TransposeRun};
 use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, TransposeBackend};
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::{Buf, HostMover, Mover};
@@ -842,10 +843,16 @@ impl GridDesc {
             return self.direct_device(&plan, elem, input, output, stream, (&key, bytes));
         }
         let staging = ((plan.input.size + plan.output.size) as usize) * elem;
-        // NCCL transposes run as a pipeline of slices with the exchange on the library's
-        // stream; MPI ones synchronise on the host per message and stay on the user's.
-        let sliced = backend.is_nccl() && plan.npeers() > 1;
         let cuda = self.handle.cuda()?;
+        // NCCL transposes run as a pipeline of slices with the exchange on the library's
+        // stream; so do point-to-point ones through host-staged MPI (the copies to and from
+        // the host overlap MPI's). Others synchronise on the host per message.
+        let staged_p2p = !cuda.mpi_cuda_aware
+            && matches!(
+                backend,
+                TransposeBackend::MpiP2p | TransposeBackend::MpiP2pPl
+            );
+        let sliced = (backend.is_nccl() || staged_p2p) && plan.npeers() > 1;
         let pipe = if sliced {
             Some(cuda.pipe(plan.npeers())?)
         } else {
@@ -867,7 +874,7 @@ impl GridDesc {
                 bytes,
                 pipe,
             },
-            |mover, work, transport| {
+            |mover, work, transport, slices| {
                 let run = TransposeRun {
                     plan: &plan,
                     backend,
@@ -877,16 +884,9 @@ impl GridDesc {
                     output,
                     work,
                 };
-                match pipe {
-                    Some(pipe) => run.sliced(
-                        &TransportSlices {
-                            transport,
-                            pipe,
-                            main: stream,
-                        },
-                        self.slice_bytes,
-                        backend == TransposeBackend::NcclPl,
-                    ),
+                match slices {
+                    // Staged slices pair unit k with slice k on every rank: never per peer.
+                    Some(x) => run.sliced(x, self.slice_bytes, backend == TransposeBackend::NcclPl),
                     None => run.run(transport),
                 }
             },
@@ -1053,7 +1053,7 @@ impl GridDesc {
                 bytes: halo_bytes(&plan, self.rank, elem),
                 pipe: None,
             },
-            |mover, work, transport| {
+            |mover, work, transport, _| {
                 HaloRun {
                     plan: &plan,
                     backend,
@@ -1079,7 +1079,7 @@ impl GridDesc {
         elem: usize,
         query: &str,
         ex: DeviceExchange<'_>,
-        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport) -> Result<()>,
+        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover {
@@ -1091,25 +1091,46 @@ impl GridDesc {
             ws.device(&cuda.device, n, stream)
         })?;
         let clock = Clock::Device(stream);
-        let span = || ex.pipe.map_or(Ok(0.0), Pipe::span_ms);
-        let comm = match ex.pipe {
-            Some(_) => CommTime::Own(&span),
-            None => CommTime::PerCall,
-        };
-        let run = |t: &dyn Transport| {
-            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| f(&mover, work, t))
+        let run = |t: &dyn Transport, x: Option<&dyn SliceExchange>, comm: CommTime<'_>| {
+            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| f(&mover, work, t, x))
         };
         let result = if ex.nccl {
             let nccl = self.handle.nccl()?;
             let on = ex.pipe.map_or(stream, Pipe::side);
-            run(&NcclTransport::new(&nccl, on, ex.members))
+            let t = NcclTransport::new(&nccl, on, ex.members);
+            match ex.pipe {
+                Some(pipe) => {
+                    let x = TransportSlices {
+                        transport: &t,
+                        pipe,
+                        main: stream,
+                    };
+                    run(&t, Some(&x), CommTime::Own(&|| pipe.span_ms()))
+                }
+                None => run(&t, None, CommTime::PerCall),
+            }
         } else if cuda.mpi_cuda_aware {
-            run(&DirectMpi::new(ex.comm, stream))
+            run(&DirectMpi::new(ex.comm, stream), None, CommTime::PerCall)
         } else {
             let (arena, cap) = ws.staging(&cuda.device, ex.staging)?;
-            // SAFETY: the arena belongs to the locked workspace; the next user waits for
-            // `release` below before touching it.
-            run(&unsafe { StagedMpi::new(ex.comm, stream, arena, cap) })
+            match ex.pipe {
+                Some(pipe) => {
+                    // Receives write into the arena from the host as soon as they are
+                    // posted: the previous operation's copies out of it must be done.
+                    ws.quiesce()?;
+                    // SAFETY: the arena belongs to the locked workspace, idle (above).
+                    let x = unsafe { StagedSlices::new(ex.comm, pipe, stream, arena, cap) };
+                    let waited = || Ok(x.waited_ms.get());
+                    run(ex.comm, Some(&x), CommTime::Own(&waited))
+                }
+                // SAFETY: the arena belongs to the locked workspace; the next user waits
+                // for `release` below before touching it.
+                None => run(
+                    &unsafe { StagedMpi::new(ex.comm, stream, arena, cap) },
+                    None,
+                    CommTime::PerCall,
+                ),
+            }
         };
         ws.release(stream)?;
         result
@@ -1185,7 +1206,8 @@ struct DeviceExchange<'a> {
     /// Performance-report key and bytes of the operation.
     key: &'a dyn Fn() -> SampleKey,
     bytes: f64,
-    /// The library's stream and events, where a pipelined NCCL exchange runs.
+    /// The library's stream and events, where a sliced exchange (NCCL or host-staged
+    /// MPI) runs.
     pipe: Option<&'a Pipe>,
 }
 

@@ -2,5 +2,6 @@
 
 pub mod direct;
 pub mod halo;
+pub mod staged;
 pub mod streamed;
 pub mod transpose;

@@ -58,7 +58,7 @@ impl Pipe {
         Ok(())
     }
 
-    fn ready(&self, main: Stream) -> Result<()> {
+    pub(crate) fn ready(&self, main: Stream) -> Result<()> {
         self.ready.record(main)?;
         self.ready.wait_on(self.side())?;
         if !self.started.swap(true, Ordering::Relaxed) {
@@ -67,7 +67,7 @@ impl Pipe {
         Ok(())
     }
 
-    fn finish(&self, main: Stream) -> Result<()> {
+    pub(crate) fn finish(&self, main: Stream) -> Result<()> {
         if !self.started.swap(false, Ordering::Relaxed) {
             self.span[0].record(self.side())?;
         }
@@ -83,7 +83,7 @@ impl Pipe {
         Ok(f64::from(self.span[0].elapsed_ms(&self.span[1])?))
     }
 
-    fn done(&self, u: usize) -> Result<&Event> {
+    pub(crate) fn done(&self, u: usize) -> Result<&Event> {
         self.done
             .get(u)
             .ok_or_else(|| Error::Internal(format!("pipeline unit {u} has no event")))
