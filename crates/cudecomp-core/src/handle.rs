@@ -12,7 +12,7 @@ use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
-use crate::engine::direct::{SharedFaces, SharedSlices, HOST_SLICE_BYTES};
+use crate::engine::direct::{SharedFaces, SharedSlices};
 use crate::engine::halo::HaloRun;
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
@@ -21,7 +21,7 @@ use crate::geometry::{CommAxis, DataType, Grid, GridConfig, HaloBackend, Transpo
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{triple, Clock, PerfReport, PerfSettings, SampleKey, TimedTransport};
-use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan, SLICE_BYTES};
+use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
 use crate::{invalid, unsupported, Error, Result};
 
 /// Handle-owned host workspace, grown on demand and never shrunk. Its lock also
@@ -399,7 +399,7 @@ impl Handle {
         // Agreed on before a bad value raises, so that a rank alone with a typo does not
         // leave the others waiting in the collective.
         let slice_bytes = slice_bytes_from_env();
-        let token = slice_bytes.as_ref().map_or(-1, |&b| b);
+        let token = slice_bytes.as_ref().map_or(-1, |b| b.unwrap_or(0));
         self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &token.to_le_bytes())?;
         let slice_bytes = slice_bytes?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
@@ -500,21 +500,22 @@ pub struct GridDesc {
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
     halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
     perf: Option<PerfReport>,
-    /// Slice size of pipelined transposes and DIRECT halos (the same on every rank:
-    /// checked).
-    slice_bytes: i64,
+    /// Slice size of pipelined transposes and DIRECT halos set by the user (the same on
+    /// every rank: checked); each exchange has its own otherwise.
+    slice_bytes: Option<i64>,
 }
 
-/// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined device transposes),
-/// [`SLICE_BYTES`] when unset.
-fn slice_bytes_from_env() -> Result<i64> {
+/// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined transposes and DIRECT
+/// halos), `None` when unset.
+fn slice_bytes_from_env() -> Result<Option<i64>> {
     match std::env::var("CUDECOMP_PIPELINE_SLICE_BYTES") {
-        Err(_) => Ok(SLICE_BYTES),
+        Err(_) => Ok(None),
         Ok(v) => v
             .trim()
             .parse::<i64>()
             .ok()
             .filter(|&n| n > 0)
+            .map(Some)
             .ok_or_else(|| {
                 Error::InvalidUsage(format!(
                     "CUDECOMP_PIPELINE_SLICE_BYTES: expected a positive number of bytes, got {v:?}"
@@ -602,12 +603,6 @@ fn cached<K: std::hash::Hash + Eq, V: Clone>(
 }
 
 impl GridDesc {
-    /// Slice size of host DIRECT pipelines: [`HOST_SLICE_BYTES`] (cache-sized), or less
-    /// when `CUDECOMP_PIPELINE_SLICE_BYTES` asks for less.
-    fn host_slice_bytes(&self) -> i64 {
-        self.slice_bytes.min(HOST_SLICE_BYTES)
-    }
-
     /// The resolved grid.
     pub fn grid(&self) -> &Grid {
         &self.grid
@@ -685,7 +680,7 @@ impl GridDesc {
                 CommTime::Own(&waited),
                 |t| {
                     if plan.npeers() > 1 {
-                        run.sliced(&x, self.host_slice_bytes(), false)
+                        run.sliced(&x, self.slice_bytes, false)
                     } else {
                         run.run(t)
                     }
@@ -796,7 +791,7 @@ impl GridDesc {
                 &key,
                 bytes,
                 CommTime::Own(&waited),
-                |_| run.direct(&x, self.host_slice_bytes()),
+                |_| run.direct(&x, self.slice_bytes),
             );
         }
         let work = choose_work(work, elems, elem, "get_halo_workspace_size()", |n| {
@@ -1239,7 +1234,7 @@ mod tests {
         backend: TransposeBackend,
         contiguous: [bool; 3],
         in_place: bool,
-        slice_bytes: i64,
+        slice_bytes: Option<i64>,
     ) {
         let n = (pdims[0] * pdims[1]) as usize;
         mock::run(n, |c| {
@@ -1320,10 +1315,10 @@ mod tests {
             ] {
                 for contiguous in [[false; 3], [true; 3], [true, false, true]] {
                     for in_place in [false, true] {
-                        roundtrip(gdims, pdims, backend, contiguous, in_place, SLICE_BYTES);
+                        roundtrip(gdims, pdims, backend, contiguous, in_place, None);
                         if backend == TransposeBackend::Direct {
                             // Slices of two cells: many slices per chunk.
-                            roundtrip(gdims, pdims, backend, contiguous, in_place, 16);
+                            roundtrip(gdims, pdims, backend, contiguous, in_place, Some(16));
                         }
                     }
                 }
@@ -1380,7 +1375,7 @@ mod tests {
         axis: usize,
         periods: [bool; 3],
         backend: HaloBackend,
-        slice_bytes: i64,
+        slice_bytes: Option<i64>,
     ) {
         let n = (pdims[0] * pdims[1]) as usize;
         let halo = [1, 2, 1];
@@ -1464,10 +1459,10 @@ mod tests {
             for pdims in [[2, 2], [1, 2], [3, 1], [1, 1]] {
                 for axis in 0..3 {
                     for periods in [[false; 3], [true; 3], [true, false, true]] {
-                        halo_case(pdims, axis, periods, backend, SLICE_BYTES);
+                        halo_case(pdims, axis, periods, backend, None);
                         if backend == HaloBackend::Direct {
                             // Slices of two cells: many slices per face.
-                            halo_case(pdims, axis, periods, backend, 16);
+                            halo_case(pdims, axis, periods, backend, Some(16));
                         }
                     }
                 }

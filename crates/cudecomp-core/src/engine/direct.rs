@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 /// Slice size of host DIRECT transposes: a few hundred KiB stay in the shared cache
 /// between the writer's stores and the reader's loads.
-pub const HOST_SLICE_BYTES: i64 = 256 << 10;
+const HOST_SLICE_BYTES: i64 = 256 << 10;
 
 /// Most slices per chunk (signals encode the slice number below bit 20).
 const HOST_MAX_SLICES: usize = 1 << 16;
@@ -103,6 +103,10 @@ impl SliceExchange for SharedSlices<'_> {
         HOST_MAX_SLICES
     }
 
+    fn slice_bytes(&self) -> i64 {
+        HOST_SLICE_BYTES
+    }
+
     fn ready(&self, _u: usize) -> Result<()> {
         Ok(())
     }
@@ -156,6 +160,10 @@ pub struct SharedFaces<'a> {
 impl FaceExchange for SharedFaces<'_> {
     fn max_slices(&self) -> usize {
         HOST_MAX_SLICES / 2
+    }
+
+    fn slice_bytes(&self) -> i64 {
+        HOST_SLICE_BYTES
     }
 
     fn ready(&self, _first: bool) -> Result<()> {

@@ -8,7 +8,7 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::{Box3, TransposeBackend};
 use crate::mem::{Buf, Mover};
-use crate::plan::TransposePlan;
+use crate::plan::{TransposePlan, SLICE_BYTES};
 use crate::{unsupported, Result};
 
 /// One slice of one peer's chunk in a sliced pipeline.
@@ -43,6 +43,10 @@ pub trait SliceExchange {
     }
     /// Most slices per chunk this exchange works best with (at most [`crate::plan::MAX_SLICES`]).
     fn max_slices(&self) -> usize;
+    /// Slice size this exchange works best with, when the user sets none.
+    fn slice_bytes(&self) -> i64 {
+        SLICE_BYTES
+    }
     /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
     fn ready(&self, u: usize) -> Result<()>;
     /// Enqueues unit `u` (slice number `slice` of each peer's chunk): `sends` leave this
@@ -322,14 +326,21 @@ impl TransposeRun<'_> {
         })
     }
 
-    /// Runs the transpose as a pipeline of slices of at most about `slice_bytes`: slice
+    /// Runs the transpose as a pipeline of slices of about `slice_bytes` (the exchange's own
+    /// size when `None`), at most `x.max_slices()` per chunk: slice
     /// after slice is packed (into the workspace, or straight into the peer's when the
     /// exchange can address it) and handed to `x`; this rank's own cells are copied just
     /// before the first wait for an arrival; arrived slices are unpacked in order, starting
     /// once `x.lag()` units are ahead. In-place runs pack everything (their own chunk
     /// included) before anything is unpacked into the shared buffer.
-    pub fn sliced(&self, x: &dyn SliceExchange, slice_bytes: i64, per_peer: bool) -> Result<()> {
+    pub fn sliced(
+        &self,
+        x: &dyn SliceExchange,
+        slice_bytes: Option<i64>,
+        per_peer: bool,
+    ) -> Result<()> {
         let plan = self.plan;
+        let slice_bytes = slice_bytes.unwrap_or_else(|| x.slice_bytes());
         let in_place = self.in_place();
         let send_direct = self.send_direct();
         let recv_direct = plan.recv_into_output && !in_place && x.lands_in_output();
@@ -599,7 +610,7 @@ mod tests {
                     land_in_output: land,
                     lag,
                 };
-                run.sliced(&x, 24, per_peer).unwrap();
+                run.sliced(&x, Some(24), per_peer).unwrap();
                 let got = if in_place {
                     &input[..plan.output.size as usize]
                 } else {
