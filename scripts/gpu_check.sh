@@ -6,6 +6,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+rm -rf /tmp/site  # pip --target does not replace an installed copy
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-gpu/cudecomp-*.whl || exit 1
 export PYTHONPATH=/tmp/site
 nvidia-smi -L

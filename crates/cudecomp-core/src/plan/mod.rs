@@ -11,7 +11,7 @@ mod transpose;
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
 pub use transpose::{
     peer_schedule, slice_box, slice_count, Chunk, Direction, TransposeLayouts, TransposePlan,
-    MAX_SLICES, SLICE_BYTES,
+    MAX_SLICES, SLICE_BYTES, TAPER,
 };
 
 use crate::geometry::{Axis, Box3, PencilInfo};

@@ -11,9 +11,16 @@ pub const SLICE_BYTES: i64 = 32 << 20;
 /// Most slices one chunk is cut into on GPUs (bounds the events each rank keeps per peer).
 pub const MAX_SLICES: usize = 16;
 
+/// How many times larger than the first and the last slice the inner slices of a chunk
+/// are: a pipeline exposes the packing of its first slice and the unpacking of its last,
+/// so those are cut small and the others large (same slice count).
+pub const TAPER: i64 = 4;
+
 /// Cuts `region`, packed in memory order `order`, into at most `n` boxes along its slowest
 /// axis that has more than one cell; each box is one dense run of the packed chunk and the
-/// boxes follow each other in memory. Empty regions have no slices.
+/// boxes follow each other in memory. With three slices or more, the first and the last
+/// are [`TAPER`] times thinner than the others where the axis is long enough for every
+/// slice to keep a cell. Empty regions have no slices.
 pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
     if region.volume() <= 0 {
         return Vec::new();
@@ -23,12 +30,27 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
     };
     let len = region.len[g];
     let n = (n.max(1) as i64).min(len);
-    (0..n)
-        .map(|i| {
-            let (a, b) = (len * i / n, len * (i + 1) / n);
+    let weight = |i: i64| {
+        if n >= 3 && (i == 0 || i == n - 1) {
+            1
+        } else {
+            TAPER
+        }
+    };
+    let total: i64 = (0..n).map(weight).sum();
+    // Cut points at the cumulative weights; uniform cuts when the axis is too short.
+    let tapered = len >= total;
+    let mut acc = 0;
+    let mut cuts = vec![0];
+    for i in 0..n {
+        acc += if tapered { weight(i) } else { 1 };
+        cuts.push(len * acc / if tapered { total } else { n });
+    }
+    cuts.windows(2)
+        .map(|w| {
             let mut s = *region;
-            s.lo[g] += a;
-            s.len[g] = b - a;
+            s.lo[g] += w[0];
+            s.len[g] = w[1] - w[0];
             s
         })
         .collect()
@@ -452,6 +474,25 @@ mod tests {
             len: [1, 1, 1],
         };
         assert_eq!(slice_box(&one, [0, 1, 2], 4), vec![one]);
+        // Tapered ends on a long axis, uniform cuts on a short one, always in order.
+        let long = Box3 {
+            lo: [0, 0, 2],
+            len: [3, 1, 100],
+        };
+        let lens = |b: &Box3, n| {
+            slice_box(b, [0, 1, 2], n)
+                .iter()
+                .map(|s| s.len[2])
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lens(&long, 4), vec![10, 40, 40, 10]);
+        assert_eq!(lens(&long, 2), vec![50, 50]);
+        let short = Box3 {
+            len: [3, 1, 9],
+            ..long
+        };
+        assert_eq!(lens(&short, 4), vec![2, 2, 2, 3]);
+        assert_eq!(lens(&short, 12), vec![1; 9]);
     }
 
     #[test]
