@@ -8,7 +8,7 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::{Box3, TransposeBackend};
 use crate::mem::{Buf, Mover};
-use crate::plan::{TransposePlan, SLICE_BYTES};
+use crate::plan::{Slicing, TransposePlan, SLICE_BYTES, TAPER};
 use crate::{unsupported, Result};
 
 /// One slice of one peer's chunk in a sliced pipeline.
@@ -46,6 +46,11 @@ pub trait SliceExchange {
     /// Slice size this exchange works best with, when the user sets none.
     fn slice_bytes(&self) -> i64 {
         SLICE_BYTES
+    }
+    /// How much thicker inner slices are than the first and last (see
+    /// [`crate::plan::slice_box`]).
+    fn taper(&self) -> i64 {
+        TAPER
     }
     /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
     fn ready(&self, u: usize) -> Result<()>;
@@ -340,16 +345,20 @@ impl TransposeRun<'_> {
         per_peer: bool,
     ) -> Result<()> {
         let plan = self.plan;
-        let slice_bytes = slice_bytes.unwrap_or_else(|| x.slice_bytes());
+        let cut = Slicing {
+            bytes: slice_bytes.unwrap_or_else(|| x.slice_bytes()),
+            max: x.max_slices(),
+            taper: x.taper(),
+        };
         let in_place = self.in_place();
         let send_direct = self.send_direct();
         let recv_direct = plan.recv_into_output && !in_place && x.lands_in_output();
         let np = plan.npeers();
         let send_parts: Vec<Vec<Box3>> = (0..np)
-            .map(|p| plan.send_slices(p, self.elem, slice_bytes, x.max_slices()))
+            .map(|p| plan.send_slices(p, self.elem, &cut))
             .collect();
         let recv_parts: Vec<Vec<Box3>> = (0..np)
-            .map(|p| plan.recv_slices(p, self.elem, slice_bytes, x.max_slices()))
+            .map(|p| plan.recv_slices(p, self.elem, &cut))
             .collect();
         let units = self.units(per_peer, &send_parts, &recv_parts);
         let lag = if in_place { usize::MAX } else { x.lag().max(1) };

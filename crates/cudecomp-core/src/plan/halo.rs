@@ -3,7 +3,7 @@
 //! Faces span the full stored extent of the other two dimensions, their halos included and
 //! padding excluded, so three successive updates (dims 0, 1, 2) fill edges and corners.
 
-use super::{slice_box, Copy3, Layout};
+use super::{slice_box, Copy3, Layout, TAPER};
 use crate::geometry::{align, face_cells, Axis, Box3, Grid, PencilInfo};
 use crate::{invalid, Result};
 
@@ -172,15 +172,16 @@ impl HaloPlan {
     }
 
     /// The face sent to (`receive` false) or received from `side`, cut into at most `n`
-    /// slices, each a dense run of the packed face, in memory order. A face and the
-    /// neighbour's matching face have the same shape, so both ends cut alike.
+    /// slices (tapered, see [`slice_box`]), each a dense run of the packed face, in memory
+    /// order. A face and the neighbour's matching face have the same shape, so both ends
+    /// cut alike.
     pub fn face_slices(&self, side: HaloSide, receive: bool, n: usize) -> Vec<Box3> {
         let b = if receive {
             &self.recv[side as usize]
         } else {
             &self.send[side as usize]
         };
-        slice_box(b, self.info.order, n)
+        slice_box(b, self.info.order, n, TAPER)
     }
 
     /// Element offset of slice `part` inside the packed face `face` (sent or received).

@@ -10,8 +10,8 @@ mod transpose;
 
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
 pub use transpose::{
-    peer_schedule, slice_box, slice_count, Chunk, Direction, TransposeLayouts, TransposePlan,
-    MAX_SLICES, SLICE_BYTES, TAPER,
+    peer_schedule, slice_box, slice_count, Chunk, Direction, Slicing, TransposeLayouts,
+    TransposePlan, MAX_SLICES, SLICE_BYTES, TAPER,
 };
 
 use crate::geometry::{Axis, Box3, PencilInfo};

@@ -12,16 +12,16 @@ pub const SLICE_BYTES: i64 = 32 << 20;
 pub const MAX_SLICES: usize = 16;
 
 /// How many times larger than the first and the last slice the inner slices of a chunk
-/// are: a pipeline exposes the packing of its first slice and the unpacking of its last,
-/// so those are cut small and the others large (same slice count).
+/// usually are: a pipeline exposes the packing of its first slice and the unpacking of its
+/// last, so those are cut small and the others large (same slice count).
 pub const TAPER: i64 = 4;
 
 /// Cuts `region`, packed in memory order `order`, into at most `n` boxes along its slowest
 /// axis that has more than one cell; each box is one dense run of the packed chunk and the
 /// boxes follow each other in memory. With three slices or more, the first and the last
-/// are [`TAPER`] times thinner than the others where the axis is long enough for every
-/// slice to keep a cell. Empty regions have no slices.
-pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
+/// are `taper` times thinner than the others (1: all alike) where the axis is long enough
+/// for every slice to keep a cell. Empty regions have no slices.
+pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize, taper: i64) -> Vec<Box3> {
     if region.volume() <= 0 {
         return Vec::new();
     }
@@ -34,7 +34,7 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
         if n >= 3 && (i == 0 || i == n - 1) {
             1
         } else {
-            TAPER
+            taper.max(1)
         }
     };
     let total: i64 = (0..n).map(weight).sum();
@@ -54,6 +54,17 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize) -> Vec<Box3> {
             s
         })
         .collect()
+}
+
+/// How a pipeline cuts chunks into slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slicing {
+    /// Bytes per slice, about.
+    pub bytes: i64,
+    /// Most slices per chunk.
+    pub max: usize,
+    /// Inner slices over end slices (see [`slice_box`]).
+    pub taper: i64,
 }
 
 /// Number of slices for a chunk of `cells` elements of `elem` bytes, slices of about
@@ -299,17 +310,18 @@ impl TransposePlan {
     }
 
     /// Slices of the chunk sent to `peer` (see [`slice_box`]).
-    pub fn send_slices(&self, peer: usize, elem: usize, slice_bytes: i64, max: usize) -> Vec<Box3> {
-        let c = &self.sends[peer];
-        let n = slice_count(c.count, elem, slice_bytes, max);
-        slice_box(&c.region, self.pack_order, n)
+    pub fn send_slices(&self, peer: usize, elem: usize, cut: &Slicing) -> Vec<Box3> {
+        self.slices(&self.sends[peer], elem, cut)
     }
 
     /// Slices of the chunk received from `peer`: the sender's slices of the same chunk.
-    pub fn recv_slices(&self, peer: usize, elem: usize, slice_bytes: i64, max: usize) -> Vec<Box3> {
-        let c = &self.recvs[peer];
-        let n = slice_count(c.count, elem, slice_bytes, max);
-        slice_box(&c.region, self.pack_order, n)
+    pub fn recv_slices(&self, peer: usize, elem: usize, cut: &Slicing) -> Vec<Box3> {
+        self.slices(&self.recvs[peer], elem, cut)
+    }
+
+    fn slices(&self, c: &Chunk, elem: usize, cut: &Slicing) -> Vec<Box3> {
+        let n = slice_count(c.count, elem, cut.bytes, cut.max);
+        slice_box(&c.region, self.pack_order, n, cut.taper)
     }
 
     /// Element offset of `part` inside the packed chunk whose region is `region`.
@@ -444,7 +456,12 @@ mod tests {
                 let p = TransposePlan::new(&g, rank, d, &TransposeLayouts::default()).unwrap();
                 for peer in 0..p.npeers() {
                     let c = p.sends[peer];
-                    let parts = p.send_slices(peer, 8, 40, MAX_SLICES);
+                    let cut = Slicing {
+                        bytes: 40,
+                        max: MAX_SLICES,
+                        taper: TAPER,
+                    };
+                    let parts = p.send_slices(peer, 8, &cut);
                     let mut next = 0;
                     for part in &parts {
                         assert_eq!(p.packed_offset(&c.region, part), next);
@@ -473,14 +490,14 @@ mod tests {
             lo: [3, 4, 5],
             len: [1, 1, 1],
         };
-        assert_eq!(slice_box(&one, [0, 1, 2], 4), vec![one]);
+        assert_eq!(slice_box(&one, [0, 1, 2], 4, TAPER), vec![one]);
         // Tapered ends on a long axis, uniform cuts on a short one, always in order.
         let long = Box3 {
             lo: [0, 0, 2],
             len: [3, 1, 100],
         };
         let lens = |b: &Box3, n| {
-            slice_box(b, [0, 1, 2], n)
+            slice_box(b, [0, 1, 2], n, TAPER)
                 .iter()
                 .map(|s| s.len[2])
                 .collect::<Vec<_>>()
@@ -493,6 +510,8 @@ mod tests {
         };
         assert_eq!(lens(&short, 4), vec![2, 2, 2, 3]);
         assert_eq!(lens(&short, 12), vec![1; 9]);
+        let even = slice_box(&long, [0, 1, 2], 4, 1);
+        assert!(even.len() == 4 && even.iter().all(|s| s.len[2] == 25));
     }
 
     #[test]
