@@ -907,7 +907,6 @@ impl GridDesc {
         let mover = DeviceMover {
             kernels: &kernels,
             stream,
-            rows_by_copy_engine: false,
         };
         let pipe = cuda.pipe(plan.npeers())?;
         let pipe = pipe
@@ -975,7 +974,6 @@ impl GridDesc {
         let mover = DeviceMover {
             kernels: &kernels,
             stream,
-            rows_by_copy_engine: false,
         };
         let pipe = cuda.pipe(1)?;
         let pipe = pipe
@@ -1079,12 +1077,9 @@ impl GridDesc {
         f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
-        // NCCL's kernels move the slices of a pipeline: packing and unpacking by the copy
-        // engine where they can leave them the SMs.
         let mover = DeviceMover {
             kernels: &kernels,
             stream,
-            rows_by_copy_engine: ex.nccl && ex.pipe.is_some(),
         };
         let mut ws = self.handle.lock_workspace();
         let work = choose_work(work, work_elems, elem, query, |n| {

@@ -199,17 +199,10 @@ impl Kernels {
     }
 }
 
-/// Rows shorter than this stay with the kernels even when the copy engine is preferred
-/// (it moves short rows slowly).
-const MIN_ENGINE_ROW_BYTES: i64 = 4096;
-
 /// Enqueues strided copies on one stream.
 pub struct DeviceMover<'a> {
     pub kernels: &'a Kernels,
     pub stream: Stream,
-    /// Copies made of long contiguous rows go to the copy engine, leaving the SMs to a
-    /// communication kernel running beside them (NCCL pipelines).
-    pub rows_by_copy_engine: bool,
 }
 
 // SAFETY: only used by the thread that runs the operation.
@@ -226,24 +219,6 @@ impl Mover for DeviceMover<'_> {
             let s = src.ptr() as u64 + c.src_offset as u64 * e;
             let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
             return super::copy_device(d, s, n as usize * elem, self.stream);
-        }
-        if self.rows_by_copy_engine {
-            if let Some(r) = c
-                .as_rows()
-                .filter(|r| r.len * elem as i64 >= MIN_ENGINE_ROW_BYTES)
-            {
-                let e = elem as i64;
-                let at = |b: Buf, o: i64| b.ptr() as u64 + (o * e) as u64;
-                return super::copy_device_rows(
-                    at(dst, r.dst_offset),
-                    (r.dst_pitch * e) as usize,
-                    at(src, r.src_offset),
-                    (r.src_pitch * e) as usize,
-                    (r.len * e) as usize,
-                    r.count as usize,
-                    self.stream,
-                );
-            }
         }
         let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
         let ext = c.extent;

@@ -441,43 +441,6 @@ pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Strea
     )
 }
 
-/// Device-to-device copy of `height` rows of `width` bytes, `src_pitch` / `dst_pitch`
-/// bytes apart, on `stream` (the copy engine, no SMs).
-pub fn copy_device_rows(
-    dst: u64,
-    dst_pitch: usize,
-    src: u64,
-    src_pitch: usize,
-    width: usize,
-    height: usize,
-    stream: Stream,
-) -> Result<()> {
-    let p = sys::CUDA_MEMCPY2D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: dst_pitch,
-        WidthInBytes: width,
-        Height: height,
-    };
-    // SAFETY: both row sets are device memory the caller owns for the operation; `p`
-    // lives through the call.
-    check(
-        unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.0) }.result(),
-        "cuMemcpy2DAsync",
-    )
-}
-
 /// Device-to-device copy on `stream`.
 pub fn copy_device(dst: u64, src: u64, len: usize, stream: Stream) -> Result<()> {
     // SAFETY: both ranges are device memory the caller owns for the operation.

@@ -86,18 +86,6 @@ impl Layout {
     }
 }
 
-/// A copy as `count` rows of `len` contiguous cells, `src_pitch` / `dst_pitch` cells apart
-/// (see [`Copy3::as_rows`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rows {
-    pub len: i64,
-    pub count: i64,
-    pub src_offset: i64,
-    pub src_pitch: i64,
-    pub dst_offset: i64,
-    pub dst_pitch: i64,
-}
-
 /// One strided 3-D copy, axes in global order: `extent[g]` cells along global axis `g`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Copy3 {
@@ -172,49 +160,6 @@ impl Copy3 {
             }
         }
         Some(self.cells().max(0))
-    }
-
-    /// The copy as rows of contiguous cells on both sides, `rows.count` of them at fixed
-    /// pitches (axes merged where they continue each other on both sides): what a 2-D
-    /// copy-engine transfer can do. `None` when the two sides do not share a unit-stride
-    /// fastest axis or more than one outer axis remains.
-    pub fn as_rows(&self) -> Option<Rows> {
-        let (ax, _) = self.walk_order();
-        let live: Vec<Axis> = ax.into_iter().filter(|&g| self.extent[g] > 1).collect();
-        let mut rows = Rows {
-            len: 1,
-            count: 1,
-            src_offset: self.src_offset,
-            src_pitch: 0,
-            dst_offset: self.dst_offset,
-            dst_pitch: 0,
-        };
-        let mut rest = live.iter().peekable();
-        // The row: axes that continue it contiguously on both sides.
-        while let Some(&&g) = rest.peek() {
-            if self.src_strides[g] != rows.len || self.dst_strides[g] != rows.len {
-                break;
-            }
-            rows.len *= self.extent[g];
-            rest.next();
-        }
-        if rows.len == 1 && !live.is_empty() {
-            return None;
-        }
-        // The rows: axes that continue each other on both sides.
-        for &g in rest {
-            let (s, d) = (self.src_strides[g], self.dst_strides[g]);
-            if rows.count == 1 {
-                (rows.src_pitch, rows.dst_pitch) = (s, d);
-            } else if s != rows.src_pitch * rows.count || d != rows.dst_pitch * rows.count {
-                return None;
-            }
-            rows.count *= self.extent[g];
-        }
-        if rows.count > 1 && (rows.src_pitch < rows.len || rows.dst_pitch < rows.len) {
-            return None;
-        }
-        Some(rows)
     }
 
     /// The same copy in elements of up to `max` bytes: while the axis that is unit-stride
@@ -359,93 +304,6 @@ mod tests {
                         dst[(d + b) as usize] = src[(so + b) as usize];
                     }
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn rows_cover_the_same_cells() {
-        let big = Box3 {
-            lo: [0, 0, 0],
-            len: [8, 6, 4],
-        };
-        let src = Layout::packed(&big, [0, 1, 2], 0);
-        let boxes = [
-            // X range of every row: rows of 4, pitch 8 / 4, y and z merged.
-            (
-                Box3 {
-                    lo: [4, 0, 0],
-                    len: [4, 6, 4],
-                },
-                [0, 1, 2],
-                Some((4, 24)),
-            ),
-            // Y range: x and y merge into 24-cell rows, one per z.
-            (
-                Box3 {
-                    lo: [0, 2, 0],
-                    len: [8, 3, 4],
-                },
-                [0, 1, 2],
-                Some((24, 4)),
-            ),
-            // One dense block.
-            (
-                Box3 {
-                    lo: [0, 0, 1],
-                    len: [8, 6, 2],
-                },
-                [0, 1, 2],
-                Some((96, 1)),
-            ),
-            // Rows of 4, then y, then z: y and z do not continue each other.
-            (
-                Box3 {
-                    lo: [2, 1, 0],
-                    len: [4, 3, 4],
-                },
-                [0, 1, 2],
-                None,
-            ),
-            // Transposing copies have no common rows.
-            (
-                Box3 {
-                    lo: [0, 0, 0],
-                    len: [4, 3, 2],
-                },
-                [1, 0, 2],
-                None,
-            ),
-        ];
-        for (b, order, want) in boxes {
-            let c = Copy3::between(&b, &src, &Layout::packed(&b, order, 0));
-            let r = c.as_rows();
-            assert_eq!(r.map(|r| (r.len, r.count)), want, "{b:?}");
-            if let Some(r) = r {
-                let mut from_rows = Vec::new();
-                let mut from_copy = Vec::new();
-                for i in 0..r.count {
-                    for j in 0..r.len {
-                        from_rows.push((
-                            r.src_offset + i * r.src_pitch + j,
-                            r.dst_offset + i * r.dst_pitch + j,
-                        ));
-                    }
-                }
-                for k in 0..c.extent[2] {
-                    for j in 0..c.extent[1] {
-                        for i in 0..c.extent[0] {
-                            let at = |o: i64, s: &[i64; 3]| o + i * s[0] + j * s[1] + k * s[2];
-                            from_copy.push((
-                                at(c.src_offset, &c.src_strides),
-                                at(c.dst_offset, &c.dst_strides),
-                            ));
-                        }
-                    }
-                }
-                from_rows.sort_unstable();
-                from_copy.sort_unstable();
-                assert_eq!(from_rows, from_copy, "{b:?}");
             }
         }
     }
