@@ -904,10 +904,7 @@ impl GridDesc {
         (key, bytes): (&dyn Fn() -> SampleKey, f64),
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
-        let mover = DeviceMover {
-            kernels: &kernels,
-            stream,
-        };
+        let mover = DeviceMover::new(&kernels, stream);
         let pipe = cuda.pipe(plan.npeers())?;
         let pipe = pipe
             .as_ref()
@@ -971,10 +968,7 @@ impl GridDesc {
         stream: Stream,
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
-        let mover = DeviceMover {
-            kernels: &kernels,
-            stream,
-        };
+        let mover = DeviceMover::new(&kernels, stream);
         let pipe = cuda.pipe(1)?;
         let pipe = pipe
             .as_ref()
@@ -1077,10 +1071,7 @@ impl GridDesc {
         f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
-        let mover = DeviceMover {
-            kernels: &kernels,
-            stream,
-        };
+        let mover = DeviceMover::new(&kernels, stream);
         let mut ws = self.handle.lock_workspace();
         let work = choose_work(work, work_elems, elem, query, |n| {
             ws.device(&cuda.device, n, stream)

@@ -66,6 +66,8 @@ pub struct Device {
     ctx: sys::CUcontext,
     /// Compute capability `(major, minor)`.
     pub arch: (i32, i32),
+    /// Streaming multiprocessors.
+    pub sms: i32,
 }
 
 // SAFETY: a primary context and device handle may be used from any thread once bound.
@@ -118,11 +120,13 @@ impl Device {
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
+        let sms = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(Arc::new(Device {
             ordinal: dev,
             dev,
             ctx,
             arch,
+            sms,
         }))
     }
 

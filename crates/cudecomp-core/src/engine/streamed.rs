@@ -112,6 +112,10 @@ impl SliceExchange for TransportSlices<'_> {
         8
     }
 
+    fn shares_sms(&self) -> bool {
+        true
+    }
+
     /// Each NCCL group costs about 0.25 ms on top of its bytes on 2×H200 (a raw exchange of
     /// 256 MiB takes 0.98 ms, of 512 MiB 1.72 ms), so slices stay large: X→Y of 1024³
     /// float64 took 7.3 ms in 4 slices of 512 MiB against 9.0 ms in 8 of 256 MiB, and 512³

@@ -43,6 +43,11 @@ pub trait SliceExchange {
     }
     /// Most slices per chunk this exchange works best with (at most [`crate::plan::MAX_SLICES`]).
     fn max_slices(&self) -> usize;
+    /// True when the transfer runs on the SMs (NCCL's kernels): packing and unpacking
+    /// beside it then go in the mover's background mode.
+    fn shares_sms(&self) -> bool {
+        false
+    }
     /// Slice size this exchange works best with, when the user sets none.
     fn slice_bytes(&self) -> i64 {
         SLICE_BYTES
@@ -390,6 +395,10 @@ impl TransposeRun<'_> {
                 let k = units[unpacked].1;
                 let recvs = &incoming[unpacked];
                 x.arrived(unpacked, k, recvs)?;
+                if unpacked + 1 == units.len() {
+                    // Nothing travels beside the last unpacking.
+                    self.mover.background(false);
+                }
                 if !recv_direct {
                     for r in recvs {
                         let part = &recv_parts[r.peer][k];
@@ -413,6 +422,10 @@ impl TransposeRun<'_> {
             }
             x.ready(u)?;
             x.exchange(u, *k, &sends, &incoming[u])?;
+            if u == 0 && x.shares_sms() {
+                // From now on a transfer runs beside every copy but the last unpacking.
+                self.mover.background(true);
+            }
             // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.
             if u + 1 >= lag {
                 drain(u + 2 - lag)?;
@@ -421,7 +434,9 @@ impl TransposeRun<'_> {
         if units.is_empty() {
             x.posted()?;
         }
-        drain(units.len())?;
+        let drained = drain(units.len());
+        self.mover.background(false);
+        drained?;
         x.finish()?;
         if !in_place && (!own_first || units.is_empty()) {
             self.self_before()?;

@@ -85,6 +85,9 @@ impl Buf {
 pub trait Mover: Sync {
     /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`.
     fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()>;
+    /// Copies enqueued from now on run beside a transfer that needs the same SMs and
+    /// memory (`true`), or alone (`false`, the default); host movers ignore it.
+    fn background(&self, _on: bool) {}
 }
 
 /// Checks that every element `c` touches lies inside `src` and `dst`; false when the copy
