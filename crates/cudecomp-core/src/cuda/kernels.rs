@@ -28,24 +28,27 @@ struct __align__(16) e16 { u64 a, b; };
 
 // Axis 0 is the destination's fastest; source and destination share it. Short rows (halo
 // faces across the fastest axis, thin chunks) are flattened with axis 1 so that every lane
-// of a warp moves a cell instead of one lane in 256/n0.
+// of a warp moves a cell instead of one lane in 256/n0. A block's y threads take rows of
+// their own (blocks of few rows' width but many threads, for grids capped at few blocks).
 template <typename T>
 __device__ void copy_plain(const T* __restrict__ src, T* __restrict__ dst,
                            i64 n0, i64 n1, i64 n2,
                            i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {
     if (n0 < SHORT_ROW) {
         const i64 m = n0 * n1;
-        const i64 step = (i64)gridDim.x * gridDim.y * blockDim.x;
+        const i64 step = (i64)gridDim.x * gridDim.y * blockDim.x * blockDim.y;
+        const i64 first = (((i64)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.y + threadIdx.y)
+                          * blockDim.x + threadIdx.x;
         for (i64 k = blockIdx.z; k < n2; k += gridDim.z)
-            for (i64 t = ((i64)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-                 t < m; t += step) {
+            for (i64 t = first; t < m; t += step) {
                 const i64 j = t / n0, i = t - j * n0;
                 dst[i * d0 + j * d1 + k * d2] = src[i * s0 + j * s1 + k * s2];
             }
         return;
     }
     for (i64 k = blockIdx.z; k < n2; k += gridDim.z)
-        for (i64 j = blockIdx.y; j < n1; j += gridDim.y)
+        for (i64 j = (i64)blockIdx.y * blockDim.y + threadIdx.y; j < n1;
+             j += (i64)gridDim.y * blockDim.y)
             for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n0;
                  i += (i64)gridDim.x * blockDim.x)
                 dst[i * d0 + j * d1 + k * d2] = src[i * s0 + j * s1 + k * s2];
@@ -270,11 +273,12 @@ impl Mover for DeviceMover<'_> {
         let mut n: [i64; 3] = order.map(|g| ext[g]);
         let mut ss: [i64; 3] = order.map(|g| c.src_strides[g]);
         let mut ds: [i64; 3] = order.map(|g| c.dst_strides[g]);
-        // Beside NCCL, copies keep to half the SMs, in blocks of 1024 threads to keep enough
-        // loads in flight: a 12 GiB copy on all SMs stretched a 4 GiB NCCL exchange on
-        // 2xH200 from 12.1 to 16.1 ms; on 66 of the 132 it took 13.0 ms and the copy 13.1 ms.
+        // Beside NCCL, copies keep to half the SMs, in blocks of 1024 threads (256 along the
+        // row, 4 rows) to keep enough loads in flight: a 12 GiB copy on all SMs stretched a
+        // 4 GiB NCCL exchange on 2xH200 from 12.1 to 16.1 ms; on 66 of the 132 it took
+        // 13.0 ms and the copy 13.1 ms beside it.
         let background = self.background.load(Ordering::Relaxed);
-        let t: i64 = if background { 1024 } else { 256 };
+        let rows: i64 = if background { 4 } else { 1 };
         let (f, grid, block) = if tiled {
             let tiles = |v: i64| ((v + 31) / 32) as u32;
             (
@@ -291,21 +295,21 @@ impl Mover for DeviceMover<'_> {
             (
                 self.kernels.plain[k],
                 (
-                    ((n[0] * n[1] + t - 1) / t).clamp(1, 1 << 20) as u32,
+                    ((n[0] * n[1] + 256 * rows - 1) / (256 * rows)).clamp(1, 1 << 20) as u32,
                     1,
                     (n[2] as u32).clamp(1, 65535),
                 ),
-                (t as u32, 1, 1),
+                (256, rows as u32, 1),
             )
         } else {
             (
                 self.kernels.plain[k],
                 (
-                    ((n[0] + t - 1) / t).clamp(1, 1 << 20) as u32,
-                    (n[1] as u32).clamp(1, 65535),
+                    ((n[0] + 255) / 256).clamp(1, 1 << 20) as u32,
+                    ((n[1] + rows - 1) / rows).clamp(1, 65535) as u32,
                     (n[2] as u32).clamp(1, 65535),
                 ),
-                (t as u32, 1, 1),
+                (256, rows as u32, 1),
             )
         };
         let grid = if background {
