@@ -124,12 +124,6 @@ impl SliceExchange for TransportSlices<'_> {
         NCCL_SLICE_BYTES
     }
 
-    /// Even slices: thin end slices pay the group cost for little (X→Y 1024³ on 2×H200:
-    /// float64 7.2 ms even, 7.6 ms tapered; complex128 14.0 / 14.3 ms).
-    fn taper(&self) -> i64 {
-        1
-    }
-
     fn ready(&self, _u: usize) -> Result<()> {
         self.pipe.ready(self.main)
     }
