@@ -52,11 +52,6 @@ pub trait SliceExchange {
     fn slice_bytes(&self) -> i64 {
         SLICE_BYTES
     }
-    /// How much thicker inner slices are than the first and last (see
-    /// [`crate::plan::slice_box`]).
-    fn taper(&self) -> i64 {
-        TAPER
-    }
     /// Orders unit `u`'s exchange after everything enqueued so far on the main stream.
     fn ready(&self, u: usize) -> Result<()>;
     /// Enqueues unit `u` (slice number `slice` of each peer's chunk): `sends` leave this
@@ -353,7 +348,7 @@ impl TransposeRun<'_> {
         let cut = Slicing {
             bytes: slice_bytes.unwrap_or_else(|| x.slice_bytes()),
             max: x.max_slices(),
-            taper: x.taper(),
+            taper: TAPER,
         };
         let in_place = self.in_place();
         let send_direct = self.send_direct();
