@@ -10,7 +10,7 @@ use crate::comm::{allgather_bytes, allgather_u64, Communicator, Transport};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
-use crate::cuda::transport::{DirectMpi, StagedMpi};
+use crate::cuda::transport::{Arena, DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::direct::{SharedFaces, SharedSlices};
 use crate::engine::halo::HaloRun;
@@ -1098,21 +1098,21 @@ impl GridDesc {
         } else if cuda.mpi_cuda_aware {
             run(&DirectMpi::new(ex.comm, stream), None, CommTime::PerCall)
         } else {
-            let (arena, cap) = ws.staging(&cuda.device, ex.staging)?;
+            let (base, cap) = ws.staging(&cuda.device, ex.staging)?;
+            // SAFETY: the arena belongs to the locked workspace; the next user waits for
+            // `release` below before touching it.
+            let arena = unsafe { Arena::new(base, cap) };
             match ex.pipe {
                 Some(pipe) => {
                     // Receives write into the arena from the host as soon as they are
                     // posted: the previous operation's copies out of it must be done.
                     ws.quiesce()?;
-                    // SAFETY: the arena belongs to the locked workspace, idle (above).
-                    let x = unsafe { StagedSlices::new(ex.comm, pipe, stream, arena, cap) };
+                    let x = StagedSlices::new(ex.comm, pipe, stream, arena);
                     let waited = || Ok(x.waited_ms.get());
                     run(ex.comm, Some(&x), CommTime::Own(&waited))
                 }
-                // SAFETY: the arena belongs to the locked workspace; the next user waits
-                // for `release` below before touching it.
                 None => run(
-                    &unsafe { StagedMpi::new(ex.comm, stream, arena, cap) },
+                    &StagedMpi::new(ex.comm, stream, arena),
                     None,
                     CommTime::PerCall,
                 ),

@@ -93,42 +93,29 @@ struct Landing {
     len: usize,
 }
 
-/// MPI without CUDA support: every message goes through a slice of a page-locked arena
-/// (device → host before the send, host → device on the stream after the receive).
-pub struct StagedMpi<'a> {
-    inner: &'a dyn Transport,
-    stream: Stream,
-    arena: *mut u8,
+/// Page-locked staging memory handed out front to back during one operation.
+pub struct Arena {
+    base: *mut u8,
     capacity: usize,
     used: Cell<usize>,
-    fenced: Cell<bool>,
-    landings: RefCell<Vec<Landing>>,
 }
 
-impl<'a> StagedMpi<'a> {
-    /// Wraps a host MPI transport; `arena` must hold every message of the operation.
+impl Arena {
+    /// An arena over `base..base+capacity`.
     ///
     /// # Safety
-    /// `arena..arena+capacity` must be page-locked host memory that nothing else uses until
-    /// the operation's stream has drained.
-    pub unsafe fn new(
-        inner: &'a dyn Transport,
-        stream: Stream,
-        arena: *mut u8,
-        capacity: usize,
-    ) -> Self {
-        StagedMpi {
-            inner,
-            stream,
-            arena,
+    /// The range must be page-locked host memory that nothing else uses until the
+    /// operation's streams have drained.
+    pub unsafe fn new(base: *mut u8, capacity: usize) -> Self {
+        Arena {
+            base,
             capacity,
             used: Cell::new(0),
-            fenced: Cell::new(false),
-            landings: RefCell::new(Vec::new()),
         }
     }
 
-    fn take(&self, len: usize) -> Result<*mut u8> {
+    /// The next `len` bytes.
+    pub fn take(&self, len: usize) -> Result<*mut u8> {
         let at = self.used.get();
         if at + len > self.capacity {
             return Err(Error::Internal(format!(
@@ -139,7 +126,34 @@ impl<'a> StagedMpi<'a> {
         }
         self.used.set(at + len);
         // SAFETY: inside the arena (checked above).
-        Ok(unsafe { self.arena.add(at) })
+        Ok(unsafe { self.base.add(at) })
+    }
+}
+
+/// MPI without CUDA support: every message goes through a slice of a page-locked arena
+/// (device → host before the send, host → device on the stream after the receive).
+pub struct StagedMpi<'a> {
+    inner: &'a dyn Transport,
+    stream: Stream,
+    arena: Arena,
+    fenced: Cell<bool>,
+    landings: RefCell<Vec<Landing>>,
+}
+
+impl<'a> StagedMpi<'a> {
+    /// Wraps a host MPI transport; `arena` must hold every message of the operation.
+    pub fn new(inner: &'a dyn Transport, stream: Stream, arena: Arena) -> Self {
+        StagedMpi {
+            inner,
+            stream,
+            arena,
+            fenced: Cell::new(false),
+            landings: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn take(&self, len: usize) -> Result<*mut u8> {
+        self.arena.take(len)
     }
 
     /// Copies completed receives to the device (enqueued on the stream).

@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 use crate::comm::{post_pieces, Request, Transport, Way};
+use crate::cuda::transport::Arena;
 use crate::cuda::{copy_to_device, copy_to_host, Stream};
 use crate::engine::streamed::Pipe;
 use crate::engine::transpose::{Piece, SliceExchange};
@@ -40,9 +41,7 @@ pub struct StagedSlices<'a> {
     mpi: &'a dyn Transport,
     pipe: &'a Pipe,
     main: Stream,
-    arena: *mut u8,
-    capacity: usize,
-    used: Cell<usize>,
+    arena: Arena,
     /// Per unit: slices copied down (or being copied) and not yet sent.
     outgoing: RefCell<Vec<Vec<Outgoing>>>,
     /// Units whose slices have been handed to MPI.
@@ -60,46 +59,20 @@ fn tag(k: usize) -> i32 {
 }
 
 impl<'a> StagedSlices<'a> {
-    /// Slices of one operation on `main`, staged through `arena`.
-    ///
-    /// # Safety
-    /// `arena..arena+capacity` must be page-locked host memory that nothing else touches
-    /// until the operation's streams have drained (the caller waits for the previous
-    /// operation that used it before this one starts).
-    pub unsafe fn new(
-        mpi: &'a dyn Transport,
-        pipe: &'a Pipe,
-        main: Stream,
-        arena: *mut u8,
-        capacity: usize,
-    ) -> Self {
+    /// Slices of one operation on `main`, staged through `arena` (the caller waits for
+    /// the previous operation that used it before this one starts).
+    pub fn new(mpi: &'a dyn Transport, pipe: &'a Pipe, main: Stream, arena: Arena) -> Self {
         StagedSlices {
             mpi,
             pipe,
             main,
             arena,
-            capacity,
-            used: Cell::new(0),
             outgoing: RefCell::new(Vec::new()),
             sent_units: Cell::new(0),
             sends: RefCell::new(Vec::new()),
             incoming: RefCell::new(Vec::new()),
             waited_ms: Cell::new(0.0),
         }
-    }
-
-    fn take(&self, len: usize) -> Result<*mut u8> {
-        let at = self.used.get();
-        if at + len > self.capacity {
-            return Err(Error::Internal(format!(
-                "staging arena of {} bytes exhausted (needs {})",
-                self.capacity,
-                at + len
-            )));
-        }
-        self.used.set(at + len);
-        // SAFETY: inside the arena (checked above).
-        Ok(unsafe { self.arena.add(at) })
     }
 
     /// Hands units up to `upto` (inclusive) to MPI, each once its copy to the host is done.
@@ -159,7 +132,7 @@ impl SliceExchange for StagedSlices<'_> {
         }
         let mut incoming = Vec::with_capacity(recvs.len());
         for r in recvs {
-            let host = self.take(r.len)?;
+            let host = self.arena.take(r.len)?;
             let mut requests = Vec::new();
             // SAFETY: a fresh arena slice of `r.len` bytes, valid until the operation ends.
             unsafe {
@@ -182,7 +155,7 @@ impl SliceExchange for StagedSlices<'_> {
         }
         let mut outgoing = Vec::with_capacity(sends.len());
         for s in sends {
-            let host = self.take(s.len)?;
+            let host = self.arena.take(s.len)?;
             // SAFETY: a fresh arena slice; the piece is a device range of `s.len` bytes.
             unsafe { copy_to_host(host, s.ptr as u64, s.len, self.pipe.side())? };
             outgoing.push(Outgoing {
