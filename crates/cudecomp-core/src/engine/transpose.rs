@@ -8,7 +8,7 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::{Box3, TransposeBackend};
 use crate::mem::{Buf, Mover};
-use crate::plan::{Slicing, TransposePlan, SLICE_BYTES, TAPER};
+use crate::plan::{Slicing, TransposePlan, SLICE_BYTES};
 use crate::{unsupported, Result};
 
 /// One slice of one peer's chunk in a sliced pipeline.
@@ -348,7 +348,6 @@ impl TransposeRun<'_> {
         let cut = Slicing {
             bytes: slice_bytes.unwrap_or_else(|| x.slice_bytes()),
             max: x.max_slices(),
-            taper: TAPER,
         };
         let in_place = self.in_place();
         let send_direct = self.send_direct();

@@ -315,56 +315,15 @@ mod tests {
             len: [8, 6, 4],
         };
         let src = Layout::packed(&big, [0, 1, 2], 0);
+        let bx = |lo, len| Box3 { lo, len };
+        // (box, destination order, expected element size from 4-byte cells)
         let cases = [
-            // (box, destination order, expected element size from 4-byte cells)
-            (
-                Box3 {
-                    lo: [4, 1, 0],
-                    len: [4, 3, 2],
-                },
-                [0, 1, 2],
-                16,
-            ),
-            (
-                Box3 {
-                    lo: [2, 1, 0],
-                    len: [6, 3, 2],
-                },
-                [0, 1, 2],
-                8,
-            ),
-            (
-                Box3 {
-                    lo: [2, 1, 0],
-                    len: [4, 3, 2],
-                },
-                [0, 1, 2],
-                8,
-            ),
-            (
-                Box3 {
-                    lo: [1, 1, 0],
-                    len: [4, 3, 2],
-                },
-                [0, 1, 2],
-                4,
-            ),
-            (
-                Box3 {
-                    lo: [0, 0, 0],
-                    len: [4, 3, 2],
-                },
-                [1, 0, 2],
-                4,
-            ),
-            (
-                Box3 {
-                    lo: [0, 2, 1],
-                    len: [1, 3, 2],
-                },
-                [0, 1, 2],
-                4,
-            ),
+            (bx([4, 1, 0], [4, 3, 2]), [0, 1, 2], 16),
+            (bx([2, 1, 0], [6, 3, 2]), [0, 1, 2], 8),
+            (bx([2, 1, 0], [4, 3, 2]), [0, 1, 2], 8),
+            (bx([1, 1, 0], [4, 3, 2]), [0, 1, 2], 4),
+            (bx([0, 0, 0], [4, 3, 2]), [1, 0, 2], 4),
+            (bx([0, 2, 1], [1, 3, 2]), [0, 1, 2], 4),
         ];
         let bytes: Vec<u8> = (0..big.volume() * 4).map(|v| (v * 7 % 251) as u8).collect();
         for (b, order, want) in cases {
@@ -379,10 +338,7 @@ mod tests {
             assert_eq!(a, z, "{b:?} {order:?}");
         }
         // Misaligned buffers keep the element size.
-        let b = Box3 {
-            lo: [0, 0, 0],
-            len: [4, 3, 2],
-        };
+        let b = bx([0, 0, 0], [4, 3, 2]);
         let c = Copy3::between(&b, &src, &src);
         assert_eq!(c.widened(8, 16, 8, 0).0, 8);
         assert_eq!(c.widened(8, 16, 16, 32).0, 16);

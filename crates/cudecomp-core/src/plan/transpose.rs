@@ -56,15 +56,13 @@ pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize, taper: i64) -> Vec<B
         .collect()
 }
 
-/// How a pipeline cuts chunks into slices.
+/// How a pipeline cuts chunks into slices (always tapered, see [`TAPER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slicing {
     /// Bytes per slice, about.
     pub bytes: i64,
     /// Most slices per chunk.
     pub max: usize,
-    /// Inner slices over end slices (see [`slice_box`]).
-    pub taper: i64,
 }
 
 /// Number of slices for a chunk of `cells` elements of `elem` bytes, slices of about
@@ -321,7 +319,7 @@ impl TransposePlan {
 
     fn slices(&self, c: &Chunk, elem: usize, cut: &Slicing) -> Vec<Box3> {
         let n = slice_count(c.count, elem, cut.bytes, cut.max);
-        slice_box(&c.region, self.pack_order, n, cut.taper)
+        slice_box(&c.region, self.pack_order, n, TAPER)
     }
 
     /// Element offset of `part` inside the packed chunk whose region is `region`.
@@ -459,7 +457,6 @@ mod tests {
                     let cut = Slicing {
                         bytes: 40,
                         max: MAX_SLICES,
-                        taper: TAPER,
                     };
                     let parts = p.send_slices(peer, 8, &cut);
                     let mut next = 0;
