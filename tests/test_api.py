@@ -403,6 +403,18 @@ def test_pipeline_slice_bytes_must_agree(handle: cudecomp.Handle, comm: MPI.Comm
     still_works(handle)
 
 
+@pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="host copy threads are the CPU variant's")
+@pytest.mark.parametrize("bad", ["0", "four", "-2"])
+def test_host_threads_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """A bad CUDECOMP_HOST_THREADS on one rank raises on every rank; the handle recovers."""
+    monkeypatch.setenv("CUDECOMP_HOST_THREADS", bad if comm.rank == comm.size - 1 else "2")
+    with cudecomp.Handle(comm) as h:
+        with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_HOST_THREADS"):
+            h.create_grid(base_config())
+        monkeypatch.setenv("CUDECOMP_HOST_THREADS", "3")
+        still_works(h)
+
+
 def test_autotune_no_valid_grid(handle: cudecomp.Handle) -> None:
     if NRANKS == 1:
         pytest.skip("one rank always has a valid grid")

@@ -202,6 +202,8 @@ struct Shared {
     /// Whether every rank can map every other's shared memory (host DIRECT backend);
     /// probed collectively on first need.
     direct: Mutex<Option<bool>>,
+    /// Threads each rank uses for host copies; agreed on collectively on first need.
+    host_threads: Mutex<Option<usize>>,
 }
 
 /// A library handle bound to a (private duplicate of a) communicator.
@@ -225,6 +227,7 @@ impl Handle {
                 col_major_default,
                 cuda: None,
                 direct: Mutex::new(None),
+                host_threads: Mutex::new(None),
             }),
         }
     }
@@ -252,6 +255,7 @@ impl Handle {
                     pipe: Mutex::new(None),
                 }),
                 direct: Mutex::new(None),
+                host_threads: Mutex::new(None),
             }),
         }
     }
@@ -261,6 +265,43 @@ impl Handle {
         let host = self.comm().host_name()?;
         let all = allgather_bytes(self.comm(), host.as_bytes())?;
         Ok(all.iter().all(|h| *h == host.as_bytes()))
+    }
+
+    /// Collective: the threads this rank uses for host copies — `CUDECOMP_HOST_THREADS`
+    /// when set, otherwise the cores it may run on shared evenly among the ranks of its
+    /// node (at most [`MAX_HOST_THREADS`]), so that ranks with idle cores beside them copy
+    /// with several. A bad value raises on every rank.
+    pub fn host_threads(&self) -> Result<usize> {
+        let mut cached = lock(&self.shared.host_threads);
+        if let Some(t) = *cached {
+            return Ok(t);
+        }
+        let set = std::env::var("CUDECOMP_HOST_THREADS")
+            .ok()
+            .map(|v| v.trim().parse::<usize>().ok().filter(|&t| t > 0).ok_or(v));
+        // The host name, then whether this rank's setting parses.
+        let mut mine = self.comm().host_name()?.into_bytes();
+        mine.push(u8::from(!matches!(set, Some(Err(_)))));
+        let all = allgather_bytes(self.comm(), &mine)?;
+        let bad: Vec<usize> = (0..all.len())
+            .filter(|&r| all[r].last() == Some(&0))
+            .collect();
+        let threads = match set {
+            Some(Err(v)) => invalid!(
+                "CUDECOMP_HOST_THREADS: expected a positive number of threads, got {v:?}"
+            ),
+            _ if !bad.is_empty() => invalid!(
+                "CUDECOMP_HOST_THREADS: expected a positive number of threads on every rank, but rank(s) {bad:?} set something else"
+            ),
+            Some(Ok(t)) => t,
+            None => {
+                let local = all.iter().filter(|h| **h == mine).count().max(1);
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (cores / local).clamp(1, MAX_HOST_THREADS)
+            }
+        };
+        *cached = Some(threads);
+        Ok(threads)
     }
 
     /// Collective: true when all ranks share one node and each can write into every
@@ -461,6 +502,10 @@ impl Handle {
                 );
             }
         }
+        let host_threads = match space {
+            MemorySpace::Host => self.host_threads()?,
+            MemorySpace::Cuda => 1,
+        };
         let rank = self.rank();
         let [row, col] = grid.coords(rank);
         let col_comm = self.comm().split(col as i32, row as i32)?;
@@ -474,6 +519,7 @@ impl Handle {
             halo_plans: Mutex::new(HashMap::new()),
             perf: PerfSettings::from_env().map(PerfReport::new),
             slice_bytes,
+            host_threads,
         })
     }
 
@@ -490,6 +536,10 @@ impl Handle {
     }
 }
 
+/// Most threads a rank uses for host copies by default: beyond this many, memory
+/// bandwidth, not cores, bounds a copy.
+pub const MAX_HOST_THREADS: usize = 16;
+
 /// One decomposition bound to a handle.
 pub struct GridDesc {
     handle: Handle,
@@ -503,6 +553,8 @@ pub struct GridDesc {
     /// Slice size of pipelined transposes and DIRECT halos set by the user (the same on
     /// every rank: checked); each exchange has its own otherwise.
     slice_bytes: Option<i64>,
+    /// Threads of host copies (see [`Handle::host_threads`]).
+    host_threads: usize,
 }
 
 /// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined transposes and DIRECT
@@ -660,7 +712,7 @@ impl GridDesc {
                 plan: &plan,
                 backend: TransposeBackend::Direct,
                 elem,
-                mover: &HostMover,
+                mover: &HostMover::new(self.host_threads).streaming_into(output),
                 input,
                 output,
                 work,
@@ -669,6 +721,7 @@ impl GridDesc {
                 workspaces: &ws.shared,
                 members: &plan.members,
                 rank: self.rank,
+                threads: self.host_threads,
                 waited_ms: Cell::new(0.0),
             };
             let waited = || Ok(x.waited_ms.get());
@@ -698,7 +751,7 @@ impl GridDesc {
             plan: &plan,
             backend: self.grid.transpose_backend,
             elem,
-            mover: &HostMover,
+            mover: &HostMover::new(self.host_threads).streaming_into(output),
             input,
             output,
             work,
@@ -773,7 +826,7 @@ impl GridDesc {
                 plan: &plan,
                 backend: HaloBackend::Direct,
                 elem,
-                mover: &HostMover,
+                mover: &HostMover::new(self.host_threads),
                 data,
                 work,
             };
@@ -808,7 +861,7 @@ impl GridDesc {
                     plan: &plan,
                     backend: self.grid.halo_backend,
                     elem,
-                    mover: &HostMover,
+                    mover: &HostMover::new(self.host_threads),
                     data,
                     work,
                 }

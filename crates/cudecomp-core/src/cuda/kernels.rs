@@ -160,8 +160,8 @@ pub struct Kernels {
     _module: sys::CUmodule,
     plain: [sys::CUfunction; 3],
     tiled: [sys::CUfunction; 3],
-    /// The device's streaming multiprocessors.
-    sms: u32,
+    /// Blocks a copy may use while a transfer runs beside it.
+    background_blocks: u32,
 }
 
 // SAFETY: module and function handles are immutable once loaded and valid in any thread
@@ -199,11 +199,21 @@ impl Kernels {
             _module: module,
             plain: [get(PLAIN[0])?, get(PLAIN[1])?, get(PLAIN[2])?],
             tiled: [get(TILED[0])?, get(TILED[1])?, get(TILED[2])?],
-            sms: device.sms.max(2) as u32,
+            background_blocks: background_blocks(device.sms.max(2) as u32),
         });
         map.insert(device.ordinal, k.clone());
         Ok(k)
     }
+}
+
+/// Blocks of a background copy: `CUDECOMP_BACKGROUND_SM_PERCENT` of the SMs (default 50).
+fn background_blocks(sms: u32) -> u32 {
+    let percent = std::env::var("CUDECOMP_BACKGROUND_SM_PERCENT")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|p| (1..=100).contains(p))
+        .unwrap_or(50);
+    (sms * percent / 100).max(1)
 }
 
 /// Enqueues strided copies on one stream.
@@ -313,7 +323,7 @@ impl Mover for DeviceMover<'_> {
             )
         };
         let grid = if background {
-            capped(grid, self.kernels.sms / 2)
+            capped(grid, self.kernels.background_blocks)
         } else {
             grid
         };

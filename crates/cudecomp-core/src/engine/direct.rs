@@ -33,6 +33,8 @@ pub struct SharedSlices<'a> {
     pub members: &'a [usize],
     /// This rank's handle rank.
     pub rank: usize,
+    /// Threads of this rank's copies: each copies a slice of the usual size.
+    pub threads: usize,
     /// Milliseconds spent waiting for peers' slices (the report's communication time).
     pub waited_ms: Cell<f64>,
 }
@@ -104,7 +106,7 @@ impl SliceExchange for SharedSlices<'_> {
     }
 
     fn slice_bytes(&self) -> i64 {
-        HOST_SLICE_BYTES
+        HOST_SLICE_BYTES * self.threads.max(1) as i64
     }
 
     fn ready(&self, _u: usize) -> Result<()> {

@@ -306,7 +306,7 @@ mod tests {
                 plan: &plan,
                 backend: HaloBackend::Nccl,
                 elem: 8,
-                mover: &HostMover,
+                mover: &HostMover::default(),
                 data: Buf::from_slice(bytes(&mut data)),
                 work: Buf::from_slice(bytes(&mut work)),
             };

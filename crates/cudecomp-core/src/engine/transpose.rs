@@ -619,7 +619,7 @@ mod tests {
                     plan: &plan,
                     backend: TransposeBackend::NcclPl,
                     elem: 8,
-                    mover: &HostMover,
+                    mover: &HostMover::default(),
                     input: inp,
                     output: if in_place { inp } else { bytes(&mut output) },
                     work: bytes(&mut work),

@@ -5,14 +5,93 @@ use super::{Buf, Mover};
 use crate::plan::Copy3;
 use crate::{Error, Result};
 
-/// Moves bytes in host memory, synchronously.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HostMover;
+/// Moves bytes in host memory, synchronously: large copies are cut into parts that run
+/// on up to `threads` threads, and rows written into the operation's output may bypass
+/// the cache.
+#[derive(Clone, Copy, Debug)]
+pub struct HostMover {
+    threads: usize,
+    /// The operation's output when large enough to write around the cache.
+    streamed: Option<Buf>,
+}
+
+impl Default for HostMover {
+    fn default() -> Self {
+        HostMover::new(1)
+    }
+}
+
+/// Copies smaller than this per thread are not worth waking another thread for.
+const PART_MIN_BYTES: usize = 128 << 10;
+
+/// Outputs of at least this size are written with streaming stores: they cannot stay in a
+/// core's cache anyway, and skipping the read-for-ownership of every destination line
+/// saves a third of the memory traffic of a copy.
+const STREAM_MIN_BYTES: usize = 8 << 20;
+
+impl HostMover {
+    /// A mover using up to `threads` threads (at least one) for large copies.
+    pub fn new(threads: usize) -> Self {
+        HostMover {
+            threads: threads.max(1),
+            streamed: None,
+        }
+    }
+
+    /// The same mover, writing rows into `output` with streaming stores when `output` is
+    /// large (unless `CUDECOMP_HOST_STREAMING=0`).
+    pub fn streaming_into(self, output: Buf) -> Self {
+        let on = output.len() >= STREAM_MIN_BYTES && streaming_allowed();
+        HostMover {
+            streamed: on.then_some(output),
+            ..self
+        }
+    }
+}
 
 impl Mover for HostMover {
     fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
-        copy3(elem, src, dst, c)
+        if !super::check_copy(elem, src, dst, c)? {
+            return Ok(());
+        }
+        let stream = self.streamed.is_some_and(|o| o.ptr() == dst.ptr());
+        let bytes = c.cells() as usize * elem;
+        let parts = (bytes / PART_MIN_BYTES).clamp(1, self.threads);
+        if parts == 1 {
+            return copy_checked(elem, src, dst, c, stream);
+        }
+        let pieces = c.split(parts);
+        let pool = pool(self.threads)?;
+        let results: Vec<Result<()>> = pool.install(|| {
+            use rayon::prelude::*;
+            pieces
+                .par_iter()
+                .map(|p| copy_checked(elem, src, dst, p, stream))
+                .collect()
+        });
+        results.into_iter().collect()
     }
+}
+
+/// The process's copy threads, created on first use with `threads` workers (later requests
+/// for more reuse it: parts then queue on the existing workers).
+fn pool(threads: usize) -> Result<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    if let Some(p) = POOL.get() {
+        return Ok(p);
+    }
+    let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("cudecomp-copy-{i}"))
+        .build()
+        .map_err(|e| Error::Internal(format!("starting {threads} copy threads: {e}")))?;
+    Ok(POOL.get_or_init(|| built))
+}
+
+/// Whether streaming stores are allowed (`CUDECOMP_HOST_STREAMING=0` turns them off).
+fn streaming_allowed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CUDECOMP_HOST_STREAMING").map_or(true, |v| v.trim() != "0"))
 }
 
 /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`,
@@ -21,13 +100,19 @@ pub fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
     if !super::check_copy(elem, src, dst, c)? {
         return Ok(());
     }
-    // SAFETY: all touched elements are inside the buffers (checked above); sources and
-    // destinations of one copy never overlap (plans route in-place work through the workspace).
+    copy_checked(elem, src, dst, c, false)
+}
+
+/// [`copy3`] after the bounds check; `stream` writes long dense rows around the cache.
+fn copy_checked(elem: usize, src: Buf, dst: Buf, c: &Copy3, stream: bool) -> Result<()> {
+    // SAFETY: all touched elements are inside the buffers (checked by the caller); sources
+    // and destinations of one copy never overlap (plans route in-place work through the
+    // workspace), and parts of one split copy write disjoint cells.
     unsafe {
         match elem {
-            4 => kernel::<u32>(src.ptr, dst.ptr, c),
-            8 => kernel::<u64>(src.ptr, dst.ptr, c),
-            16 => kernel::<[u64; 2]>(src.ptr, dst.ptr, c),
+            4 => kernel::<u32>(src.ptr(), dst.ptr(), c, stream),
+            8 => kernel::<u64>(src.ptr(), dst.ptr(), c, stream),
+            16 => kernel::<[u64; 2]>(src.ptr(), dst.ptr(), c, stream),
             _ => return Err(Error::Internal(format!("element size {elem}"))),
         }
     }
@@ -41,7 +126,7 @@ const TILE: i64 = 32;
 /// # Safety
 /// Every element described by `c` must be inside the allocations at `src` and `dst`,
 /// which must not overlap.
-unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3) {
+unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool) {
     let e = std::mem::size_of::<T>() as isize;
     let ext = c.extent;
     // Walk the destination in memory order; unit-extent axes go outermost.
@@ -59,6 +144,7 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3) {
         if src_fast == inner {
             let dense = c.src_strides[inner] == 1 && c.dst_strides[inner] == 1;
             let n = ext[inner];
+            let stream = stream && n * e as i64 >= STREAM_MIN_ROW;
             let (o1, o2) = (ax[1], ax[2]);
             for k in 0..ext[o2] {
                 for j in 0..ext[o1] {
@@ -67,7 +153,9 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3) {
                     idx[o2] = k;
                     let s = at(sp, &ss, idx);
                     let d = at(dp, &ds, idx).cast_mut();
-                    if dense {
+                    if dense && stream {
+                        copy_streaming(s, d, n as usize * e as usize);
+                    } else if dense {
                         std::ptr::copy_nonoverlapping(s, d, n as usize * e as usize);
                     } else {
                         for i in 0..n as isize {
@@ -107,7 +195,63 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3) {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if stream {
+            // Streaming stores are weakly ordered: fence them before whatever publishes
+            // the copy to another rank.
+            std::arch::x86_64::_mm_sfence();
+        }
     }
+}
+
+/// Rows shorter than this are copied through the cache even in streaming mode: partial
+/// lines written around the cache cost more than they save.
+const STREAM_MIN_ROW: i64 = 1024;
+
+/// Copies `n` bytes with stores that bypass the cache (no read-for-ownership of the
+/// destination lines).
+///
+/// # Safety
+/// `s..s+n` must be readable, `d..d+n` writable, and the two must not overlap.
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    let head = d.align_offset(16).min(n);
+    // SAFETY: every access stays inside the ranges the caller vouches for; the streamed
+    // stores are 16-byte aligned (after `head`).
+    unsafe {
+        std::ptr::copy_nonoverlapping(s, d, head);
+        let mut i = head;
+        while i + 64 <= n {
+            let v0 = _mm_loadu_si128(s.add(i).cast::<__m128i>());
+            let v1 = _mm_loadu_si128(s.add(i + 16).cast::<__m128i>());
+            let v2 = _mm_loadu_si128(s.add(i + 32).cast::<__m128i>());
+            let v3 = _mm_loadu_si128(s.add(i + 48).cast::<__m128i>());
+            _mm_stream_si128(d.add(i).cast::<__m128i>(), v0);
+            _mm_stream_si128(d.add(i + 16).cast::<__m128i>(), v1);
+            _mm_stream_si128(d.add(i + 32).cast::<__m128i>(), v2);
+            _mm_stream_si128(d.add(i + 48).cast::<__m128i>(), v3);
+            i += 64;
+        }
+        while i + 16 <= n {
+            _mm_stream_si128(
+                d.add(i).cast::<__m128i>(),
+                _mm_loadu_si128(s.add(i).cast::<__m128i>()),
+            );
+            i += 16;
+        }
+        std::ptr::copy_nonoverlapping(s.add(i), d.add(i), n - i);
+    }
+}
+
+/// Other architectures copy through the cache.
+///
+/// # Safety
+/// As for the x86-64 version.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
+    // SAFETY: as vouched for by the caller.
+    unsafe { std::ptr::copy_nonoverlapping(s, d, n) }
 }
 
 #[cfg(test)]
@@ -169,6 +313,49 @@ mod tests {
             for s in perms {
                 for d in perms {
                     run(elem, s, d);
+                }
+            }
+        }
+    }
+
+    /// Threaded and streamed copies (rows of 1 KiB and more, misaligned destinations
+    /// included) write exactly what the single-threaded cached copy writes.
+    #[test]
+    fn threaded_streaming_copies_match() {
+        let b = Box3 {
+            lo: [0, 0, 0],
+            len: [300, 40, 30],
+        };
+        let big = Box3 {
+            lo: [0, 0, 0],
+            len: [301, 40, 30],
+        };
+        for elem in [4, 8, 16] {
+            let src_l = Layout::packed(&big, [0, 1, 2], 0);
+            let mut src: Vec<u8> = (0..big.volume() as usize * elem)
+                .map(|v| (v * 13 % 251) as u8)
+                .collect();
+            for (order, shift) in [([0, 1, 2], 1), ([0, 2, 1], 0), ([1, 0, 2], 0)] {
+                let dl = Layout::packed(&b, order, shift);
+                let len = (b.volume() + shift) as usize * elem;
+                let c = Copy3::between(&b, &src_l, &dl);
+                let mut want = vec![0u8; len];
+                copy3(
+                    elem,
+                    Buf::from_slice(&mut src),
+                    Buf::from_slice(&mut want),
+                    &c,
+                )
+                .unwrap();
+                for threads in [1, 3, 8] {
+                    let mut got = vec![0u8; len];
+                    let out = Buf::from_slice(&mut got);
+                    let m = HostMover {
+                        threads,
+                        streamed: Some(out),
+                    };
+                    m.copy(elem, Buf::from_slice(&mut src), out, &c).unwrap();
+                    assert!(got == want, "elem {elem} order {order:?} threads {threads}");
                 }
             }
         }

@@ -146,6 +146,30 @@ impl Copy3 {
         (ax, src_fast)
     }
 
+    /// Cuts the copy into at most `parts` copies of nearly equal size along its longest
+    /// axis other than the one it walks innermost, so every part still moves whole rows;
+    /// a single part when no such axis is longer than one cell.
+    pub fn split(&self, parts: usize) -> Vec<Copy3> {
+        let (ax, _) = self.walk_order();
+        let axis = if self.extent[ax[1]] >= self.extent[ax[2]] {
+            ax[1]
+        } else {
+            ax[2]
+        };
+        let n = self.extent[axis].max(1);
+        let parts = (parts as i64).clamp(1, n);
+        (0..parts)
+            .map(|p| {
+                let (lo, hi) = (n * p / parts, n * (p + 1) / parts);
+                let mut c = *self;
+                c.extent[axis] = hi - lo;
+                c.src_offset += lo * self.src_strides[axis];
+                c.dst_offset += lo * self.dst_strides[axis];
+                c
+            })
+            .collect()
+    }
+
     /// Elements of the copy when it is one dense block on both sides (a plain memcpy).
     pub fn dense_len(&self) -> Option<i64> {
         let mut ax = [0usize, 1, 2];
@@ -342,6 +366,45 @@ mod tests {
         let c = Copy3::between(&b, &src, &src);
         assert_eq!(c.widened(8, 16, 8, 0).0, 8);
         assert_eq!(c.widened(8, 16, 16, 32).0, 16);
+    }
+
+    #[test]
+    fn split_copies_move_the_same_cells() {
+        let big = Box3 {
+            lo: [0, 0, 0],
+            len: [8, 7, 5],
+        };
+        let src = Layout::packed(&big, [0, 1, 2], 0);
+        let bytes: Vec<u8> = (0..big.volume() * 4).map(|v| (v * 7 % 251) as u8).collect();
+        let boxes = [
+            Box3 {
+                lo: [1, 1, 0],
+                len: [6, 5, 5],
+            },
+            Box3 {
+                lo: [0, 3, 2],
+                len: [8, 1, 1],
+            },
+        ];
+        for b in boxes {
+            for order in [[0, 1, 2], [1, 2, 0], [2, 1, 0]] {
+                let c = Copy3::between(&b, &src, &Layout::packed(&b, order, 0));
+                let mut whole = vec![0u8; (b.volume() * 4) as usize];
+                run_bytes(4, &c, &bytes, &mut whole);
+                for parts in [1, 2, 3, 4, 16] {
+                    let pieces = c.split(parts);
+                    let rows = b.len.iter().filter(|&&n| n > 1).count() > 1;
+                    assert!(pieces.len() <= parts && (pieces.len() > 1) == (parts > 1 && rows));
+                    assert_eq!(pieces.iter().map(Copy3::cells).sum::<i64>(), c.cells());
+                    let mut split = vec![0u8; whole.len()];
+                    for p in &pieces {
+                        assert_eq!(p.walk_order().0[0], c.walk_order().0[0]);
+                        run_bytes(4, p, &bytes, &mut split);
+                    }
+                    assert_eq!(split, whole, "{b:?} {order:?} {parts}");
+                }
+            }
+        }
     }
 
     #[test]
