@@ -12,7 +12,7 @@ use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::transport::{Arena, DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
-use crate::engine::direct::{SharedFaces, SharedSlices};
+use crate::engine::direct::{SharedFaces, SharedSlices, HOST_RING_PLACES};
 use crate::engine::halo::HaloRun;
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
@@ -722,6 +722,7 @@ impl GridDesc {
                 members: &plan.members,
                 rank: self.rank,
                 threads: self.host_threads,
+                ring: Some(HOST_RING_PLACES),
                 waited_ms: Cell::new(0.0),
             };
             let waited = || Ok(x.waited_ms.get());

@@ -17,9 +17,17 @@ use crate::{Error, Result};
 
 /// Slice size of host DIRECT transposes and halos copied by one thread: slices stay in the
 /// cache between the writer's stores and the reader's loads (16 ranks on a 16-core Xeon,
-/// 256³ complex128 X→Y: 7.6–13.0 ms in 128 KiB slices, 8.9–15.2 ms in 256 KiB, 7.7–13.6
-/// in 64 KiB).
+/// 256³ complex128 X→Y through rings of 4 places: 5.7–9.4 ms in 128 KiB slices, 6.9–8.4
+/// in 64 KiB, 7.4–8.8 in 32 KiB).
 const HOST_SLICE_BYTES: i64 = 128 << 10;
+
+/// Most bytes the rings of all writers take in one receiver's workspace: with many peers
+/// slices shrink so that the rings stay in cache (16×1 grid of the figures above: 8.4 ms
+/// in 64 KiB slices, 9.4 ms in 128 KiB).
+const HOST_RING_BYTES: i64 = 4 << 20;
+
+/// Smallest host slice: below this the per-slice signalling costs more than cache misses.
+const HOST_MIN_SLICE_BYTES: i64 = 32 << 10;
 
 /// Slice bytes per thread when a rank copies with several: waking the threads must pay
 /// (4 ranks × 4 threads, same grid: 9.2–11.6 ms in 4 MiB slices, 15.6–21.2 ms in 256 KiB).
@@ -41,6 +49,9 @@ pub struct SharedSlices<'a> {
     pub rank: usize,
     /// Threads of this rank's copies (several make slices larger).
     pub threads: usize,
+    /// Places each chunk's slices cycle through in the receiver's workspace (see
+    /// [`SliceExchange::ring`]); `None` keeps each slice at its own place.
+    pub ring: Option<usize>,
     /// Milliseconds spent waiting for peers' slices (the report's communication time).
     pub waited_ms: Cell<f64>,
 }
@@ -112,9 +123,13 @@ impl SliceExchange for SharedSlices<'_> {
     }
 
     fn slice_bytes(&self) -> i64 {
-        match self.threads {
-            0 | 1 => HOST_SLICE_BYTES,
-            t => HOST_THREAD_SLICE_BYTES * t as i64,
+        match (self.threads, self.ring) {
+            (0 | 1, Some(places)) => {
+                let rings = (self.members.len().saturating_sub(1) * places).max(1) as i64;
+                (HOST_RING_BYTES / rings).clamp(HOST_MIN_SLICE_BYTES, HOST_SLICE_BYTES)
+            }
+            (0 | 1, None) => HOST_SLICE_BYTES,
+            (t, _) => HOST_THREAD_SLICE_BYTES * t as i64,
         }
     }
 
@@ -157,7 +172,38 @@ impl SliceExchange for SharedSlices<'_> {
     fn finish(&self) -> Result<()> {
         Ok(())
     }
+
+    fn ring(&self) -> Option<usize> {
+        self.ring
+    }
+
+    fn place_free(&self, peer: usize, k: usize) -> Result<()> {
+        let places = self.ring.unwrap_or(0);
+        let Some(before) = k.checked_sub(places) else {
+            return Ok(());
+        };
+        let reader = self.members[peer];
+        let flag = self.workspaces.ack(self.rank, reader).ok_or_else(|| {
+            Error::Internal(format!("DIRECT: no acknowledgement slot of rank {reader}"))
+        })?;
+        wait_for(flag, self.mark(before), reader, &self.waited_ms)
+    }
+
+    fn unpacked(&self, peer: usize, k: usize) -> Result<()> {
+        let writer = self.members[peer];
+        let flag = self.workspaces.ack(writer, self.rank).ok_or_else(|| {
+            Error::Internal(format!("DIRECT: no acknowledgement slot at rank {writer}"))
+        })?;
+        // Release: this rank's reads of the slice are done before the writer reuses it.
+        flag.store(self.mark(k), Ordering::Release);
+        Ok(())
+    }
 }
+
+/// Places a chunk's slices cycle through in the receiving rank's workspace: with two units
+/// packed ahead of the first wait, four places never make a writer wait for long, and the
+/// places stay in cache between the writer's stores and the reader's loads.
+pub const HOST_RING_PLACES: usize = 4;
 
 /// Host halo faces: copied into the neighbours' shared workspaces, one signal each.
 pub struct SharedFaces<'a> {

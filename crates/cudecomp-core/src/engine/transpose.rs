@@ -64,6 +64,45 @@ pub trait SliceExchange {
     fn arrived(&self, u: usize, slice: usize, recvs: &[Piece]) -> Result<()>;
     /// Orders the main stream after every exchange, sends included.
     fn finish(&self) -> Result<()>;
+    /// For exchanges that pack into the peer's workspace ([`SliceExchange::pack_into`]):
+    /// the number of places slices of one chunk cycle through there (slice `k` lands in
+    /// place `k % ring`), so that the staging memory is reused while still in cache;
+    /// `None` (the default) keeps every slice at its own place in the packed chunk.
+    fn ring(&self) -> Option<usize> {
+        None
+    }
+    /// Ring only: waits until the peer has unpacked the slice that last used the place of
+    /// slice `k` of the chunk for `peer`.
+    fn place_free(&self, _peer: usize, _k: usize) -> Result<()> {
+        Ok(())
+    }
+    /// Ring only: tells `peer` that its slice `k` has been unpacked here.
+    fn unpacked(&self, _peer: usize, _k: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Slices of one chunk cycling through `places` reused places of `len` elements in the
+/// receiver's workspace (see [`SliceExchange::ring`]).
+#[derive(Clone, Copy, Debug)]
+struct Ring {
+    places: usize,
+    len: i64,
+}
+
+impl Ring {
+    /// The ring of a chunk of `count` elements cut into `parts`; `None` when it has too few
+    /// slices to reuse a place or the places would not fit in the chunk's own room.
+    fn of(places: Option<usize>, parts: &[Box3], count: i64) -> Option<Ring> {
+        let places = places?.max(1);
+        let len = parts.iter().map(Box3::volume).max()?;
+        (parts.len() > places && places as i64 * len <= count).then_some(Ring { places, len })
+    }
+
+    /// Element offset, inside the chunk's room, of slice `k`.
+    fn place(&self, k: usize) -> i64 {
+        (k % self.places) as i64 * self.len
+    }
 }
 
 /// Buffers and means of one transpose. `input == output` (same start address) means in-place.
@@ -302,8 +341,16 @@ impl TransposeRun<'_> {
         units
     }
 
-    /// The piece of slice `part` of `peer`'s chunk, sent (`Way::Send`) or received.
-    fn piece(&self, way: Way, peer: usize, part: &Box3, direct: bool) -> Result<Piece> {
+    /// The piece of slice `part` of `peer`'s chunk, sent (`Way::Send`) or received; `at`
+    /// overrides its element offset inside the chunk (a ring's place).
+    fn piece(
+        &self,
+        way: Way,
+        peer: usize,
+        part: &Box3,
+        direct: bool,
+        at: Option<i64>,
+    ) -> Result<Piece> {
         let plan = self.plan;
         let e = self.e();
         let (chunk, (buf, base)) = match (way, direct) {
@@ -321,7 +368,7 @@ impl TransposeRun<'_> {
                 (self.work, plan.recv_base + plan.recvs[peer].offset),
             ),
         };
-        let rel = plan.packed_offset(&chunk.region, part);
+        let rel = at.unwrap_or_else(|| plan.packed_offset(&chunk.region, part));
         let len = part.volume() * e;
         Ok(Piece {
             peer,
@@ -361,6 +408,21 @@ impl TransposeRun<'_> {
             .collect();
         let units = self.units(per_peer, &send_parts, &recv_parts);
         let lag = if in_place { usize::MAX } else { x.lag().max(1) };
+        // Rings need unpacking to follow packing closely: never when everything is packed
+        // first, nor when slices land in the output. A writer waits for the place of slice
+        // `k - places`, which the reader frees only after packing its unit `k - places +
+        // lag - 1`: fewer places than `lag` would deadlock.
+        let places = if lag == usize::MAX || recv_direct {
+            None
+        } else {
+            x.ring().filter(|&p| p >= lag)
+        };
+        let send_rings: Vec<Option<Ring>> = (0..np)
+            .map(|p| Ring::of(places, &send_parts[p], plan.sends[p].count))
+            .collect();
+        let recv_rings: Vec<Option<Ring>> = (0..np)
+            .map(|p| Ring::of(places, &recv_parts[p], plan.recvs[p].count))
+            .collect();
         // What arrives in each unit.
         let incoming = units
             .iter()
@@ -368,7 +430,10 @@ impl TransposeRun<'_> {
                 pairs
                     .iter()
                     .filter_map(|&(_, from)| recv_parts[from].get(*k).map(|b| (from, b)))
-                    .map(|(from, b)| self.piece(Way::Receive, from, b, recv_direct))
+                    .map(|(from, b)| {
+                        let at = recv_rings[from].map(|r| r.place(*k));
+                        self.piece(Way::Receive, from, b, recv_direct, at)
+                    })
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
@@ -396,8 +461,15 @@ impl TransposeRun<'_> {
                 if !recv_direct {
                     for r in recvs {
                         let part = &recv_parts[r.peer][k];
-                        let c = plan.unpack_part(r.peer, plan.recv_base, part);
+                        let mut c = plan.unpack_part(r.peer, plan.recv_base, part);
+                        if let Some(ring) = recv_rings[r.peer] {
+                            let natural = plan.packed_offset(&plan.recvs[r.peer].region, part);
+                            c.src_offset += ring.place(k) - natural;
+                        }
                         self.mover.copy(self.elem, self.work, self.output, &c)?;
+                        if recv_rings[r.peer].is_some() {
+                            x.unpacked(r.peer, k)?;
+                        }
                     }
                 }
                 unpacked += 1;
@@ -411,7 +483,7 @@ impl TransposeRun<'_> {
             let mut sends = Vec::new();
             for &(to, _) in pairs {
                 if let Some(b) = send_parts[to].get(*k) {
-                    sends.push(self.pack_slice(x, to, b, send_direct)?);
+                    sends.push(self.pack_slice(x, to, b, send_direct, send_rings[to], *k)?);
                 }
             }
             x.ready(u)?;
@@ -449,12 +521,24 @@ impl TransposeRun<'_> {
         peer: usize,
         part: &Box3,
         send_direct: bool,
+        ring: Option<Ring>,
+        k: usize,
     ) -> Result<Piece> {
         let plan = self.plan;
         if let Some(far) = x.pack_into(peer) {
-            self.mover
-                .copy(self.elem, self.input, far, &plan.pack_into_peer(peer, part))?;
-            let rel = plan.packed_offset(&plan.sends[peer].region, part);
+            let natural = plan.packed_offset(&plan.sends[peer].region, part);
+            let mut c = plan.pack_into_peer(peer, part);
+            let rel = match ring {
+                Some(r) => {
+                    if k >= r.places {
+                        x.place_free(peer, k)?;
+                    }
+                    c.dst_offset += r.place(k) - natural;
+                    r.place(k)
+                }
+                None => natural,
+            };
+            self.mover.copy(self.elem, self.input, far, &c)?;
             let len = part.volume() * self.e();
             let at = (plan.peer_recv_offsets[peer] + rel) * self.e();
             return Ok(Piece {
@@ -472,7 +556,7 @@ impl TransposeRun<'_> {
                 &plan.pack_part(peer, part),
             )?;
         }
-        self.piece(Way::Send, peer, part, send_direct)
+        self.piece(Way::Send, peer, part, send_direct, None)
     }
 
     fn alltoallv(&self, comm: &dyn Transport) -> Result<()> {

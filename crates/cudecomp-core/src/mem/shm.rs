@@ -102,9 +102,13 @@ fn unlink(name: &str) {
 /// Bytes per signal slot (a cache line each, so writers never share one).
 const SLOT: usize = 64;
 
+/// Signal areas at the end of every workspace: deliveries, then acknowledgements.
+const AREAS: usize = 2;
+
 /// This rank's shared workspace and the mapped workspaces of its peers. Each workspace
-/// ends with one signal slot per rank of the group: rank `w` stores into slot `w` of a
-/// peer's workspace what it has delivered there.
+/// ends with two areas of one signal slot per rank of the group: rank `w` stores into
+/// slot `w` of a peer's first area what it has delivered there, and into slot `w` of a
+/// peer's second area what it has taken from what that peer delivered.
 #[derive(Default)]
 pub struct SharedWorkspaces {
     own: Option<(String, Mapping)>,
@@ -123,7 +127,7 @@ impl SharedWorkspaces {
         let mut fresh = false;
         self.ranks = comm.size();
         self.ops += 1;
-        let bytes = bytes.div_ceil(SLOT) * SLOT + SLOT * self.ranks;
+        let bytes = bytes.div_ceil(SLOT) * SLOT + self.tail();
         if self.own.as_ref().is_none_or(|(_, m)| m.len < bytes) {
             let name = format!(
                 "/cudecomp-{}-{}",
@@ -193,7 +197,12 @@ impl SharedWorkspaces {
             .ok_or_else(|| Error::Internal("shared workspace missing".into()))?;
         // SAFETY: the mapping is owned here and outlives the operation holding the lock;
         // the signal slots at its end are left out.
-        Ok(unsafe { Buf::new(m.ptr, m.len - SLOT * self.ranks) })
+        Ok(unsafe { Buf::new(m.ptr, m.len - self.tail()) })
+    }
+
+    /// Bytes of signal slots at the end of each workspace.
+    fn tail(&self) -> usize {
+        SLOT * self.ranks * AREAS
     }
 
     /// Number of the current operation (counts `exchange` calls, which every rank makes
@@ -203,16 +212,26 @@ impl SharedWorkspaces {
         self.ops
     }
 
-    /// Slot `writer` of rank `r`'s workspace (this rank's own when `r` is this rank).
+    /// Slot `writer` of rank `r`'s delivery area (this rank's own when `r` is this rank).
     pub fn signal(&self, r: usize, writer: usize) -> Option<&AtomicU64> {
+        self.slot(r, 0, writer)
+    }
+
+    /// Slot `reader` of rank `r`'s acknowledgement area: what `reader` has taken of the
+    /// slices `r` delivered to it.
+    pub fn ack(&self, r: usize, reader: usize) -> Option<&AtomicU64> {
+        self.slot(r, 1, reader)
+    }
+
+    fn slot(&self, r: usize, area: usize, who: usize) -> Option<&AtomicU64> {
         let m = match self.peers.get(r).and_then(|p| p.as_ref()) {
             Some((_, m)) => m,
             None => &self.own.as_ref()?.1,
         };
-        if writer >= self.ranks || m.len < SLOT * self.ranks {
+        if who >= self.ranks || m.len < self.tail() {
             return None;
         }
-        let at = m.len - SLOT * (self.ranks - writer);
+        let at = m.len - self.tail() + SLOT * (area * self.ranks + who);
         // SAFETY: inside the mapping, 64-byte aligned (lengths are multiples of SLOT and
         // mappings page-aligned); every access to the slot is atomic.
         Some(unsafe { &*(m.ptr.add(at) as *const AtomicU64) })
@@ -223,6 +242,6 @@ impl SharedWorkspaces {
         let (_, m) = self.peers.get(r)?.as_ref()?;
         // SAFETY: the mapping lives as long as `self`; peers order their use of it with
         // the operation's barrier and signals.
-        Some(unsafe { Buf::new(m.ptr, m.len.checked_sub(SLOT * self.ranks)?) })
+        Some(unsafe { Buf::new(m.ptr, m.len.checked_sub(self.tail())?) })
     }
 }
