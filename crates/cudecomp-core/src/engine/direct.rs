@@ -191,6 +191,20 @@ impl SliceExchange for SharedSlices<'_> {
         self.ring
     }
 
+    fn polls(&self) -> bool {
+        true
+    }
+
+    fn landed(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<bool> {
+        for r in recvs {
+            let from = self.members[r.peer];
+            if self.slot(self.rank, from)?.load(Ordering::Acquire) < self.mark(k) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn place_free(&self, peer: usize, k: usize) -> Result<()> {
         let places = self.ring.unwrap_or(0);
         let Some(before) = k.checked_sub(places) else {

@@ -8,7 +8,7 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::geometry::{Box3, TransposeBackend};
 use crate::mem::{Buf, Mover};
-use crate::plan::{Slicing, TransposePlan, SLICE_BYTES};
+use crate::plan::{Copy3, Slicing, TransposePlan, SLICE_BYTES};
 use crate::{unsupported, Result};
 
 /// One slice of one peer's chunk in a sliced pipeline.
@@ -80,7 +80,21 @@ pub trait SliceExchange {
     fn unpacked(&self, _peer: usize, _k: usize) -> Result<()> {
         Ok(())
     }
+    /// True when [`SliceExchange::landed`] tells, without waiting, whether a unit has
+    /// arrived: the pipeline then copies this rank's own cells while it would wait.
+    fn polls(&self) -> bool {
+        false
+    }
+    /// Whether unit `u`'s `recvs` have all arrived (asked only when
+    /// [`SliceExchange::polls`]).
+    fn landed(&self, _u: usize, _slice: usize, _recvs: &[Piece]) -> Result<bool> {
+        Ok(true)
+    }
 }
+
+/// Pieces this rank's own cells are cut into when the exchange polls: each fills part of
+/// a wait for a peer's slice.
+const OWN_PIECES: usize = 16;
 
 /// Slices of one chunk cycling through `places` reused places of `len` elements in the
 /// receiver's workspace (see [`SliceExchange::ring`]).
@@ -438,8 +452,20 @@ impl TransposeRun<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         // Stream-ordered exchanges (everything packed first) copy this rank's own cells
-        // while the slices travel; host ones do it last, after the hot slices are unpacked.
+        // while the slices travel; host ones copy them piece by piece whenever a slice has
+        // not arrived yet, and what is left after the last unpacking.
         let own_first = lag == usize::MAX && !in_place;
+        let mut own: Vec<Copy3> = if own_first || in_place {
+            Vec::new()
+        } else {
+            let pieces = if x.polls() { OWN_PIECES } else { 1 };
+            self.plan
+                .self_copy()
+                .split(pieces)
+                .into_iter()
+                .rev()
+                .collect()
+        };
         let mut unpacked = 0;
         // Waits for and unpacks units up to (excluding) `upto`; the first call tells the
         // exchange that the packing side is posted.
@@ -453,6 +479,13 @@ impl TransposeRun<'_> {
             while unpacked < upto {
                 let k = units[unpacked].1;
                 let recvs = &incoming[unpacked];
+                if x.polls() {
+                    while !own.is_empty() && !x.landed(unpacked, k, recvs)? {
+                        if let Some(c) = own.pop() {
+                            self.mover.copy(self.elem, self.input, self.output, &c)?;
+                        }
+                    }
+                }
                 x.arrived(unpacked, k, recvs)?;
                 if unpacked + 1 == units.len() {
                     // Nothing travels beside the last unpacking.
@@ -506,8 +539,11 @@ impl TransposeRun<'_> {
         self.mover.background(false);
         drained?;
         x.finish()?;
-        if !in_place && (!own_first || units.is_empty()) {
+        if own_first && units.is_empty() {
             self.self_before()?;
+        }
+        while let Some(c) = own.pop() {
+            self.mover.copy(self.elem, self.input, self.output, &c)?;
         }
         self.self_after()
     }
