@@ -479,11 +479,9 @@ impl TransposeRun<'_> {
             while unpacked < upto {
                 let k = units[unpacked].1;
                 let recvs = &incoming[unpacked];
-                if x.polls() {
-                    while !own.is_empty() && !x.landed(unpacked, k, recvs)? {
-                        if let Some(c) = own.pop() {
-                            self.mover.copy(self.elem, self.input, self.output, &c)?;
-                        }
+                while x.polls() && !own.is_empty() && !x.landed(unpacked, k, recvs)? {
+                    if let Some(c) = own.pop() {
+                        self.mover.copy(self.elem, self.input, self.output, &c)?;
                     }
                 }
                 x.arrived(unpacked, k, recvs)?;
