@@ -87,6 +87,15 @@ impl SharedSlices<'_> {
     fn slot(&self, r: usize, writer: usize) -> Result<&AtomicU64> {
         slot(self.workspaces, r, writer)
     }
+
+    /// The acknowledgement slot `reader` raises in rank `r`'s workspace.
+    fn ack(&self, r: usize, reader: usize) -> Result<&AtomicU64> {
+        self.workspaces.ack(r, reader).ok_or_else(|| {
+            Error::Internal(format!(
+                "DIRECT: no acknowledgement slot of rank {reader} at rank {r}"
+            ))
+        })
+    }
 }
 
 /// Spins (then yields, for oversubscribed nodes) until `flag` reaches `target`; adds the
@@ -211,19 +220,18 @@ impl SliceExchange for SharedSlices<'_> {
             return Ok(());
         };
         let reader = self.members[peer];
-        let flag = self.workspaces.ack(self.rank, reader).ok_or_else(|| {
-            Error::Internal(format!("DIRECT: no acknowledgement slot of rank {reader}"))
-        })?;
-        wait_for(flag, self.mark(before), reader, &self.waited_ms)
+        wait_for(
+            self.ack(self.rank, reader)?,
+            self.mark(before),
+            reader,
+            &self.waited_ms,
+        )
     }
 
     fn unpacked(&self, peer: usize, k: usize) -> Result<()> {
-        let writer = self.members[peer];
-        let flag = self.workspaces.ack(writer, self.rank).ok_or_else(|| {
-            Error::Internal(format!("DIRECT: no acknowledgement slot at rank {writer}"))
-        })?;
         // Release: this rank's reads of the slice are done before the writer reuses it.
-        flag.store(self.mark(k), Ordering::Release);
+        self.ack(self.members[peer], self.rank)?
+            .store(self.mark(k), Ordering::Release);
         Ok(())
     }
 }

@@ -108,7 +108,7 @@ impl Ring {
     /// The ring of a chunk of `count` elements cut into `parts`; `None` when it has too few
     /// slices to reuse a place or the places would not fit in the chunk's own room.
     fn of(places: Option<usize>, parts: &[Box3], count: i64) -> Option<Ring> {
-        let places = places?.max(1);
+        let places = places.filter(|&p| p > 0)?;
         let len = parts.iter().map(Box3::volume).max()?;
         (parts.len() > places && places as i64 * len <= count).then_some(Ring { places, len })
     }
@@ -567,11 +567,11 @@ impl TransposeRun<'_> {
                     if k >= r.places {
                         x.place_free(peer, k)?;
                     }
-                    c.dst_offset += r.place(k) - natural;
                     r.place(k)
                 }
                 None => natural,
             };
+            c.dst_offset += rel - natural;
             self.mover.copy(self.elem, self.input, far, &c)?;
             let len = part.volume() * self.e();
             let at = (plan.peer_recv_offsets[peer] + rel) * self.e();
