@@ -25,8 +25,8 @@ run() {  # run NAME NRANKS
 }
 G=$(python3 -c 'import cupy; print(cupy.cuda.runtime.getDeviceCount())')
 rc=0
-# SUITES picks runs (default all): gpu1 gpu2 sliced gpu4
-SUITES=${SUITES:-gpu1 gpu2 sliced gpu4}
+# SUITES picks runs (default all): gpu1 gpu2 sliced unregistered gpu4
+SUITES=${SUITES:-gpu1 gpu2 sliced unregistered gpu4}
 on() { [[ " $SUITES " == *" $1 "* ]]; }
 on gpu1 && { run gpu1 1 || rc=1; }
 if [ "$G" -ge 2 ]; then on gpu2 && { run gpu2 2 || rc=1; }; else on gpu2 && { run gpu2-shared 2 || rc=1; }; fi
@@ -36,6 +36,11 @@ if [ "$G" -ge 2 ]; then on gpu2 && { run gpu2 2 || rc=1; }; else on gpu2 && { ru
 if on sliced; then
     CUDECOMP_PIPELINE_SLICE_BYTES=64 K="NCCL or DIRECT or MPI_P2P or halo_reference" \
         run sliced 2 "tests/test_transpose.py tests/test_halo.py" || rc=1
+fi
+# NCCL transposes exchange through workspaces registered with NCCL by default; this run
+# covers the unregistered path.
+if on unregistered && [ "$G" -ge 2 ]; then
+    CUDECOMP_ENABLE_NCCL_UBR=0 K="NCCL" run unregistered 2 "tests/test_transpose.py tests/test_gpu.py" || rc=1
 fi
 on gpu4 && { run gpu4-shared 4 || rc=1; }
 B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL

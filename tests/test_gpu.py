@@ -217,3 +217,46 @@ def test_nccl_long_rows(handle: cudecomp.Handle, dtype: DataType) -> None:
                 a = out
         finally:
             grid.destroy()
+
+
+@needs_gpu
+@pytest.mark.skipif(NRANKS < 2, reason="a distributed NCCL pipeline needs several ranks")
+@pytest.mark.parametrize("rank0", ["0", "1"], ids=["rank0-off", "all-on"])
+def test_nccl_registration_agreed(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, rank0: str) -> None:
+    """NCCL transposes through registered workspaces (``CUDECOMP_ENABLE_NCCL_UBR``): right
+    whether every rank registers or one declines (then none does: a registered send must
+    meet a registered receive), with or without an explicit ``work`` (checked, then the
+    registered workspace is used)."""
+    import cupy as cp
+
+    from oracle import nccl_usable
+
+    if not nccl_usable():
+        pytest.skip("NCCL needs one GPU per rank")
+    monkeypatch.setenv("CUDECOMP_ENABLE_NCCL_UBR", rank0 if comm.rank == 0 else "1")
+    gdims = (64 * NRANKS, 24, 20)
+    h = cudecomp.Handle(comm)
+    try:
+        for pdims in factor_pairs(NRANKS):
+            cfg = cudecomp.GridDescConfig()
+            cfg.gdims, cfg.pdims = gdims, pdims
+            cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.NCCL
+            grid = h.create_grid(cfg)
+            try:
+                nwork = grid.get_transpose_workspace_size() * 8
+                work = h.malloc(grid, nwork)
+                a = cp.asarray(make(grid.get_pencil_info(0), gdims, DataType.DOUBLE))
+                steps = (("transpose_x_to_y", 1), ("transpose_y_to_z", 2), ("transpose_z_to_y", 1), ("transpose_y_to_x", 0))
+                for i, (step, ax) in enumerate(steps):
+                    info = grid.get_pencil_info(ax)
+                    out = cp.zeros(info.array_shape, a.dtype)
+                    getattr(grid, step)(a, out, work=work if i % 2 else None)
+                    assert np.array_equal(cp.asnumpy(out), make(info, gdims, DataType.DOUBLE)), (pdims, step)
+                    a = out
+                with pytest.raises(cudecomp.InvalidUsageError, match="work"):
+                    grid.transpose_x_to_y(a, work=cp.zeros(8, cp.uint8))
+                h.free(grid, work)
+            finally:
+                grid.destroy()
+    finally:
+        h.finalize()

@@ -9,7 +9,7 @@ use crate::autotune::{autotune, AutotuneOptions};
 use crate::comm::{allgather_bytes, allgather_u64, Communicator, Transport};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::kernels::{DeviceMover, Kernels};
-use crate::cuda::nccl::{Nccl, NcclTransport};
+use crate::cuda::nccl::{Nccl, NcclTransport, RegisteredAlloc};
 use crate::cuda::transport::{Arena, DirectMpi, StagedMpi};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::direct::{SharedFaces, SharedSlices, HOST_RING_PLACES};
@@ -30,6 +30,10 @@ use crate::{invalid, unsupported, Error, Result};
 pub struct Workspace {
     words: Vec<u64>,
     device: Option<DeviceAlloc>,
+    /// NCCL transposes' workspace, registered with the handle's communicator.
+    registered: Option<RegisteredAlloc>,
+    /// Some rank could not allocate or register it: NCCL uses `device` from then on.
+    unregistered: bool,
     /// Recorded after every device operation that used `device` or `staging`: the next
     /// one (possibly on another stream) waits for it, and growth waits before freeing.
     last_use: Option<Event>,
@@ -74,6 +78,44 @@ impl Workspace {
         )?;
         // SAFETY: the allocation is owned here and outlives the operation holding the lock.
         Ok(unsafe { Buf::new(d.ptr() as usize as *mut u8, d.bytes()) })
+    }
+
+    /// Collective over `comm` when it grows: the registered workspace of at least `bytes`
+    /// for NCCL exchanges, ordered after its previous use on `stream`. `None` once any
+    /// rank failed to allocate or register it (all ranks then fall back alike, since a
+    /// registered send must meet a registered receive). Every rank asks for the same
+    /// sizes in the same order (the grid's workspace size), so all grow together.
+    pub fn registered(
+        &mut self,
+        nccl: &Arc<Nccl>,
+        device: &Arc<Device>,
+        comm: &dyn Communicator,
+        bytes: usize,
+        stream: Stream,
+    ) -> Result<Option<Buf>> {
+        if self.unregistered {
+            return Ok(None);
+        }
+        if let Some(e) = &self.last_use {
+            e.wait_on(stream)?;
+        }
+        if self.registered.as_ref().is_none_or(|r| r.bytes() < bytes) {
+            quiesce(&self.last_use)?;
+            self.registered = None;
+            let made = RegisteredAlloc::new(nccl, device, bytes).ok();
+            let mut all = vec![0u8; comm.size()];
+            comm.allgather(&[u8::from(made.is_some())], &mut all)?;
+            if all.iter().all(|&ok| ok == 1) {
+                self.registered = made;
+            } else {
+                self.unregistered = true;
+            }
+        }
+        // SAFETY: the allocation is owned here and outlives the operation holding the lock.
+        Ok(self
+            .registered
+            .as_ref()
+            .map(|r| unsafe { Buf::new(r.ptr() as usize as *mut u8, r.bytes()) }))
     }
 
     /// Page-locked staging of at least `bytes` (for MPI without CUDA support).
@@ -395,7 +437,8 @@ impl Handle {
             return Ok(n.clone());
         }
         cuda.device.bind()?;
-        let made = Arc::new(Nccl::new(&cuda.nccl_path, self.comm())?);
+        let register = std::env::var("CUDECOMP_ENABLE_NCCL_UBR").map_or(true, |v| v.trim() != "0");
+        let made = Arc::new(Nccl::new(&cuda.nccl_path, self.comm(), register)?);
         *n = Some(made.clone());
         Ok(made)
     }
@@ -526,11 +569,16 @@ impl Handle {
     /// Collective: releases NCCL and the handle's communicator.
     pub fn finalize(&self) -> Result<()> {
         if let Some(c) = &self.shared.cuda {
+            {
+                let mut ws = lock(&self.shared.workspace);
+                ws.quiesce()?;
+                // Deregistered while the communicator lives.
+                ws.registered = None;
+            }
             if let Some(n) = lock(&c.nccl).take() {
                 c.device.bind()?;
                 n.destroy()?;
             }
-            lock(&self.shared.workspace).quiesce()?;
         }
         self.comm().free()
     }
@@ -620,6 +668,19 @@ fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
     (plan.face as usize * elem * real) as f64
 }
 
+/// Bytes of `elems` elements of `elem` bytes, after checking that the explicit workspace,
+/// if any, holds them (InvalidUsage otherwise).
+fn check_work(explicit: Option<Buf>, elems: i64, elem: usize, query: &str) -> Result<usize> {
+    let need = elems.max(0) as usize * elem;
+    match explicit {
+        Some(w) if w.len() < need => invalid!(
+            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
+            w.len()
+        ),
+        _ => Ok(need),
+    }
+}
+
 /// The explicit workspace if it holds `elems` elements of `elem` bytes (InvalidUsage
 /// otherwise), else the automatic one `auto` returns for that many bytes.
 fn choose_work(
@@ -629,12 +690,8 @@ fn choose_work(
     query: &str,
     auto: impl FnOnce(usize) -> Result<Buf>,
 ) -> Result<Buf> {
-    let need = elems.max(0) as usize * elem;
+    let need = check_work(explicit, elems, elem, query)?;
     match explicit {
-        Some(w) if w.len() < need => invalid!(
-            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
-            w.len()
-        ),
         Some(w) => Ok(w),
         None => auto(need),
     }
@@ -916,6 +973,7 @@ impl GridDesc {
             "get_transpose_workspace_size()",
             DeviceExchange {
                 nccl: backend.is_nccl(),
+                registrable: sliced && plan.packed_everywhere,
                 members: &plan.members,
                 comm: self.subcomm(direction.comm()),
                 staging,
@@ -1089,6 +1147,8 @@ impl GridDesc {
             "get_halo_workspace_size()",
             DeviceExchange {
                 nccl: backend == HaloBackend::Nccl,
+                // Faces may go straight from the user's array on some ranks only.
+                registrable: false,
                 members: &everyone,
                 comm: self.handle.comm(),
                 staging: plan.workspace_elems() as usize * elem,
@@ -1126,18 +1186,34 @@ impl GridDesc {
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover::new(&kernels, stream);
+        let nccl = if ex.nccl {
+            Some(self.handle.nccl()?)
+        } else {
+            None
+        };
         let mut ws = self.handle.lock_workspace();
-        let work = choose_work(work, work_elems, elem, query, |n| {
-            ws.device(&cuda.device, n, stream)
-        })?;
+        // NCCL exchanges between workspaces on every rank use the handle's registered one
+        // (a `work` argument is still checked); others the given or the automatic one.
+        let registered = match &nccl {
+            Some(n) if ex.registrable && n.registers() => {
+                let need = check_work(work, work_elems, elem, query)?;
+                ws.registered(n, &cuda.device, self.handle.comm(), need, stream)?
+            }
+            _ => None,
+        };
+        let work = match registered {
+            Some(b) => b,
+            None => choose_work(work, work_elems, elem, query, |n| {
+                ws.device(&cuda.device, n, stream)
+            })?,
+        };
         let clock = Clock::Device(stream);
         let run = |t: &dyn Transport, x: Option<&dyn SliceExchange>, comm: CommTime<'_>| {
             self.reported(&clock, t, ex.key, ex.bytes, comm, |t| f(&mover, work, t, x))
         };
-        let result = if ex.nccl {
-            let nccl = self.handle.nccl()?;
+        let result = if let Some(nccl) = &nccl {
             let on = ex.pipe.map_or(stream, Pipe::side);
-            let t = NcclTransport::new(&nccl, on, ex.members);
+            let t = NcclTransport::new(nccl, on, ex.members);
             match ex.pipe {
                 Some(pipe) => {
                     let x = TransportSlices {
@@ -1240,6 +1316,9 @@ enum CommTime<'a> {
 /// How a device operation exchanges data.
 struct DeviceExchange<'a> {
     nccl: bool,
+    /// NCCL may exchange through the registered workspace: every rank packs and unpacks
+    /// through its workspace ([`TransposePlan::packed_everywhere`]).
+    registrable: bool,
     /// Handle ranks of the group's members, by peer index (NCCL uses handle ranks).
     members: &'a [usize],
     /// The MPI group the plan's peer indices refer to.

@@ -172,6 +172,10 @@ pub struct TransposePlan {
     pub send_from_input: bool,
     /// Chunks are dense runs of the output, so they can be received without unpacking.
     pub recv_into_output: bool,
+    /// No member of the sub-communicator sends from its input or receives into its
+    /// output: every chunk travels between workspaces, on every rank alike (what NCCL's
+    /// registered buffers need: a registered send must meet a registered receive).
+    pub packed_everywhere: bool,
     /// Element offset, in each member's workspace, where this rank's chunk lands (its
     /// receive region plus the chunks of lower ranks): what a direct writer targets.
     pub peer_recv_offsets: Vec<i64>,
@@ -207,44 +211,38 @@ impl TransposePlan {
         };
         let mine_in = input.interior();
         let mine_out = output.interior();
-        let chunks = |own: &Box3, peer_axis: Axis| -> Vec<Chunk> {
-            let mut off = 0;
-            members
-                .iter()
-                .map(|&r| {
-                    let region = own.intersect(&grid.owned_box(peer_axis, r));
-                    let count = region.volume();
-                    let c = Chunk {
-                        region,
-                        offset: off,
-                        count,
-                    };
-                    off += count;
-                    c
-                })
-                .collect()
-        };
-        let sends = chunks(&mine_in, b);
-        let recvs = chunks(&mine_out, a);
+        let sends = chunks(grid, &members, &mine_in, b);
+        let recvs = chunks(grid, &members, &mine_out, a);
         let in_layout = Layout::of_pencil(&input);
         let out_layout = Layout::of_pencil(&output);
-        let send_from_input = sends
-            .iter()
-            .all(|c| c.count == 0 || in_layout.holds_packed(&c.region, pack_order));
-        let recv_into_output = recvs
-            .iter()
-            .all(|c| c.count == 0 || out_layout.holds_packed(&c.region, pack_order));
+        let (send_from_input, recv_into_output) =
+            dense_chunks(&sends, &in_layout, &recvs, &out_layout, pack_order);
         let recv_base = align(mine_in.volume());
         let schedule = peer_schedule(me, members.len());
+        // Members share the third axis and each pencil is whole along its own axis, so a
+        // member's chunk shapes (hence whether they are dense) follow from its pencils'
+        // shapes alone: each shape is checked once.
+        let mut seen = vec![(input.shape, output.shape, mine_in.len, mine_out.len)];
+        let mut packed_everywhere = !send_from_input && !recv_into_output;
         let mut max_member_elems = 0;
         for &r in &members {
-            let size =
-                |axis: Axis, halo, pad| grid.pencil_info(axis as i64, r, halo, pad).map(|i| i.size);
+            let i = grid.pencil_info(a as i64, r, layouts.input_halo, layouts.input_padding)?;
+            let o = grid.pencil_info(b as i64, r, layouts.output_halo, layouts.output_padding)?;
             let work = align(grid.owned_box(a, r).volume()) + grid.owned_box(b, r).volume();
-            max_member_elems = max_member_elems
-                .max(size(a, layouts.input_halo, layouts.input_padding)?)
-                .max(size(b, layouts.output_halo, layouts.output_padding)?)
-                .max(work);
+            max_member_elems = max_member_elems.max(i.size).max(o.size).max(work);
+            let (ib, ob) = (i.interior(), o.interior());
+            let key = (i.shape, o.shape, ib.len, ob.len);
+            if packed_everywhere && !seen.contains(&key) {
+                seen.push(key);
+                let (s, rv) = dense_chunks(
+                    &chunks(grid, &members, &ib, b),
+                    &Layout::of_pencil(&i),
+                    &chunks(grid, &members, &ob, a),
+                    &Layout::of_pencil(&o),
+                    pack_order,
+                );
+                packed_everywhere = !s && !rv;
+            }
         }
         let peer_recv_offsets = members
             .iter()
@@ -273,6 +271,7 @@ impl TransposePlan {
             schedule,
             send_from_input,
             recv_into_output,
+            packed_everywhere,
             peer_recv_offsets,
             max_member_elems,
         })
@@ -374,6 +373,42 @@ impl TransposePlan {
     }
 }
 
+/// The chunks `own` (a member's pencil) shares with each member's pencil along
+/// `peer_axis`, packed one after the other in member order.
+fn chunks(grid: &Grid, members: &[usize], own: &Box3, peer_axis: Axis) -> Vec<Chunk> {
+    let mut off = 0;
+    members
+        .iter()
+        .map(|&r| {
+            let region = own.intersect(&grid.owned_box(peer_axis, r));
+            let count = region.volume();
+            let c = Chunk {
+                region,
+                offset: off,
+                count,
+            };
+            off += count;
+            c
+        })
+        .collect()
+}
+
+/// Whether every non-empty chunk is a dense run of the input layout (sent without
+/// packing) and of the output layout (received without unpacking).
+fn dense_chunks(
+    sends: &[Chunk],
+    in_layout: &Layout,
+    recvs: &[Chunk],
+    out_layout: &Layout,
+    order: [Axis; 3],
+) -> (bool, bool) {
+    let dense = |cs: &[Chunk], l: &Layout| {
+        cs.iter()
+            .all(|c| c.count == 0 || l.holds_packed(&c.region, order))
+    };
+    (dense(sends, in_layout), dense(recvs, out_layout))
+}
+
 /// Upstream's peer order (reference §7.2): step `j` is remapped to interleave near and far
 /// peers; power-of-two sizes pair by XOR, others go round a ring.
 pub fn peer_schedule(me: usize, p: usize) -> Vec<(usize, usize)> {
@@ -444,6 +479,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn packed_everywhere_agrees_with_every_member() {
+        let layouts = [
+            TransposeLayouts::default(),
+            TransposeLayouts {
+                input_halo: [1, 0, 2],
+                output_padding: [0, 1, 0],
+                ..Default::default()
+            },
+        ];
+        let shapes = [
+            ([8, 8, 8], [2, 1]),
+            ([8, 8, 8], [1, 2]),
+            ([9, 10, 11], [2, 3]),
+        ];
+        let mut seen = [false; 2];
+        for contiguous in [false, true] {
+            for (gdims, pdims) in shapes {
+                let g = grid(gdims, pdims, contiguous);
+                let n = (pdims[0] * pdims[1]) as usize;
+                for d in Direction::ALL {
+                    for l in &layouts {
+                        let plans: Vec<_> = (0..n)
+                            .map(|r| TransposePlan::new(&g, r, d, l).unwrap())
+                            .collect();
+                        for p in &plans {
+                            let want = p
+                                .members
+                                .iter()
+                                .all(|&r| !plans[r].send_from_input && !plans[r].recv_into_output);
+                            assert_eq!(p.packed_everywhere, want, "{gdims:?} {pdims:?} {d:?}");
+                            seen[usize::from(want)] = true;
+                        }
+                    }
+                }
+            }
+        }
+        // Both answers occur in this matrix.
+        assert_eq!(seen, [true, true]);
     }
 
     #[test]
