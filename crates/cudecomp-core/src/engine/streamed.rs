@@ -91,7 +91,7 @@ impl Pipe {
 }
 
 /// Default slice size of NCCL pipelines (see [`TransportSlices::slice_bytes`]).
-const NCCL_SLICE_BYTES: i64 = 256 << 20;
+const NCCL_SLICE_BYTES: i64 = 128 << 20;
 
 /// Slices through a stream-ordered transport (NCCL) bound to the pipe's stream: one group
 /// per unit.
@@ -116,10 +116,11 @@ impl SliceExchange for TransportSlices<'_> {
         true
     }
 
-    /// Each NCCL group costs about 0.25 ms on top of its bytes on 2×H200 (a raw exchange of
-    /// 256 MiB takes 0.98 ms, of 512 MiB 1.72 ms), so slices stay large. With tapered ends
-    /// and background copies, X→Y of 1024³ float64 took 6.86 ms in 8 slices of 256 MiB
-    /// (128–256 MiB alike) against 7.0 ms in 4 of 512 MiB and 7.3 ms in 2 of 1 GiB.
+    /// Each NCCL group between unregistered buffers costs about 0.25 ms on top of its bytes
+    /// on 2×H200 (a raw exchange of 256 MiB takes 0.98 ms, of 512 MiB 1.72 ms), between
+    /// registered ones about 0.02 ms. X→Y of 1024³ float64 took 6.86 ms unregistered in 8
+    /// slices of 128–256 MiB against 7.0 ms in 4 of 512 MiB; registered, 512³ float64 took
+    /// 1.05 ms in two slices of 128 MiB against 1.20 ms whole.
     fn slice_bytes(&self) -> i64 {
         NCCL_SLICE_BYTES
     }
