@@ -1201,11 +1201,14 @@ impl GridDesc {
             }
             _ => None,
         };
-        let work = match registered {
-            Some(b) => b,
-            None => choose_work(work, work_elems, elem, query, |n| {
-                ws.device(&cuda.device, n, stream)
-            })?,
+        let (work, registered) = match registered {
+            Some(b) => (b, true),
+            None => (
+                choose_work(work, work_elems, elem, query, |n| {
+                    ws.device(&cuda.device, n, stream)
+                })?,
+                false,
+            ),
         };
         let clock = Clock::Device(stream);
         let run = |t: &dyn Transport, x: Option<&dyn SliceExchange>, comm: CommTime<'_>| {
@@ -1220,6 +1223,7 @@ impl GridDesc {
                         transport: &t,
                         pipe,
                         main: stream,
+                        registered,
                     };
                     run(&t, Some(&x), CommTime::Own(&|| pipe.span_ms()))
                 }
