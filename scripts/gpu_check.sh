@@ -40,7 +40,7 @@ fi
 # NCCL transposes exchange through workspaces registered with NCCL by default; this run
 # covers the unregistered path.
 if on unregistered && [ "$G" -ge 2 ]; then
-    CUDECOMP_ENABLE_NCCL_UBR=0 K="NCCL" run unregistered 2 "tests/test_transpose.py tests/test_gpu.py" || rc=1
+    CUDECOMP_ENABLE_NCCL_UBR=0 K="NCCL or halo_reference" run unregistered 2 "tests/test_transpose.py tests/test_halo.py tests/test_gpu.py" || rc=1
 fi
 on gpu4 && { run gpu4-shared 4 || rc=1; }
 B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL

@@ -887,6 +887,7 @@ impl GridDesc {
                 mover: &HostMover::new(self.host_threads),
                 data,
                 work,
+                staged: false,
             };
             let x = SharedFaces {
                 workspaces: &ws.shared,
@@ -922,6 +923,7 @@ impl GridDesc {
                     mover: &HostMover::new(self.host_threads),
                     data,
                     work,
+                    staged: false,
                 }
                 .run(t)
             },
@@ -973,7 +975,9 @@ impl GridDesc {
             "get_transpose_workspace_size()",
             DeviceExchange {
                 nccl: backend.is_nccl(),
-                registrable: sliced && plan.packed_everywhere,
+                // Never where some rank sends from its input or receives into its output.
+                registrable: (sliced && plan.packed_everywhere)
+                    .then(|| self.grid.transpose_workspace_size()),
                 members: &plan.members,
                 comm: self.subcomm(direction.comm()),
                 staging,
@@ -981,7 +985,7 @@ impl GridDesc {
                 bytes,
                 pipe,
             },
-            |mover, work, transport, slices| {
+            |mover, work, transport, slices, _| {
                 let run = TransposeRun {
                     plan: &plan,
                     backend,
@@ -1094,6 +1098,7 @@ impl GridDesc {
             mover: &mover,
             data,
             work,
+            staged: false,
         };
         let comm = self.handle.comm();
         let span = || pipe.span_ms();
@@ -1147,8 +1152,8 @@ impl GridDesc {
             "get_halo_workspace_size()",
             DeviceExchange {
                 nccl: backend == HaloBackend::Nccl,
-                // Faces may go straight from the user's array on some ranks only.
-                registrable: false,
+                // Local wraps exchange nothing; the rest stage every face, dense or not.
+                registrable: (!plan.local_wrap).then_some(plan.max_workspace_elems),
                 members: &everyone,
                 comm: self.handle.comm(),
                 staging: plan.workspace_elems() as usize * elem,
@@ -1156,7 +1161,7 @@ impl GridDesc {
                 bytes: halo_bytes(&plan, self.rank, elem),
                 pipe: None,
             },
-            |mover, work, transport, _| {
+            |mover, work, transport, _, registered| {
                 HaloRun {
                     plan: &plan,
                     backend,
@@ -1164,6 +1169,7 @@ impl GridDesc {
                     mover,
                     data,
                     work,
+                    staged: registered,
                 }
                 .run(transport)
             },
@@ -1182,7 +1188,7 @@ impl GridDesc {
         elem: usize,
         query: &str,
         ex: DeviceExchange<'_>,
-        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
+        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>, bool) -> Result<()>,
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover::new(&kernels, stream);
@@ -1194,9 +1200,10 @@ impl GridDesc {
         let mut ws = self.handle.lock_workspace();
         // NCCL exchanges between workspaces on every rank use the handle's registered one
         // (a `work` argument is still checked); others the given or the automatic one.
-        let registered = match &nccl {
-            Some(n) if ex.registrable && n.registers() => {
-                let need = check_work(work, work_elems, elem, query)?;
+        let registered = match (&nccl, ex.registrable) {
+            (Some(n), Some(elems)) if n.registers() => {
+                check_work(work, work_elems, elem, query)?;
+                let need = elems.max(work_elems).max(0) as usize * elem;
                 ws.registered(n, &cuda.device, self.handle.comm(), need, stream)?
             }
             _ => None,
@@ -1212,7 +1219,9 @@ impl GridDesc {
         };
         let clock = Clock::Device(stream);
         let run = |t: &dyn Transport, x: Option<&dyn SliceExchange>, comm: CommTime<'_>| {
-            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| f(&mover, work, t, x))
+            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| {
+                f(&mover, work, t, x, registered)
+            })
         };
         let result = if let Some(nccl) = &nccl {
             let on = ex.pipe.map_or(stream, Pipe::side);
@@ -1320,9 +1329,10 @@ enum CommTime<'a> {
 /// How a device operation exchanges data.
 struct DeviceExchange<'a> {
     nccl: bool,
-    /// NCCL may exchange through the registered workspace: every rank packs and unpacks
-    /// through its workspace ([`TransposePlan::packed_everywhere`]).
-    registrable: bool,
+    /// NCCL may exchange through the registered workspace, of this many elements (the
+    /// same on every rank, so that all grow it together): every rank then packs and
+    /// unpacks through it.
+    registrable: Option<i64>,
     /// Handle ranks of the group's members, by peer index (NCCL uses handle ranks).
     members: &'a [usize],
     /// The MPI group the plan's peer indices refer to.

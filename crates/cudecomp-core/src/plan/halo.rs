@@ -68,6 +68,8 @@ pub struct HaloPlan {
     pub face: i64,
     /// Element stride between the four workspace slots (send L, send R, recv L, recv R).
     pub slot: i64,
+    /// The largest halo workspace of any rank for this update (elements).
+    pub max_workspace_elems: i64,
 }
 
 impl HaloPlan {
@@ -125,6 +127,7 @@ impl HaloPlan {
             period_shift: own,
             face: cells,
             slot: align(cells),
+            max_workspace_elems: grid.max_halo_workspace_size(spec.axis as i64, spec.halo)?,
         }))
     }
 
