@@ -721,15 +721,6 @@ impl Grid {
         .unwrap_or(0)
     }
 
-    /// The largest [`Grid::halo_workspace_size`] of any rank: a size every rank can ask
-    /// for alike.
-    pub fn max_halo_workspace_size(&self, axis: i64, halo: [i64; 3]) -> Result<i64> {
-        (0..self.nranks()).try_fold(
-            0,
-            |m, r| Ok(m.max(self.halo_workspace_size(axis, r, halo)?)),
-        )
-    }
-
     /// `cudecompGetHaloWorkspaceSize` in elements for `rank`'s `axis`-pencil.
     pub fn halo_workspace_size(&self, axis: i64, rank: usize, halo: [i64; 3]) -> Result<i64> {
         let info = self.pencil_info(axis, rank, halo, [0; 3])?;

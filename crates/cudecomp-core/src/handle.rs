@@ -887,7 +887,6 @@ impl GridDesc {
                 mover: &HostMover::new(self.host_threads),
                 data,
                 work,
-                staged: false,
             };
             let x = SharedFaces {
                 workspaces: &ws.shared,
@@ -923,7 +922,6 @@ impl GridDesc {
                     mover: &HostMover::new(self.host_threads),
                     data,
                     work,
-                    staged: false,
                 }
                 .run(t)
             },
@@ -985,7 +983,7 @@ impl GridDesc {
                 bytes,
                 pipe,
             },
-            |mover, work, transport, slices, _| {
+            |mover, work, transport, slices| {
                 let run = TransposeRun {
                     plan: &plan,
                     backend,
@@ -1098,7 +1096,6 @@ impl GridDesc {
             mover: &mover,
             data,
             work,
-            staged: false,
         };
         let comm = self.handle.comm();
         let span = || pipe.span_ms();
@@ -1152,8 +1149,9 @@ impl GridDesc {
             "get_halo_workspace_size()",
             DeviceExchange {
                 nccl: backend == HaloBackend::Nccl,
-                // Local wraps exchange nothing; the rest stage every face, dense or not.
-                registrable: (!plan.local_wrap).then_some(plan.max_workspace_elems),
+                // Local wraps exchange nothing; dense faces go straight from the array.
+                registrable: (!plan.local_wrap && plan.packed_everywhere)
+                    .then_some(plan.max_workspace_elems),
                 members: &everyone,
                 comm: self.handle.comm(),
                 staging: plan.workspace_elems() as usize * elem,
@@ -1161,7 +1159,7 @@ impl GridDesc {
                 bytes: halo_bytes(&plan, self.rank, elem),
                 pipe: None,
             },
-            |mover, work, transport, _, registered| {
+            |mover, work, transport, _| {
                 HaloRun {
                     plan: &plan,
                     backend,
@@ -1169,7 +1167,6 @@ impl GridDesc {
                     mover,
                     data,
                     work,
-                    staged: registered,
                 }
                 .run(transport)
             },
@@ -1188,7 +1185,7 @@ impl GridDesc {
         elem: usize,
         query: &str,
         ex: DeviceExchange<'_>,
-        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>, bool) -> Result<()>,
+        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
     ) -> Result<()> {
         let (cuda, kernels) = self.bound_device()?;
         let mover = DeviceMover::new(&kernels, stream);
@@ -1219,9 +1216,7 @@ impl GridDesc {
         };
         let clock = Clock::Device(stream);
         let run = |t: &dyn Transport, x: Option<&dyn SliceExchange>, comm: CommTime<'_>| {
-            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| {
-                f(&mover, work, t, x, registered)
-            })
+            self.reported(&clock, t, ex.key, ex.bytes, comm, |t| f(&mover, work, t, x))
         };
         let result = if let Some(nccl) = &nccl {
             let on = ex.pipe.map_or(stream, Pipe::side);

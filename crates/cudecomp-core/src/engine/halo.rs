@@ -40,9 +40,6 @@ pub struct HaloRun<'a> {
     pub mover: &'a dyn Mover,
     pub data: Buf,
     pub work: Buf,
-    /// Faces go through `work` even where they are dense in the array (NCCL's registered
-    /// workspace: a registered send must meet a registered receive, on every rank).
-    pub staged: bool,
 }
 
 impl HaloRun<'_> {
@@ -50,16 +47,11 @@ impl HaloRun<'_> {
         self.mover.copy(self.elem, src, dst, c)
     }
 
-    /// Faces are sent from and received into the array itself.
-    fn in_array(&self) -> bool {
-        !self.staged && self.plan.faces_dense()
-    }
-
     /// `(buffer, byte offset)` of the face sent to, or received from, `side`.
     fn face(&self, side: HaloSide, receive: bool) -> (Buf, i64) {
         let p = self.plan;
         let e = self.elem as i64;
-        if self.in_array() {
+        if p.faces_dense() {
             let b = if receive {
                 &p.recv[side as usize]
             } else {
@@ -97,14 +89,14 @@ impl HaloRun<'_> {
     }
 
     fn pack(&self, side: HaloSide) -> Result<()> {
-        if self.plan.neighbours[side as usize].is_some() && !self.in_array() {
+        if self.plan.neighbours[side as usize].is_some() && !self.plan.faces_dense() {
             self.copy(self.data, self.work, &self.plan.pack(side))?;
         }
         Ok(())
     }
 
     fn unpack(&self, side: HaloSide) -> Result<()> {
-        if self.plan.neighbours[side as usize].is_some() && !self.in_array() {
+        if self.plan.neighbours[side as usize].is_some() && !self.plan.faces_dense() {
             self.copy(self.work, self.data, &self.plan.unpack(side))?;
         }
         Ok(())
@@ -126,8 +118,7 @@ impl HaloRun<'_> {
     /// packed (unless the face is dense),
     /// delivered into the neighbour's receive slot and unpacked by the neighbour once
     /// signalled, so packing, delivery and unpacking of successive slices overlap. `work`
-    /// must be the workspace the neighbours address; `staged` does not apply (DIRECT
-    /// delivers dense faces straight from the array).
+    /// must be the workspace the neighbours address.
     pub fn direct(&self, x: &dyn FaceExchange, slice_bytes: Option<i64>) -> Result<()> {
         if self.wrap()? {
             return Ok(());
@@ -299,41 +290,35 @@ mod tests {
             let plan = crate::plan::HaloPlan::new(&g, c.rank(), spec)
                 .unwrap()
                 .unwrap();
-            // The faces are dense: sent from the array, or staged through the workspace.
-            assert!(plan.faces_dense());
             let l = Layout::of_pencil(&plan.info);
             let b = plan.info.interior();
-            for staged in [false, true] {
-                let mut data = vec![u64::MAX; plan.info.size as usize];
-                let index = |z: i64| (z.rem_euclid(6) * 100) as u64;
-                for z in b.lo[2]..b.lo[2] + b.len[2] {
-                    for y in 0..4 {
-                        for x in 0..3 {
-                            data[l.offset([x, y, z]) as usize] = index(z) + (x + 3 * y) as u64;
-                        }
+            let mut data = vec![u64::MAX; plan.info.size as usize];
+            let index = |z: i64| (z.rem_euclid(6) * 100) as u64;
+            for z in b.lo[2]..b.lo[2] + b.len[2] {
+                for y in 0..4 {
+                    for x in 0..3 {
+                        data[l.offset([x, y, z]) as usize] = index(z) + (x + 3 * y) as u64;
                     }
                 }
-                let mut work = vec![0u64; plan.workspace_elems() as usize];
-                let run = HaloRun {
-                    plan: &plan,
-                    backend: HaloBackend::Nccl,
-                    elem: 8,
-                    mover: &HostMover::default(),
-                    data: Buf::from_slice(bytes(&mut data)),
-                    work: Buf::from_slice(bytes(&mut work)),
-                    staged,
-                };
-                run.run(&Tagless(c)).unwrap();
-                assert_eq!(work.iter().any(|&w| w != 0), staged);
-                for z in [b.lo[2] - 1, b.lo[2] + b.len[2]] {
-                    for y in 0..4 {
-                        for x in 0..3 {
-                            assert_eq!(
-                                data[l.offset([x, y, z]) as usize],
-                                index(z) + (x + 3 * y) as u64,
-                                "z={z}"
-                            );
-                        }
+            }
+            let mut work = vec![0u64; plan.workspace_elems() as usize];
+            let run = HaloRun {
+                plan: &plan,
+                backend: HaloBackend::Nccl,
+                elem: 8,
+                mover: &HostMover::default(),
+                data: Buf::from_slice(bytes(&mut data)),
+                work: Buf::from_slice(bytes(&mut work)),
+            };
+            run.run(&Tagless(c)).unwrap();
+            for z in [b.lo[2] - 1, b.lo[2] + b.len[2]] {
+                for y in 0..4 {
+                    for x in 0..3 {
+                        assert_eq!(
+                            data[l.offset([x, y, z]) as usize],
+                            index(z) + (x + 3 * y) as u64,
+                            "z={z}"
+                        );
                     }
                 }
             }

@@ -70,6 +70,31 @@ pub struct HaloPlan {
     pub slot: i64,
     /// The largest halo workspace of any rank for this update (elements).
     pub max_workspace_elems: i64,
+    /// No rank's faces are dense in its array: every rank packs and unpacks them through
+    /// its workspace (what NCCL's registered buffers need: a registered send must meet a
+    /// registered receive).
+    pub packed_everywhere: bool,
+}
+
+/// The interior faces sent to each side and the halo faces received from each side of a
+/// pencil: the full stored extent of the other dimensions, without padding.
+fn faces(info: &PencilInfo, spec: &HaloSpec) -> ([Box3; 2], [Box3; 2]) {
+    let d = spec.dim;
+    let h = spec.halo[d];
+    let interior = info.interior();
+    let mut face = Box3::default();
+    for g in 0..3 {
+        face.lo[g] = interior.lo[g] - spec.halo[g];
+        face.len[g] = interior.len[g] + 2 * spec.halo[g];
+    }
+    let slab = |lo: i64| {
+        let mut b = face;
+        b.lo[d] = lo;
+        b.len[d] = h;
+        b
+    };
+    let (lo, end) = (interior.lo[d], interior.lo[d] + interior.len[d]);
+    ([slab(lo), slab(end - h)], [slab(lo - h), slab(end)])
 }
 
 impl HaloPlan {
@@ -101,33 +126,34 @@ impl HaloPlan {
                 );
             }
         }
-        let interior = info.interior();
-        // Faces: the full stored extent of the other dimensions without padding.
-        let mut face = Box3::default();
-        for g in 0..3 {
-            face.lo[g] = interior.lo[g] - spec.halo[g];
-            face.len[g] = interior.len[g] + 2 * spec.halo[g];
-        }
-        let slab = |lo: i64| {
-            let mut b = face;
-            b.lo[d] = lo;
-            b.len[d] = h;
-            b
-        };
-        let (lo, end) = (interior.lo[d], interior.lo[d] + interior.len[d]);
+        let (send, recv) = faces(&info, &spec);
         let cells = face_cells(&info, d) * h;
+        // Every rank's faces, for decisions all ranks take alike.
+        let mut max_workspace_elems = 0;
+        let mut packed_everywhere = true;
+        for r in 0..grid.nranks() {
+            let i = grid.pencil_info(spec.axis as i64, r, spec.halo, spec.padding)?;
+            packed_everywhere &=
+                !Layout::of_pencil(&i).holds_packed(&faces(&i, &spec).0[0], i.order);
+            max_workspace_elems = max_workspace_elems.max(grid.halo_workspace_size(
+                spec.axis as i64,
+                r,
+                spec.halo,
+            )?);
+        }
         Ok(Some(HaloPlan {
             spec,
             layout: Layout::of_pencil(&info),
             info,
             local_wrap: neighbours == [Some(rank), Some(rank)],
             neighbours,
-            send: [slab(lo), slab(end - h)],
-            recv: [slab(lo - h), slab(end)],
+            send,
+            recv,
             period_shift: own,
             face: cells,
             slot: align(cells),
-            max_workspace_elems: grid.max_halo_workspace_size(spec.axis as i64, spec.halo)?,
+            max_workspace_elems,
+            packed_everywhere,
         }))
     }
 
@@ -243,6 +269,39 @@ mod tests {
             ..Default::default()
         };
         Grid::new(&cfg, (pdims[0] * pdims[1]) as usize, false).unwrap()
+    }
+
+    #[test]
+    fn every_rank_fields_agree_with_each_rank() {
+        let mut seen = [false; 2];
+        for pdims in [[2, 2], [1, 4], [4, 1]] {
+            let g = grid(pdims);
+            for axis in 0..3 {
+                for dim in 0..3 {
+                    for padding in [[0; 3], [1, 0, 0]] {
+                        let spec = HaloSpec {
+                            axis,
+                            dim,
+                            halo: [1, 1, 1],
+                            periods: [true; 3],
+                            padding,
+                        };
+                        let plans: Vec<_> = (0..4)
+                            .filter_map(|r| HaloPlan::new(&g, r, spec).unwrap())
+                            .collect();
+                        let packed = plans.iter().all(|p| !p.faces_dense());
+                        for p in &plans {
+                            assert_eq!(p.packed_everywhere, packed, "{pdims:?} {spec:?}");
+                            assert!(p.max_workspace_elems >= p.workspace_elems());
+                            assert_eq!(p.max_workspace_elems, plans[0].max_workspace_elems);
+                        }
+                        seen[usize::from(packed)] = true;
+                    }
+                }
+            }
+        }
+        // Both answers occur in this matrix.
+        assert_eq!(seen, [true, true]);
     }
 
     #[test]
