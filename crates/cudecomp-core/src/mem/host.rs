@@ -105,8 +105,6 @@ pub fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
 
 /// [`copy3`] after the bounds check; `stream` writes long dense rows around the cache.
 fn copy_checked(elem: usize, src: Buf, dst: Buf, c: &Copy3, stream: bool) -> Result<()> {
-    // Rows that continue each other on both sides go as one: fewer, longer row copies.
-    let c = &c.coalesced();
     // SAFETY: all touched elements are inside the buffers (checked by the caller); sources
     // and destinations of one copy never overlap (plans route in-place work through the
     // workspace), and parts of one split copy write disjoint cells.

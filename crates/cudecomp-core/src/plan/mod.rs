@@ -170,28 +170,6 @@ impl Copy3 {
             .collect()
     }
 
-    /// The same copy with fewer, longer rows: an axis whose strides on both sides are the
-    /// next faster axis' strides times its extent continues that axis in memory, so the
-    /// two become one (the outer keeps extent 1). Kernels that walk row by row then move,
-    /// say, a 16 × 16-cell block that is contiguous on both sides as one row of 256 cells
-    /// instead of 16 rows.
-    pub fn coalesced(&self) -> Copy3 {
-        let mut c = *self;
-        loop {
-            let mut ax: Vec<Axis> = (0..3).filter(|&g| c.extent[g] > 1).collect();
-            ax.sort_by_key(|&g| c.dst_strides[g].abs());
-            let pair = ax.windows(2).map(|w| (w[0], w[1])).find(|&(a, b)| {
-                c.src_strides[b] == c.src_strides[a] * c.extent[a]
-                    && c.dst_strides[b] == c.dst_strides[a] * c.extent[a]
-            });
-            let Some((a, b)) = pair else {
-                return c;
-            };
-            c.extent[a] *= c.extent[b];
-            c.extent[b] = 1;
-        }
-    }
-
     /// Elements of the copy when it is one dense block on both sides (a plain memcpy).
     pub fn dense_len(&self) -> Option<i64> {
         let mut ax = [0usize, 1, 2];
@@ -388,37 +366,6 @@ mod tests {
         let c = Copy3::between(&b, &src, &src);
         assert_eq!(c.widened(8, 16, 8, 0).0, 8);
         assert_eq!(c.widened(8, 16, 16, 32).0, 16);
-    }
-
-    #[test]
-    fn coalesced_copies_move_the_same_bytes_in_fewer_rows() {
-        let big = Box3 {
-            lo: [0, 0, 0],
-            len: [8, 6, 4],
-        };
-        let src = Layout::packed(&big, [0, 1, 2], 0);
-        let bx = |lo, len| Box3 { lo, len };
-        // (box, destination order, expected row length after coalescing)
-        let cases = [
-            (bx([0, 0, 0], [8, 6, 4]), [0, 1, 2], 192),
-            (bx([0, 2, 1], [8, 3, 2]), [0, 1, 2], 24),
-            (bx([2, 0, 0], [4, 6, 4]), [0, 1, 2], 4),
-            (bx([0, 0, 0], [8, 6, 4]), [1, 0, 2], 6),
-            (bx([0, 0, 1], [8, 6, 2]), [0, 2, 1], 8),
-        ];
-        let bytes: Vec<u8> = (0..big.volume() * 4).map(|v| (v * 7 % 251) as u8).collect();
-        for (b, order, row) in cases {
-            let c = Copy3::between(&b, &src, &Layout::packed(&b, order, 0));
-            let m = c.coalesced();
-            assert_eq!(m.cells(), c.cells());
-            let (ax, _) = m.walk_order();
-            assert_eq!(m.extent[ax[0]], row, "{b:?} {order:?}");
-            let mut a = vec![0u8; (b.volume() * 4) as usize];
-            let mut z = a.clone();
-            run_bytes(4, &c, &bytes, &mut a);
-            run_bytes(4, &m, &bytes, &mut z);
-            assert_eq!(a, z, "{b:?} {order:?}");
-        }
     }
 
     #[test]
