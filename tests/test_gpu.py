@@ -189,34 +189,51 @@ def test_malloc_workspace(handle: cudecomp.Handle, grid: cudecomp.GridDesc) -> N
     check_works(grid)
 
 
-@needs_gpu
-@pytest.mark.skipif(NRANKS < 2, reason="a distributed NCCL pipeline needs several ranks")
-@pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX], ids=["f64", "c128"])
-def test_nccl_long_rows(handle: cudecomp.Handle, dtype: DataType) -> None:
-    """NCCL pipelines over rows of several KiB (float64 moved as 16-byte cells): every
-    transpose of such a grid matches the oracle (the suite's grids have short rows)."""
-    import cupy as cp
+STEPS = (("transpose_x_to_y", 1), ("transpose_y_to_z", 2), ("transpose_z_to_y", 1), ("transpose_y_to_x", 0))
 
+
+def nccl_grids(handle: cudecomp.Handle, gdims: tuple[int, int, int]) -> Iterator[cudecomp.GridDesc]:
+    """Yield an NCCL grid of ``gdims`` for every process grid of the ranks (skips without
+    one GPU per rank); each is destroyed once the caller is done with it."""
     from oracle import nccl_usable
 
     if not nccl_usable():
         pytest.skip("NCCL needs one GPU per rank")
-    gdims = (1024 * NRANKS, 12, 10)
     for pdims in factor_pairs(NRANKS):
         cfg = cudecomp.GridDescConfig()
         cfg.gdims, cfg.pdims = gdims, pdims
         cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.NCCL
         grid = handle.create_grid(cfg)
         try:
-            a = cp.asarray(make(grid.get_pencil_info(0), gdims, dtype))
-            for step, ax in (("transpose_x_to_y", 1), ("transpose_y_to_z", 2), ("transpose_z_to_y", 1), ("transpose_y_to_x", 0)):
-                info = grid.get_pencil_info(ax)
-                out = cp.zeros(info.array_shape, a.dtype)
-                getattr(grid, step)(a, out)
-                assert np.array_equal(cp.asnumpy(out), make(info, gdims, dtype)), (pdims, step)
-                a = out
+            yield grid
         finally:
             grid.destroy()
+
+
+def check_four_transposes(grid: cudecomp.GridDesc, gdims: tuple[int, int, int], dtype: DataType, work: Any = None) -> Any:
+    """Run X→Y→Z→Y→X from the oracle's X-pencil, checking every output (``work`` passed to
+    every other transpose); return the final X-pencil."""
+    import cupy as cp
+
+    a = cp.asarray(make(grid.get_pencil_info(0), gdims, dtype))
+    for i, (step, ax) in enumerate(STEPS):
+        info = grid.get_pencil_info(ax)
+        out = cp.zeros(info.array_shape, a.dtype)
+        getattr(grid, step)(a, out, work=work if i % 2 else None)
+        assert np.array_equal(cp.asnumpy(out), make(info, gdims, dtype)), (grid.config.pdims, step)
+        a = out
+    return a
+
+
+@needs_gpu
+@pytest.mark.skipif(NRANKS < 2, reason="a distributed NCCL pipeline needs several ranks")
+@pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX], ids=["f64", "c128"])
+def test_nccl_long_rows(handle: cudecomp.Handle, dtype: DataType) -> None:
+    """NCCL pipelines over rows of several KiB (float64 moved as 16-byte cells): every
+    transpose of such a grid matches the oracle (the suite's grids have short rows)."""
+    gdims = (1024 * NRANKS, 12, 10)
+    for grid in nccl_grids(handle, gdims):
+        check_four_transposes(grid, gdims, dtype)
 
 
 @needs_gpu
@@ -229,34 +246,15 @@ def test_nccl_registration_agreed(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatc
     registered workspace is used)."""
     import cupy as cp
 
-    from oracle import nccl_usable
-
-    if not nccl_usable():
-        pytest.skip("NCCL needs one GPU per rank")
     monkeypatch.setenv("CUDECOMP_ENABLE_NCCL_UBR", rank0 if comm.rank == 0 else "1")
     gdims = (64 * NRANKS, 24, 20)
     h = cudecomp.Handle(comm)
     try:
-        for pdims in factor_pairs(NRANKS):
-            cfg = cudecomp.GridDescConfig()
-            cfg.gdims, cfg.pdims = gdims, pdims
-            cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.NCCL
-            grid = h.create_grid(cfg)
-            try:
-                nwork = grid.get_transpose_workspace_size() * 8
-                work = h.malloc(grid, nwork)
-                a = cp.asarray(make(grid.get_pencil_info(0), gdims, DataType.DOUBLE))
-                steps = (("transpose_x_to_y", 1), ("transpose_y_to_z", 2), ("transpose_z_to_y", 1), ("transpose_y_to_x", 0))
-                for i, (step, ax) in enumerate(steps):
-                    info = grid.get_pencil_info(ax)
-                    out = cp.zeros(info.array_shape, a.dtype)
-                    getattr(grid, step)(a, out, work=work if i % 2 else None)
-                    assert np.array_equal(cp.asnumpy(out), make(info, gdims, DataType.DOUBLE)), (pdims, step)
-                    a = out
-                with pytest.raises(cudecomp.InvalidUsageError, match="work"):
-                    grid.transpose_x_to_y(a, work=cp.zeros(8, cp.uint8))
-                h.free(grid, work)
-            finally:
-                grid.destroy()
+        for grid in nccl_grids(h, gdims):
+            work = h.malloc(grid, grid.get_transpose_workspace_size() * 8)
+            a = check_four_transposes(grid, gdims, DataType.DOUBLE, work)
+            with pytest.raises(cudecomp.InvalidUsageError, match="work"):
+                grid.transpose_x_to_y(a, work=cp.zeros(8, cp.uint8))
+            h.free(grid, work)
     finally:
         h.finalize()
