@@ -30,7 +30,7 @@ use crate::{invalid, unsupported, Error, Result};
 pub struct Workspace {
     words: Vec<u64>,
     device: Option<DeviceAlloc>,
-    /// NCCL transposes' workspace, registered with the handle's communicator.
+    /// NCCL exchanges' workspace, registered with the handle's communicator.
     registered: Option<RegisteredAlloc>,
     /// Some rank could not allocate or register it: NCCL uses `device` from then on.
     unregistered: bool,
@@ -84,7 +84,8 @@ impl Workspace {
     /// for NCCL exchanges, ordered after its previous use on `stream`. `None` once any
     /// rank failed to allocate or register it (all ranks then fall back alike, since a
     /// registered send must meet a registered receive). Every rank asks for the same
-    /// sizes in the same order (the grid's workspace size), so all grow together.
+    /// sizes in the same order (the grid's transpose workspace size, or the largest halo
+    /// workspace of any rank), so all grow together.
     pub fn registered(
         &mut self,
         nccl: &Arc<Nccl>,
