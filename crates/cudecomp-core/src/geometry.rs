@@ -723,12 +723,19 @@ impl Grid {
 
     /// `cudecompGetHaloWorkspaceSize` in elements for `rank`'s `axis`-pencil.
     pub fn halo_workspace_size(&self, axis: i64, rank: usize, halo: [i64; 3]) -> Result<i64> {
-        let info = self.pencil_info(axis, rank, halo, [0; 3])?;
-        Ok((0..3)
-            .map(|d| 4 * align(face_cells(&info, d) * halo[d]))
-            .max()
-            .unwrap_or(0))
+        Ok(halo_workspace_elems(
+            &self.pencil_info(axis, rank, halo, [0; 3])?,
+        ))
     }
+}
+
+/// Halo workspace (elements) of a pencil: four slots (send and receive, both sides) of
+/// the largest face layer times its halo extent. Padding does not count (faces exclude it).
+pub fn halo_workspace_elems(info: &PencilInfo) -> i64 {
+    (0..3)
+        .map(|d| 4 * align(face_cells(info, d) * info.halo_extents[d]))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Cells in one halo-face layer normal to global axis `d`: the product of the other two

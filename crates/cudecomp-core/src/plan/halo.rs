@@ -4,7 +4,7 @@
 //! padding excluded, so three successive updates (dims 0, 1, 2) fill edges and corners.
 
 use super::{slice_box, Copy3, Layout, TAPER};
-use crate::geometry::{align, face_cells, Axis, Box3, Grid, PencilInfo};
+use crate::geometry::{align, face_cells, halo_workspace_elems, Axis, Box3, Grid, PencilInfo};
 use crate::{invalid, Result};
 
 /// Arguments of one halo update.
@@ -135,11 +135,7 @@ impl HaloPlan {
             let i = grid.pencil_info(spec.axis as i64, r, spec.halo, spec.padding)?;
             packed_everywhere &=
                 !Layout::of_pencil(&i).holds_packed(&faces(&i, &spec).0[0], i.order);
-            max_workspace_elems = max_workspace_elems.max(grid.halo_workspace_size(
-                spec.axis as i64,
-                r,
-                spec.halo,
-            )?);
+            max_workspace_elems = max_workspace_elems.max(halo_workspace_elems(&i));
         }
         Ok(Some(HaloPlan {
             spec,
@@ -290,10 +286,14 @@ mod tests {
                             .filter_map(|r| HaloPlan::new(&g, r, spec).unwrap())
                             .collect();
                         let packed = plans.iter().all(|p| !p.faces_dense());
+                        let largest = (0..4)
+                            .map(|r| g.halo_workspace_size(axis as i64, r, spec.halo).unwrap())
+                            .max();
                         for p in &plans {
                             assert_eq!(p.packed_everywhere, packed, "{pdims:?} {spec:?}");
                             assert!(p.max_workspace_elems >= p.workspace_elems());
                             assert_eq!(p.max_workspace_elems, plans[0].max_workspace_elems);
+                            assert_eq!(Some(p.max_workspace_elems), largest);
                         }
                         seen[usize::from(packed)] = true;
                     }
