@@ -12,11 +12,7 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import nccl
 from mpi4py import MPI
-
-COPY = r"""
-extern "C" __global__ void cp16(const ulonglong2* __restrict__ s, ulonglong2* __restrict__ d, long long n) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) d[i] = s[i];
-}"""
+from nccl_pair import COPY
 
 
 class Probe:
