@@ -47,15 +47,25 @@ impl<T> IntoPy<T> for cudecomp_core::Result<T> {
 }
 
 /// Emits a ResourceWarning (used when Python's GC finds an object that was never released
-/// collectively); failures to warn are ignored, as during interpreter shutdown.
+/// collectively); failures to warn are reported as unraisable, as during interpreter
+/// shutdown. Destructors run while an exception may be propagating (a temporary grid whose
+/// method just raised), and the warning machinery must neither see nor replace it: the
+/// pending exception is set aside for the warning and restored afterwards, untouched (not
+/// through `PyErr::take`, which would resume a pending Rust panic inside a destructor).
 pub fn warn_resource(msg: &str) {
     Python::attach(|py| {
-        let Ok(cmsg) = std::ffi::CString::new(msg) else {
-            return;
-        };
-        let cat = py.get_type::<pyo3::exceptions::PyResourceWarning>();
-        if let Err(e) = PyErr::warn(py, &cat, &cmsg, 1) {
-            e.write_unraisable(py, None);
+        let mut saved = [std::ptr::null_mut(); 3];
+        // SAFETY: the GIL is held; PyErr_Fetch moves the (possibly absent) pending
+        // exception's three references into `saved` and clears the indicator.
+        unsafe { pyo3::ffi::PyErr_Fetch(&mut saved[0], &mut saved[1], &mut saved[2]) };
+        if let Ok(cmsg) = std::ffi::CString::new(msg) {
+            let cat = py.get_type::<pyo3::exceptions::PyResourceWarning>();
+            if let Err(e) = PyErr::warn(py, &cat, &cmsg, 1) {
+                e.write_unraisable(py, None);
+            }
         }
+        // SAFETY: the GIL is held; PyErr_Restore takes back exactly the references
+        // PyErr_Fetch handed out (all null when nothing was pending).
+        unsafe { pyo3::ffi::PyErr_Restore(saved[0], saved[1], saved[2]) };
     });
 }

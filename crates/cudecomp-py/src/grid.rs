@@ -430,6 +430,21 @@ grid_methods! {
     }
 
 
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Leaving a ``with`` block destroys the descriptor (collective) unless it was
+    /// destroyed already or its handle was finalized; exceptions propagate.
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        let live = self.state.lock().map(|s| s.is_some()).unwrap_or(false);
+        if live && self.handle.get().live(py).is_ok() {
+            self.destroy(py)?;
+        }
+        Ok(false)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         match self.live(py) {
             Ok(gd) => {
