@@ -4,10 +4,9 @@
 use std::time::Instant;
 
 use crate::comm::allgather_f64;
+use crate::config::{CommBackend, DataType, GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::{self, DeviceAlloc, Stream};
-use crate::geometry::{
-    split_axes, CommBackend, DataType, Grid, GridConfig, HaloBackend, TransposeBackend,
-};
+use crate::geometry::{split_axes, Grid};
 use crate::handle::{GridDesc, Handle, MemorySpace};
 use crate::mem::Buf;
 use crate::plan::{Direction, HaloSpec, TransposeLayouts};
@@ -388,7 +387,7 @@ pub fn autotune(
     }
     let root = handle.comm().rank() == 0;
     let col_major =
-        cfg.resolved_rank_order(handle.col_major_default()) == crate::geometry::RankOrder::ColMajor;
+        cfg.resolved_rank_order(handle.col_major_default()) == crate::config::RankOrder::ColMajor;
     let tune_grid = cfg.pdims == [0, 0];
     let grids = if tune_grid {
         candidate_grids(handle.nranks(), col_major)?

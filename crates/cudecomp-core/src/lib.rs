@@ -7,6 +7,7 @@
 
 pub mod autotune;
 pub mod comm;
+pub mod config;
 pub mod cuda;
 pub mod engine;
 mod error;

@@ -2,7 +2,7 @@
 //! triples, configuration objects.
 
 use cudecomp_core::autotune::AutotuneOptions;
-use cudecomp_core::geometry::{DataType, GridConfig};
+use cudecomp_core::config::{DataType, GridConfig};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;

@@ -1,7 +1,7 @@
 //! Array arguments: reading the array interface, checking dtype/shape/writability, and
 //! deciding the element type of an operation.
 
-use cudecomp_core::geometry::DataType;
+use cudecomp_core::config::DataType;
 use cudecomp_core::mem::Buf;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

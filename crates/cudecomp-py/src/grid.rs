@@ -2,7 +2,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudecomp_core::geometry::{self, DataType};
+use cudecomp_core::config::DataType;
+
+use cudecomp_core::geometry;
 use cudecomp_core::handle as core;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
 use pyo3::prelude::*;

@@ -10,7 +10,7 @@ mod grid;
 mod handle;
 mod variant;
 
-use cudecomp_core::geometry::{DataType, HaloBackend, TransposeBackend};
+use cudecomp_core::config::{DataType, HaloBackend, TransposeBackend};
 use pyo3::prelude::*;
 
 /// Upstream's display name of a transpose backend value (`"ERROR"` for unknown values).

@@ -10,7 +10,7 @@ pub use gpu::*;
 #[cfg(cpu_only)]
 mod cpu {
     use cudecomp_core::comm::Communicator;
-    use cudecomp_core::geometry::DataType;
+    use cudecomp_core::config::DataType;
     use cudecomp_core::handle::{GridDesc, Handle, MemorySpace};
     use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
     use pyo3::prelude::*;
@@ -151,8 +151,8 @@ mod gpu {
     use std::sync::{Arc, Mutex};
 
     use cudecomp_core::comm::Communicator;
+    use cudecomp_core::config::DataType;
     use cudecomp_core::cuda::{self, Device, DeviceAlloc};
-    use cudecomp_core::geometry::DataType;
     use cudecomp_core::handle::{GridDesc, Handle, MemorySpace};
     use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
     use pyo3::exceptions::PyTypeError;

@@ -9,8 +9,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::engine::halo::FaceExchange;
-use crate::engine::transpose::{Piece, SliceExchange};
+use crate::engine::exchange::FaceExchange;
+use crate::engine::exchange::{Piece, SliceExchange};
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
 use crate::{Error, Result};

@@ -1,35 +1,11 @@
 //! Executes a halo plan: faces packed through a mover, exchanged through a transport.
 
 use crate::comm::{post_pieces, Request, Transport, Way};
-use crate::geometry::HaloBackend;
+use crate::config::HaloBackend;
+use crate::engine::exchange::FaceExchange;
 use crate::mem::{Buf, Mover};
-use crate::plan::{slice_count, Copy3, HaloPlan, HaloSide, SLICE_BYTES};
+use crate::plan::{slice_count, Copy3, HaloPlan, HaloSide};
 use crate::{unsupported, Result};
-
-/// How a DIRECT halo update moves faces into neighbours' workspaces. Faces are cut into
-/// slices; a rank sends its left face's slices, then its right face's, and a neighbour
-/// learns of each slice with a signal numbered `side * slices_per_face + slice` by the
-/// sender (so a sender raises its signals in increasing order).
-pub trait FaceExchange {
-    /// Most slices per face this exchange can signal.
-    fn max_slices(&self) -> usize;
-    /// Slice size this exchange works best with, when the user sets none.
-    fn slice_bytes(&self) -> i64 {
-        SLICE_BYTES
-    }
-    /// Orders the next delivery after everything enqueued so far (packing included);
-    /// `first` for the operation's first delivery.
-    fn ready(&self, first: bool) -> Result<()>;
-    /// Copies `part` into rank `to`'s workspace at byte `at`, then raises signal `signal`
-    /// there.
-    fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()>;
-    /// Called once this rank has delivered everything, before any `arrived`.
-    fn posted(&self) -> Result<()>;
-    /// Waits until rank `from` has raised signal `signal` for this rank.
-    fn arrived(&self, from: usize, signal: usize) -> Result<()>;
-    /// Orders what follows after every delivery of this rank.
-    fn finish(&self) -> Result<()>;
-}
 
 /// Buffers and means of one halo update.
 #[derive(Clone, Copy)]
@@ -221,7 +197,8 @@ impl HaloRun<'_> {
 mod tests {
     use super::*;
     use crate::comm::{mock, Communicator};
-    use crate::geometry::{Grid, GridConfig};
+    use crate::config::GridConfig;
+    use crate::geometry::Grid;
     use crate::mem::HostMover;
     use crate::plan::{HaloSpec, Layout};
 

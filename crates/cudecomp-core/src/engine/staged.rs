@@ -12,8 +12,8 @@ use std::time::Instant;
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::transport::Arena;
 use crate::cuda::{copy_to_device, copy_to_host, Stream};
+use crate::engine::exchange::{Piece, SliceExchange};
 use crate::engine::streamed::Pipe;
-use crate::engine::transpose::{Piece, SliceExchange};
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 

@@ -256,7 +256,7 @@ impl HaloPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::GridConfig;
+    use crate::config::GridConfig;
 
     fn grid(pdims: [i32; 2]) -> Grid {
         let cfg = GridConfig {

@@ -427,7 +427,7 @@ pub fn peer_schedule(me: usize, p: usize) -> Vec<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::GridConfig;
+    use crate::config::GridConfig;
 
     fn grid(gdims: [i32; 3], pdims: [i32; 2], contiguous: bool) -> Grid {
         let cfg = GridConfig {

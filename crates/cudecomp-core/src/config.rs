@@ -1,0 +1,357 @@
+//! The user's configuration: backend, data-type and rank-order enums with their C
+//! values, and `GridConfig` (`cudecompGridDescConfig_t`) with the checks that do not
+//! depend on the process grid.
+
+use crate::{invalid, Result};
+
+/// Transpose communication backends with their C values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransposeBackend {
+    MpiP2p = 1,
+    MpiP2pPl = 2,
+    MpiA2a = 3,
+    Nccl = 4,
+    NcclPl = 5,
+    Nvshmem = 6,
+    NvshmemPl = 7,
+    NvshmemSm = 8,
+    /// Beyond upstream: ranks on one node pack their chunks straight into each other's
+    /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine), with no
+    /// MPI or NCCL data movement.
+    Direct = 9,
+}
+
+impl TransposeBackend {
+    /// Every backend in C-value order (the autotuner's candidate order).
+    pub const ALL: [TransposeBackend; 9] = [
+        Self::MpiP2p,
+        Self::MpiP2pPl,
+        Self::MpiA2a,
+        Self::Nccl,
+        Self::NcclPl,
+        Self::Nvshmem,
+        Self::NvshmemPl,
+        Self::NvshmemSm,
+        Self::Direct,
+    ];
+
+    /// The backend with C value `v`, if any.
+    pub fn from_i32(v: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| *b as i32 == v)
+    }
+
+    /// Upstream's `cudecompTransposeCommBackendToString` text.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Self::MpiP2p => "MPI_P2P",
+            Self::MpiP2pPl => "MPI_P2P (pipelined)",
+            Self::MpiA2a => "MPI_A2A",
+            Self::Nccl => "NCCL",
+            Self::NcclPl => "NCCL (pipelined)",
+            Self::Nvshmem => "NVSHMEM",
+            Self::NvshmemPl => "NVSHMEM (pipelined)",
+            Self::NvshmemSm => "NVSHMEM_SM",
+            Self::Direct => "DIRECT",
+        }
+    }
+
+    /// Upper-case enum name used by the autotuner's environment filters.
+    pub fn enum_name(self) -> &'static str {
+        match self {
+            Self::MpiP2p => "MPI_P2P",
+            Self::MpiP2pPl => "MPI_P2P_PL",
+            Self::MpiA2a => "MPI_A2A",
+            Self::Nccl => "NCCL",
+            Self::NcclPl => "NCCL_PL",
+            Self::Nvshmem => "NVSHMEM",
+            Self::NvshmemPl => "NVSHMEM_PL",
+            Self::NvshmemSm => "NVSHMEM_SM",
+            Self::Direct => "DIRECT",
+        }
+    }
+
+    /// True for the MPI family.
+    pub fn is_mpi(self) -> bool {
+        matches!(self, Self::MpiP2p | Self::MpiP2pPl | Self::MpiA2a)
+    }
+
+    /// True for the NCCL family.
+    pub fn is_nccl(self) -> bool {
+        matches!(self, Self::Nccl | Self::NcclPl)
+    }
+}
+
+/// What the autotuner needs to know of a backend family (transpose or halo).
+pub trait CommBackend: Copy + 'static {
+    /// Every backend in C-value order.
+    const EVERY: &'static [Self];
+    /// Upper-case enum name (environment filters).
+    fn enum_name(self) -> &'static str;
+    /// True for the MPI family.
+    fn is_mpi(self) -> bool;
+    /// True for the NCCL family.
+    fn is_nccl(self) -> bool;
+    /// True for DIRECT.
+    fn is_direct(self) -> bool;
+}
+
+impl CommBackend for TransposeBackend {
+    const EVERY: &'static [Self] = &Self::ALL;
+    fn enum_name(self) -> &'static str {
+        TransposeBackend::enum_name(self)
+    }
+    fn is_mpi(self) -> bool {
+        TransposeBackend::is_mpi(self)
+    }
+    fn is_nccl(self) -> bool {
+        TransposeBackend::is_nccl(self)
+    }
+    fn is_direct(self) -> bool {
+        self == Self::Direct
+    }
+}
+
+impl CommBackend for HaloBackend {
+    const EVERY: &'static [Self] = &Self::ALL;
+    fn enum_name(self) -> &'static str {
+        HaloBackend::enum_name(self)
+    }
+    fn is_mpi(self) -> bool {
+        HaloBackend::is_mpi(self)
+    }
+    fn is_nccl(self) -> bool {
+        self == Self::Nccl
+    }
+    fn is_direct(self) -> bool {
+        self == Self::Direct
+    }
+}
+
+/// Halo communication backends with their C values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HaloBackend {
+    Mpi = 1,
+    MpiBlocking = 2,
+    Nccl = 3,
+    Nvshmem = 4,
+    NvshmemBlocking = 5,
+    /// Beyond upstream: ranks on one node copy faces straight into their neighbours'
+    /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine).
+    Direct = 6,
+}
+
+impl HaloBackend {
+    /// Every backend in C-value order.
+    pub const ALL: [HaloBackend; 6] = [
+        Self::Mpi,
+        Self::MpiBlocking,
+        Self::Nccl,
+        Self::Nvshmem,
+        Self::NvshmemBlocking,
+        Self::Direct,
+    ];
+
+    /// The backend with C value `v`, if any.
+    pub fn from_i32(v: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| *b as i32 == v)
+    }
+
+    /// Upstream's `cudecompHaloCommBackendToString` text.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Self::Mpi => "MPI",
+            Self::MpiBlocking => "MPI (blocking)",
+            Self::Nccl => "NCCL",
+            Self::Nvshmem => "NVSHMEM",
+            Self::NvshmemBlocking => "NVSHMEM (blocking)",
+            Self::Direct => "DIRECT",
+        }
+    }
+
+    /// Upper-case enum name used by the autotuner's environment filters.
+    pub fn enum_name(self) -> &'static str {
+        match self {
+            Self::Mpi => "MPI",
+            Self::MpiBlocking => "MPI_BLOCKING",
+            Self::Nccl => "NCCL",
+            Self::Nvshmem => "NVSHMEM",
+            Self::NvshmemBlocking => "NVSHMEM_BLOCKING",
+            Self::Direct => "DIRECT",
+        }
+    }
+
+    /// True for the MPI family.
+    pub fn is_mpi(self) -> bool {
+        matches!(self, Self::Mpi | Self::MpiBlocking)
+    }
+}
+
+/// Element types with their C values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Float = -1,
+    Double = -2,
+    FloatComplex = -3,
+    DoubleComplex = -4,
+}
+
+impl DataType {
+    /// The type with C value `v`, if any.
+    pub fn from_i32(v: i32) -> Option<Self> {
+        [
+            Self::Float,
+            Self::Double,
+            Self::FloatComplex,
+            Self::DoubleComplex,
+        ]
+        .into_iter()
+        .find(|d| *d as i32 == v)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Self::Float => 4,
+            Self::Double | Self::FloatComplex => 8,
+            Self::DoubleComplex => 16,
+        }
+    }
+
+    /// One-letter BLAS-style name used in performance reports.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Self::Float => "S",
+            Self::Double => "D",
+            Self::FloatComplex => "C",
+            Self::DoubleComplex => "Z",
+        }
+    }
+}
+
+/// Resolved process-grid rank order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RankOrder {
+    RowMajor = 1,
+    ColMajor = 2,
+}
+
+/// The user's grid configuration, field for field `cudecompGridDescConfig_t`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GridConfig {
+    pub gdims: [i32; 3],
+    pub gdims_dist: [i32; 3],
+    pub pdims: [i32; 2],
+    pub rank_order: i32,
+    pub transpose_comm_backend: i32,
+    pub transpose_axis_contiguous: [bool; 3],
+    pub transpose_mem_order: [[i32; 3]; 3],
+    pub halo_comm_backend: i32,
+}
+
+impl Default for GridConfig {
+    fn default() -> Self {
+        GridConfig {
+            gdims: [0; 3],
+            gdims_dist: [0; 3],
+            pdims: [0; 2],
+            rank_order: 0,
+            transpose_comm_backend: TransposeBackend::MpiP2p as i32,
+            transpose_axis_contiguous: [false; 3],
+            transpose_mem_order: [[-1; 3]; 3],
+            halo_comm_backend: HaloBackend::Mpi as i32,
+        }
+    }
+}
+
+impl GridConfig {
+    /// A canonical byte encoding, used to check that all ranks pass the same configuration.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v: Vec<i32> = Vec::with_capacity(24);
+        v.extend(self.gdims);
+        v.extend(self.gdims_dist);
+        v.extend(self.pdims);
+        v.push(self.rank_order);
+        v.push(self.transpose_comm_backend);
+        v.extend(self.transpose_axis_contiguous.map(i32::from));
+        v.extend(self.transpose_mem_order.iter().flatten());
+        v.push(self.halo_comm_backend);
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// True when `transpose_mem_order` is entirely set.
+    pub fn mem_order_set(&self) -> bool {
+        self.transpose_mem_order.iter().flatten().all(|&v| v >= 0)
+    }
+
+    /// Checks everything that does not depend on the process grid (reference §2.4).
+    pub fn validate_static(&self) -> Result<()> {
+        if TransposeBackend::from_i32(self.transpose_comm_backend).is_none() {
+            invalid!(
+                "transpose_comm_backend: expected a TransposeCommBackend value (1..9), got {}",
+                self.transpose_comm_backend
+            );
+        }
+        if HaloBackend::from_i32(self.halo_comm_backend).is_none() {
+            invalid!(
+                "halo_comm_backend: expected a HaloCommBackend value (1..6), got {}",
+                self.halo_comm_backend
+            );
+        }
+        if !(0..=2).contains(&self.rank_order) {
+            invalid!(
+                "rank_order: expected a RankOrder value (0, 1 or 2), got {}",
+                self.rank_order
+            );
+        }
+        for (i, &g) in self.gdims.iter().enumerate() {
+            if g < 1 {
+                invalid!(
+                    "gdims[{i}]: expected a positive extent, got {g} (gdims = {:?})",
+                    self.gdims
+                );
+            }
+        }
+        for (i, (&d, &g)) in self.gdims_dist.iter().zip(&self.gdims).enumerate() {
+            if d < 0 || d > g {
+                invalid!("gdims_dist[{i}]: expected 0 <= gdims_dist <= gdims ({g}), got {d}");
+            }
+        }
+        let any_set = self.transpose_mem_order.iter().flatten().any(|&v| v >= 0);
+        if any_set && !self.mem_order_set() {
+            invalid!(
+                "transpose_mem_order is only partially set: expected all entries -1 or every row a permutation of (0, 1, 2), got {:?}",
+                self.transpose_mem_order
+            );
+        }
+        if self.mem_order_set() {
+            for (a, row) in self.transpose_mem_order.iter().enumerate() {
+                let mut seen = [false; 3];
+                for &v in row {
+                    if !(0..3).contains(&v) || seen[v as usize] {
+                        invalid!(
+                            "transpose_mem_order setting is invalid: row {a} must be a permutation of (0, 1, 2), got {row:?}"
+                        );
+                    }
+                    seen[v as usize] = true;
+                }
+            }
+        }
+        let [r, c] = self.pdims;
+        if r < 0 || c < 0 || ((r == 0) != (c == 0)) {
+            invalid!(
+                "pdims: expected both entries positive (or both 0 to autotune), got [{r}, {c}]"
+            );
+        }
+        Ok(())
+    }
+
+    /// Resolves `RANK_ORDER_DEFAULT` (0) using the deprecated column-major environment switch.
+    pub fn resolved_rank_order(&self, default_col_major: bool) -> RankOrder {
+        match self.rank_order {
+            2 => RankOrder::ColMajor,
+            1 => RankOrder::RowMajor,
+            _ if default_col_major => RankOrder::ColMajor,
+            _ => RankOrder::RowMajor,
+        }
+    }
+}
