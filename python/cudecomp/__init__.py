@@ -8,6 +8,7 @@ Rust core. See ``Handle``, ``GridDescConfig`` and ``GridDesc``.
 from __future__ import annotations
 
 from . import _cudecomp
+from ._autotune import AutotuneResult, AutotuneTrial
 from ._config import GridDescAutotuneOptions, GridDescConfig
 from ._cudecomp import GridDesc, Handle, PencilInfo
 from ._enums import AutotuneGridMode, DataType, HaloCommBackend, RankOrder, Result, TransposeCommBackend
@@ -21,6 +22,7 @@ from ._errors import (
     NotSupportedError,
     NvshmemError,
 )
+from ._log import log_to_root
 
 #: True in the CPU variant (NumPy arrays), False in the GPU variant (CUDA arrays).
 CPU_ONLY: bool = bool(_cudecomp.CPU_ONLY)
@@ -54,6 +56,8 @@ def _enum_value(v: object, name: str) -> int:
 __all__ = [
     "CPU_ONLY",
     "AutotuneGridMode",
+    "AutotuneResult",
+    "AutotuneTrial",
     "CudaError",
     "CudecompError",
     "DataType",
@@ -75,5 +79,6 @@ __all__ = [
     "__version__",
     "get_data_type_size",
     "halo_comm_backend_to_string",
+    "log_to_root",
     "transpose_comm_backend_to_string",
 ]

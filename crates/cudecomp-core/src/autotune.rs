@@ -1,13 +1,16 @@
 //! Autotuning of the process grid and backends (reference §4): candidates, timing of
 //! transpose rounds or halo rounds on scratch buffers, selection by (weighted) mean time.
+//! Built on the handle: [`create_grid`] searches, then creates the chosen grid.
 
 use std::time::Instant;
 
 use crate::comm::allgather_f64;
 use crate::config::{CommBackend, DataType, GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::{self, DeviceAlloc, Stream};
+use crate::engine::Exec;
 use crate::geometry::{split_axes, Grid};
-use crate::handle::{GridDesc, Handle, MemorySpace};
+use crate::handle::grid::TransposeOp;
+use crate::handle::{GridDesc, Handle};
 use crate::mem::Buf;
 use crate::plan::{Direction, HaloSpec, TransposeLayouts};
 use crate::{invalid, unsupported, Error, Result};
@@ -45,10 +48,122 @@ impl AutotuneOptions {
         cfg.pdims == [0, 0] || self.autotune_transpose_backend || self.autotune_halo_backend
     }
 
-    /// A canonical encoding for the cross-rank agreement check.
+    /// A canonical encoding for the cross-rank agreement check: every field, in
+    /// declaration order, as little-endian bytes (floats by their bit patterns).
     pub fn to_bytes(&self) -> Vec<u8> {
-        format!("{self:?}").into_bytes()
+        let mut v: Vec<u8> = Vec::with_capacity(512);
+        let int = |v: &mut Vec<u8>, x: i64| v.extend(x.to_le_bytes());
+        let flag = |v: &mut Vec<u8>, b: bool| v.push(u8::from(b));
+        int(&mut v, self.n_warmup_trials.into());
+        int(&mut v, self.n_trials.into());
+        flag(&mut v, self.grid_mode_halo);
+        int(&mut v, self.dtype as i64);
+        flag(&mut v, self.allow_uneven_decompositions);
+        flag(&mut v, self.disable_mpi_backends);
+        flag(&mut v, self.disable_nccl_backends);
+        flag(&mut v, self.disable_nvshmem_backends);
+        v.extend(self.skip_threshold.to_bits().to_le_bytes());
+        flag(&mut v, self.autotune_transpose_backend);
+        self.transpose_use_inplace_buffers
+            .iter()
+            .for_each(|&b| flag(&mut v, b));
+        self.transpose_op_weights
+            .iter()
+            .for_each(|w| v.extend(w.to_bits().to_le_bytes()));
+        for table in [
+            &self.transpose_input_halo_extents,
+            &self.transpose_output_halo_extents,
+            &self.transpose_input_padding,
+            &self.transpose_output_padding,
+        ] {
+            table.iter().flatten().for_each(|&x| int(&mut v, x));
+        }
+        flag(&mut v, self.autotune_halo_backend);
+        self.halo_extents.iter().for_each(|&x| int(&mut v, x));
+        self.halo_periods.iter().for_each(|&b| flag(&mut v, b));
+        int(&mut v, self.halo_axis);
+        self.halo_padding.iter().for_each(|&x| int(&mut v, x));
+        v
     }
+
+    /// Checks the options' values (InvalidUsage naming the field).
+    pub fn validate(&self) -> Result<()> {
+        if self.n_warmup_trials < 0 {
+            invalid!(
+                "n_warmup_trials: expected 0 or more, got {}",
+                self.n_warmup_trials
+            );
+        }
+        if self.n_trials < 1 {
+            invalid!("n_trials: expected 1 or more, got {}", self.n_trials);
+        }
+        if !(self.skip_threshold.is_finite() && self.skip_threshold >= 0.0) {
+            invalid!(
+                "skip_threshold: expected a finite value >= 0, got {}",
+                self.skip_threshold
+            );
+        }
+        let w = &self.transpose_op_weights;
+        if w.iter().any(|x| !(x.is_finite() && *x >= 0.0)) || w.iter().all(|&x| x == 0.0) {
+            invalid!("transpose_op_weights: expected finite weights >= 0, not all zero, got {w:?}");
+        }
+        if !(0..3).contains(&self.halo_axis) {
+            invalid!("halo_axis: expected 0, 1 or 2, got {}", self.halo_axis);
+        }
+        let tables = [
+            (
+                "transpose_input_halo_extents",
+                &self.transpose_input_halo_extents,
+            ),
+            (
+                "transpose_output_halo_extents",
+                &self.transpose_output_halo_extents,
+            ),
+            ("transpose_input_padding", &self.transpose_input_padding),
+            ("transpose_output_padding", &self.transpose_output_padding),
+        ];
+        for (name, t) in tables {
+            if t.iter().flatten().any(|&x| x < 0) {
+                invalid!("{name}: expected non-negative values, got {t:?}");
+            }
+        }
+        for (name, t) in [
+            ("halo_extents", &self.halo_extents),
+            ("halo_padding", &self.halo_padding),
+        ] {
+            if t.iter().any(|&x| x < 0) {
+                invalid!("{name}: expected non-negative values, got {t:?}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trial {
+    /// `"transpose"` or `"halo"`.
+    pub mode: &'static str,
+    pub pdims: [i32; 2],
+    /// The backend's C value (transpose or halo family, per `mode`).
+    pub backend: i32,
+    /// Upstream's display name of the backend.
+    pub backend_name: &'static str,
+    /// Weighted mean over the four transposes, or the mean of a halo round (ms).
+    pub time_ms: f64,
+    /// Mean of each transpose (X→Y, Y→Z, Z→Y, Y→X), or the halo round first (ms).
+    pub per_op_ms: [f64; 4],
+    /// Stopped after its first trial (over the skip threshold).
+    pub skipped: bool,
+}
+
+/// What a search measured and chose, and the log it wrote (upstream's lines).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AutotuneReport {
+    /// Every candidate, in the order measured.
+    pub trials: Vec<Trial>,
+    /// Messages, one per line, as upstream prints them (rank 0 shows them).
+    pub lines: Vec<String>,
 }
 
 fn env_list(var: &str) -> Option<String> {
@@ -143,10 +258,11 @@ enum Scratch {
 }
 
 impl Scratch {
-    fn new(handle: &Handle, space: MemorySpace, bytes: usize) -> Result<Scratch> {
-        Ok(match space {
-            MemorySpace::Host => Scratch::Host(vec![0u64; bytes.div_ceil(8).max(1)]),
-            MemorySpace::Cuda => Scratch::Device(DeviceAlloc::new(&handle.cuda()?.device, bytes)?),
+    fn new(handle: &Handle, bytes: usize) -> Result<Scratch> {
+        Ok(if handle.is_gpu() {
+            Scratch::Device(DeviceAlloc::new(&handle.device()?.device, bytes)?)
+        } else {
+            Scratch::Host(vec![0u64; bytes.div_ceil(8).max(1)])
         })
     }
 
@@ -175,21 +291,27 @@ struct Measured {
     skipped: bool,
 }
 
-fn run_timed(space: MemorySpace, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+/// Where the search's operations run: the host, or the default stream of a GPU handle
+/// (each timed operation then synchronises it).
+fn exec_of(handle: &Handle) -> Exec {
+    if handle.is_gpu() {
+        Exec::Device(Stream::from_handle(0))
+    } else {
+        Exec::Host
+    }
+}
+
+fn run_timed(exec: Exec, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     let t0 = Instant::now();
     f()?;
-    if space == MemorySpace::Cuda {
-        cuda::synchronize(Stream::from_handle(0))?;
+    if let Exec::Device(stream) = exec {
+        cuda::synchronize(stream)?;
     }
     Ok(t0.elapsed().as_secs_f64() * 1e3)
 }
 
-fn time_transposes(
-    grid: &GridDesc,
-    o: &AutotuneOptions,
-    space: MemorySpace,
-    best: f64,
-) -> Result<Measured> {
+fn time_transposes(grid: &GridDesc, o: &AutotuneOptions, best: f64) -> Result<Measured> {
+    let exec = exec_of(grid.handle());
     let elem = o.dtype.size();
     let layouts: [TransposeLayouts; 4] = std::array::from_fn(|i| TransposeLayouts {
         input_halo: o.transpose_input_halo_extents[i],
@@ -222,8 +344,8 @@ fn time_transposes(
             );
     }
     let bytes = largest as usize * elem;
-    let mut a = Scratch::new(grid.handle(), space, bytes)?;
-    let mut b = Scratch::new(grid.handle(), space, bytes)?;
+    let mut a = Scratch::new(grid.handle(), bytes)?;
+    let mut b = Scratch::new(grid.handle(), bytes)?;
     let (ab, bb) = (a.buf(), b.buf());
     let round = |record: &mut [f64; 4]| -> Result<()> {
         for (i, d) in Direction::ALL.iter().enumerate() {
@@ -235,19 +357,12 @@ fn time_transposes(
             } else {
                 bb
             };
-            let mut op = || match space {
-                MemorySpace::Host => grid.transpose_host(*d, &layouts[i], o.dtype, ab, out, None),
-                MemorySpace::Cuda => grid.transpose_device(
-                    *d,
-                    &layouts[i],
-                    o.dtype,
-                    ab,
-                    out,
-                    None,
-                    Stream::from_handle(0),
-                ),
+            let op = TransposeOp {
+                direction: *d,
+                layouts: layouts[i],
+                dtype: o.dtype,
             };
-            record[i] += run_timed(space, &mut op)?;
+            record[i] += run_timed(exec, &mut || grid.transpose(&op, ab, out, None, exec))?;
         }
         Ok(())
     };
@@ -289,17 +404,13 @@ fn time_transposes(
     })
 }
 
-fn time_halos(
-    grid: &GridDesc,
-    o: &AutotuneOptions,
-    space: MemorySpace,
-    best: f64,
-) -> Result<Measured> {
+fn time_halos(grid: &GridDesc, o: &AutotuneOptions, best: f64) -> Result<Measured> {
+    let exec = exec_of(grid.handle());
     let axis = o.halo_axis as usize;
     let info = grid
         .grid()
         .pencil_info(o.halo_axis, grid.rank(), o.halo_extents, o.halo_padding)?;
-    let mut a = Scratch::new(grid.handle(), space, info.size as usize * o.dtype.size())?;
+    let mut a = Scratch::new(grid.handle(), info.size as usize * o.dtype.size())?;
     let ab = a.buf();
     let round = || -> Result<f64> {
         let mut t = 0.0;
@@ -311,13 +422,9 @@ fn time_halos(
                 periods: o.halo_periods,
                 padding: o.halo_padding,
             };
-            let mut op = || match space {
-                MemorySpace::Host => grid.update_halos_host(&spec, o.dtype, ab, None),
-                MemorySpace::Cuda => {
-                    grid.update_halos_device(&spec, o.dtype, ab, None, Stream::from_handle(0))
-                }
-            };
-            t += run_timed(space, &mut op)?;
+            t += run_timed(exec, &mut || {
+                grid.update_halos(&spec, o.dtype, ab, None, exec)
+            })?;
         }
         Ok(t)
     };
@@ -371,21 +478,35 @@ fn usable(grid: &Grid, o: &AutotuneOptions, halo_search: bool) -> bool {
     true
 }
 
-/// Runs the searches `opts` asks for and returns the configuration to build (process grid
-/// and backends resolved). Collective.
-pub fn autotune(
+/// Collective: creates a grid from `cfg`, running first the searches `o` asks for
+/// (process grid when `pdims` is `[0, 0]`, transpose and/or halo backends). Returns the
+/// grid and what the search measured.
+pub fn create_grid(
     handle: &Handle,
     cfg: &GridConfig,
     o: &AutotuneOptions,
-    space: MemorySpace,
+) -> Result<(GridDesc, AutotuneReport)> {
+    let mut mine = cfg.to_bytes();
+    mine.extend(o.to_bytes());
+    handle.check_agreement("grid configuration or autotuning options", &mine)?;
+    cfg.validate_static()?;
+    o.validate()?;
+    let mut report = AutotuneReport::default();
+    let chosen = search(handle, cfg, o, &mut report)?;
+    Ok((handle.create_grid(&chosen)?, report))
+}
+
+/// Runs the searches and returns the configuration to build (process grid and backends
+/// resolved). Collective.
+fn search(
+    handle: &Handle,
+    cfg: &GridConfig,
+    o: &AutotuneOptions,
+    report: &mut AutotuneReport,
 ) -> Result<GridConfig> {
     if o.disable_nvshmem_backends && o.disable_mpi_backends && o.disable_nccl_backends {
         invalid!("autotuning: every backend family is disabled");
     }
-    if !(0..3).contains(&o.halo_axis) {
-        invalid!("halo_axis: expected 0, 1 or 2, got {}", o.halo_axis);
-    }
-    let root = handle.comm().rank() == 0;
     let col_major =
         cfg.resolved_rank_order(handle.col_major_default()) == crate::config::RankOrder::ColMajor;
     let tune_grid = cfg.pdims == [0, 0];
@@ -394,22 +515,23 @@ pub fn autotune(
     } else {
         vec![cfg.pdims]
     };
+    let searching = o.autotune_transpose_backend || o.autotune_halo_backend;
     // NCCL candidates only where every rank has its own GPU (NCCL refuses shared GPUs).
-    let nccl = space == MemorySpace::Cuda
-        && (o.autotune_transpose_backend || o.autotune_halo_backend)
-        && handle.one_gpu_per_rank()?;
+    let nccl = handle.is_gpu() && searching && handle.one_gpu_per_rank()?;
     // DIRECT only where every rank can write into every other: node-shared memory on
     // the host, CUDA IPC (one node) on GPUs.
-    let direct = (o.autotune_transpose_backend || o.autotune_halo_backend)
-        && match space {
-            MemorySpace::Host => handle.host_direct_ok()?,
-            MemorySpace::Cuda => handle.one_node()?,
+    let direct = searching
+        && if handle.is_gpu() {
+            handle.one_node()?
+        } else {
+            handle.host_direct_ok()?
         };
     let mut chosen = cfg.clone();
     let transpose_first = !o.grid_mode_halo;
     let mut grid_fixed = !tune_grid;
     for step in 0..2 {
         let transpose_step = (step == 0) == transpose_first;
+        let mode = if transpose_step { "transpose" } else { "halo" };
         let wanted = if transpose_step {
             o.autotune_transpose_backend
         } else {
@@ -447,17 +569,14 @@ pub fn autotune(
             (true, false) => vec![chosen.transpose_comm_backend],
             (false, false) => vec![chosen.halo_comm_backend],
         };
-        if root {
-            println!(
-                "CUDECOMP: Running {} autotuning...",
-                if transpose_step { "transpose" } else { "halo" }
-            );
-            if !transpose_step {
-                println!(
-                    "CUDECOMP: Autotune halo axis: {}",
-                    ["x", "y", "z"][o.halo_axis as usize]
-                );
-            }
+        report
+            .lines
+            .push(format!("CUDECOMP: Running {mode} autotuning..."));
+        if !transpose_step {
+            report.lines.push(format!(
+                "CUDECOMP: Autotune halo axis: {}",
+                ["x", "y", "z"][o.halo_axis as usize]
+            ));
         }
         let t_start = Instant::now();
         let mut best: Option<(f64, [i32; 2], i32)> = None;
@@ -474,18 +593,26 @@ pub fn autotune(
                 } else {
                     trial.halo_comm_backend = b;
                 }
-                let gd = handle.create_grid(&trial, space)?;
+                let gd = handle.create_grid(&trial)?;
                 let bound = best.map_or(f64::INFINITY, |x| x.0);
                 let m = if transpose_step {
-                    time_transposes(&gd, o, space, bound)
+                    time_transposes(&gd, o, bound)
                 } else {
-                    time_halos(&gd, o, space, bound)
+                    time_halos(&gd, o, bound)
                 };
                 gd.destroy()?;
                 let m = m?;
-                if root {
-                    report_line(transpose_step, pd, b, &m);
-                }
+                let t = Trial {
+                    mode,
+                    pdims: *pd,
+                    backend: b,
+                    backend_name: if transpose_step { name_t(b) } else { name_h(b) },
+                    time_ms: m.weighted_ms,
+                    per_op_ms: m.per_op_ms,
+                    skipped: m.skipped,
+                };
+                report_lines(&t, &mut report.lines);
+                report.trials.push(t);
                 if !m.skipped && best.is_none_or(|x| m.weighted_ms < x.0) {
                     best = Some((m.weighted_ms, *pd, b));
                 }
@@ -499,33 +626,25 @@ pub fn autotune(
             );
         };
         chosen.pdims = pd;
-        if transpose_step {
+        let (name, what) = if transpose_step {
             chosen.transpose_comm_backend = b;
+            (
+                format!("backend: {}", name_t(b)),
+                "Avg. time (weighted) [ms]",
+            )
         } else {
             chosen.halo_comm_backend = b;
-        }
+            (format!("halo backend: {}", name_h(b)), "Avg. time [ms]")
+        };
         grid_fixed = true;
-        if root {
-            let name = if transpose_step {
-                format!("backend: {}", name_t(b))
-            } else {
-                format!("halo backend: {}", name_h(b))
-            };
-            let what = if transpose_step {
-                "Avg. time (weighted) [ms]"
-            } else {
-                "Avg. time [ms]"
-            };
-            println!(
-                "CUDECOMP: SELECTED: grid: {} x {}, {name}, {what}: {t:.3}",
-                pd[0], pd[1]
-            );
-            println!(
-                "CUDECOMP: {} autotuning time [s]: {:.3}",
-                if transpose_step { "transpose" } else { "halo" },
-                t_start.elapsed().as_secs_f64()
-            );
-        }
+        report.lines.push(format!(
+            "CUDECOMP: SELECTED: grid: {} x {}, {name}, {what}: {t:.3}",
+            pd[0], pd[1]
+        ));
+        report.lines.push(format!(
+            "CUDECOMP: {mode} autotuning time [s]: {:.3}",
+            t_start.elapsed().as_secs_f64()
+        ));
     }
     if chosen.pdims == [0, 0] {
         return Err(Error::Internal("autotuning left pdims unset".into()));
@@ -541,37 +660,40 @@ fn name_h(b: i32) -> &'static str {
     HaloBackend::from_i32(b).map_or("ERROR", |b| b.display_name())
 }
 
-fn report_line(transpose: bool, pd: &[i32; 2], b: i32, m: &Measured) {
-    if transpose {
-        println!(
-            "CUDECOMP:\tgrid: {} x {}, backend: {}",
-            pd[0],
-            pd[1],
-            name_t(b)
-        );
-        if m.skipped {
-            println!("CUDECOMP:\tskipped (first trial over the skip threshold)");
-            return;
-        }
-        println!("CUDECOMP:\tAvg. time (weighted) [ms]: {:.3}", m.weighted_ms);
+/// Upstream's lines for one measured candidate.
+fn report_lines(t: &Trial, out: &mut Vec<String>) {
+    let [r, c] = t.pdims;
+    if t.mode == "transpose" {
+        out.push(format!(
+            "CUDECOMP:\tgrid: {r} x {c}, backend: {}",
+            t.backend_name
+        ));
+    } else {
+        out.push(format!(
+            "CUDECOMP:\tgrid: {r} x {c}, halo backend: {}",
+            t.backend_name
+        ));
+    }
+    if t.skipped {
+        out.push("CUDECOMP:\tskipped (first trial over the skip threshold)".into());
+        return;
+    }
+    if t.mode == "transpose" {
+        out.push(format!(
+            "CUDECOMP:\tAvg. time (weighted) [ms]: {:.3}",
+            t.time_ms
+        ));
         for (i, n) in ["TransposeXY", "TransposeYZ", "TransposeZY", "TransposeYX"]
             .iter()
             .enumerate()
         {
-            println!("CUDECOMP:\t{n} avg. time [ms]: {:.3}", m.per_op_ms[i]);
+            out.push(format!(
+                "CUDECOMP:\t{n} avg. time [ms]: {:.3}",
+                t.per_op_ms[i]
+            ));
         }
     } else {
-        println!(
-            "CUDECOMP:\tgrid: {} x {}, halo backend: {}",
-            pd[0],
-            pd[1],
-            name_h(b)
-        );
-        if m.skipped {
-            println!("CUDECOMP:\tskipped (first trial over the skip threshold)");
-        } else {
-            println!("CUDECOMP:\tAvg. time [ms]: {:.3}", m.weighted_ms);
-        }
+        out.push(format!("CUDECOMP:\tAvg. time [ms]: {:.3}", t.time_ms));
     }
 }
 
@@ -620,9 +742,8 @@ mod tests {
                 gdims: [8, 12, 6],
                 ..Default::default()
             };
-            let gd = h
-                .create_grid_tuned(&cfg, &options(), MemorySpace::Host)
-                .unwrap();
+            let (gd, report) = create_grid(&h, &cfg, &options()).unwrap();
+            assert!(!report.trials.is_empty());
             let g = gd.grid().clone();
             gd.destroy().unwrap();
             (g.pdims, g.transpose_backend, g.halo_backend)
@@ -643,7 +764,7 @@ mod tests {
             };
             let mut o = options();
             o.allow_uneven_decompositions = false;
-            let r = h.create_grid_tuned(&cfg, &o, MemorySpace::Host);
+            let r = create_grid(&h, &cfg, &o).map(|(g, _)| g);
             assert!(matches!(r, Err(Error::NotSupported(_))), "{:?}", r.err());
         });
     }

@@ -262,8 +262,9 @@ impl Grid {
         };
         for (k, &g) in order.iter().enumerate() {
             let (lo, len) = self.axis_range(axis, rank, g);
-            let extent = len
-                .checked_add(2 * halo[g])
+            let extent = halo[g]
+                .checked_mul(2)
+                .and_then(|h| len.checked_add(h))
                 .and_then(|v| v.checked_add(padding[g]))
                 .filter(|&v| v <= i32::MAX as i64);
             let Some(extent) = extent else {
@@ -280,9 +281,13 @@ impl Grid {
         let size = info
             .shape
             .iter()
-            .try_fold(1i64, |acc, &s| acc.checked_mul(s));
+            .try_fold(1i64, |acc, &s| acc.checked_mul(s))
+            .filter(|&n| n <= MAX_PENCIL_ELEMS);
         let Some(size) = size else {
-            invalid!("pencil size overflows int64 (shape {:?})", info.shape);
+            invalid!(
+                "pencil too large: shape {:?} (halos and padding included) holds more than 2^58 elements",
+                info.shape
+            );
         };
         info.size = size;
         Ok(info)
@@ -335,31 +340,43 @@ impl Grid {
         let k = if split_axes(axis)[0] == dim { 0 } else { 1 };
         let n = self.pdims[k] as i64;
         let mut c = self.coords(rank);
-        let shifted = c[k] as i64 + displacement;
-        if !periodic && !(0..n).contains(&shifted) {
+        // In 128 bits: any displacement, however large, lands right.
+        let shifted = c[k] as i128 + displacement as i128;
+        if !periodic && !(0..n as i128).contains(&shifted) {
             return Ok(None);
         }
-        c[k] = shifted.rem_euclid(n) as usize;
+        c[k] = shifted.rem_euclid(n as i128) as usize;
         Ok(Some(self.rank_at(c)))
     }
 
-    /// Largest pencil (over ranks, no halos) of each orientation (reference §6).
-    pub fn max_pencil_sizes(&self) -> [i64; 3] {
-        std::array::from_fn(|axis| {
-            let mut m = self.gdims[axis];
+    /// Largest pencil (over ranks, no halos) of each orientation (reference §6);
+    /// InvalidUsage when one exceeds what the library addresses.
+    pub fn max_pencil_sizes(&self) -> Result<[i64; 3]> {
+        let mut out = [0; 3];
+        for (axis, m) in out.iter_mut().enumerate() {
+            let mut v = Some(self.gdims[axis]);
             for (k, &g) in split_axes(axis).iter().enumerate() {
                 let p = self.pdims[k] as i64;
                 let d = self.gdims_dist[g];
-                m *= (d + p - 1) / p + (self.gdims[g] - d);
+                v = v.and_then(|v| v.checked_mul((d + p - 1) / p + (self.gdims[g] - d)));
             }
-            m
-        })
+            *m = v.filter(|&v| v <= MAX_PENCIL_ELEMS).ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "gdims {:?} over pdims {:?}: the largest {}-pencil holds more than 2^58 elements",
+                    self.gdims,
+                    self.pdims,
+                    ["X", "Y", "Z"][axis]
+                ))
+            })?;
+        }
+        Ok(out)
     }
 
     /// `cudecompGetTransposeWorkspaceSize` in elements.
-    pub fn transpose_workspace_size(&self) -> i64 {
-        let [mx, my, mz] = self.max_pencil_sizes();
-        [
+    pub fn transpose_workspace_size(&self) -> Result<i64> {
+        let [mx, my, mz] = self.max_pencil_sizes()?;
+        // Each term is below 2^60: no overflow.
+        Ok([
             align(mx) + my,
             align(my) + mx,
             align(my) + mz,
@@ -367,24 +384,39 @@ impl Grid {
         ]
         .into_iter()
         .max()
-        .unwrap_or(0)
+        .unwrap_or(0))
     }
 
     /// `cudecompGetHaloWorkspaceSize` in elements for `rank`'s `axis`-pencil.
     pub fn halo_workspace_size(&self, axis: i64, rank: usize, halo: [i64; 3]) -> Result<i64> {
-        Ok(halo_workspace_elems(
-            &self.pencil_info(axis, rank, halo, [0; 3])?,
-        ))
+        halo_workspace_elems(&self.pencil_info(axis, rank, halo, [0; 3])?)
     }
 }
 
+/// Most elements a pencil (halos and padding included) may hold: 2^58, so that byte
+/// sizes of several pencils of 16-byte elements stay far inside `i64`.
+pub const MAX_PENCIL_ELEMS: i64 = 1 << 58;
+
 /// Halo workspace (elements) of a pencil: four slots (send and receive, both sides) of
 /// the largest face layer times its halo extent. Padding does not count (faces exclude it).
-pub fn halo_workspace_elems(info: &PencilInfo) -> i64 {
-    (0..3)
-        .map(|d| 4 * align(face_cells(info, d) * info.halo_extents[d]))
-        .max()
-        .unwrap_or(0)
+pub fn halo_workspace_elems(info: &PencilInfo) -> Result<i64> {
+    let mut most = 0;
+    for d in 0..3 {
+        // A face is part of the pencil (at most 2^58 elements), but its halo extent may
+        // be as large as the pencil's: multiply checked.
+        let slots = face_cells(info, d)
+            .checked_mul(info.halo_extents[d])
+            .filter(|&n| n <= MAX_PENCIL_ELEMS)
+            .map(|n| 4 * align(n))
+            .ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "halo_extents[{d}] = {}: the halo workspace would exceed 2^58 elements",
+                    info.halo_extents[d]
+                ))
+            })?;
+        most = most.max(slots);
+    }
+    Ok(most)
 }
 
 /// Cells in one halo-face layer normal to global axis `d`: the product of the other two
@@ -592,8 +624,8 @@ mod tests {
     #[test]
     fn workspace_sizes() {
         let g = grid([9, 10, 11], [2, 2], 0);
-        assert_eq!(g.max_pencil_sizes(), [270, 300, 275]);
-        assert_eq!(g.transpose_workspace_size(), 620);
+        assert_eq!(g.max_pencil_sizes().unwrap(), [270, 300, 275]);
+        assert_eq!(g.transpose_workspace_size().unwrap(), 620);
         assert_eq!(g.halo_workspace_size(0, 0, [1, 3, 2]).unwrap(), 1536);
     }
 

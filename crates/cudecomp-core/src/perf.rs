@@ -14,8 +14,10 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::comm::{allgather_bytes, Communicator, Request, Transport};
+use crate::config::DataType;
 use crate::cuda::{Event, Stream};
 use crate::geometry::Grid;
+use crate::plan::{HaloPlan, HaloSpec, TransposePlan};
 use crate::Result;
 
 /// Report settings read from the environment.
@@ -193,6 +195,55 @@ pub fn triple<T: std::fmt::Display>(v: &[T]) -> String {
     format!("[{}]", parts.join(" "))
 }
 
+/// Identifies a transpose configuration in the performance report.
+pub fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: bool) -> SampleKey {
+    SampleKey {
+        kind: "transpose",
+        operation: plan.direction.report_name().into(),
+        fields: vec![
+            dtype.short_name().into(),
+            triple(&plan.input.halo_extents),
+            triple(&plan.output.halo_extents),
+            triple(&plan.input.padding),
+            triple(&plan.output.padding),
+            u8::from(in_place).to_string(),
+            "0".into(),
+        ],
+    }
+}
+
+/// Identifies a halo configuration in the performance report.
+pub fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
+    SampleKey {
+        kind: "halo",
+        operation: format!("Halo{}", ["X", "Y", "Z"][s.axis]),
+        fields: vec![
+            dtype.short_name().into(),
+            s.dim.to_string(),
+            triple(&s.halo),
+            triple(&s.periods.map(u8::from)),
+            triple(&s.padding),
+            "0".into(),
+        ],
+    }
+}
+
+/// Bytes a transpose moves: the input's interior (the report's bandwidth figure).
+pub fn transpose_bytes(plan: &TransposePlan, elem: usize) -> f64 {
+    plan.input.interior().volume() as f64 * elem as f64
+}
+
+/// Bytes a halo update moves off-rank: one face per real neighbour.
+pub fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
+    let real = plan
+        .neighbours
+        .iter()
+        .flatten()
+        .filter(|&&r| r != rank)
+        .count();
+    plan.face as f64 * elem as f64 * real as f64
+}
+
 impl PerfReport {
     /// An empty report.
     pub fn new(settings: PerfSettings) -> PerfReport {
@@ -220,8 +271,9 @@ impl PerfReport {
         });
     }
 
-    /// Collective: prints the summary on rank 0 and writes CSV files if asked.
-    pub fn finish(&self, grid: &Grid, comm: &dyn Communicator) -> Result<()> {
+    /// Collective: the summary (on rank 0; `None` elsewhere), after writing the CSV files
+    /// if asked.
+    pub fn finish(&self, grid: &Grid, comm: &dyn Communicator) -> Result<Option<String>> {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         // One line per key and sample: key \t rank \t index \t total \t comm \t bytes.
         let mut mine = String::new();
@@ -244,7 +296,7 @@ impl PerfReport {
         }
         let all = allgather_bytes(comm, mine.as_bytes())?;
         if comm.rank() != 0 {
-            return Ok(());
+            return Ok(None);
         }
         let mut agg: Gathered = BTreeMap::new();
         for text in &all {
@@ -265,12 +317,10 @@ impl PerfReport {
                     ));
             }
         }
-        let text = self.summary(grid, &agg);
-        print!("{text}");
         if let Some(dir) = &self.settings.write_dir {
             self.write_csv(grid, dir, &agg)?;
         }
-        Ok(())
+        Ok(Some(self.summary(grid, &agg)))
     }
 
     fn means(samples: &[(usize, usize, f64, f64, f64)]) -> (usize, f64, f64, f64) {

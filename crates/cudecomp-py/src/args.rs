@@ -100,6 +100,19 @@ pub fn int_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
         })
 }
 
+/// An axis or dimension index: an int in 0..=2 (TypeError for other types,
+/// InvalidUsageError for other ints).
+pub fn index_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
+    let i = int_arg(v, what)?;
+    match usize::try_from(i) {
+        Ok(u) if u < 3 => Ok(u),
+        _ => Err(invalid(
+            v.py(),
+            format!("{what}: expected 0 (X), 1 (Y) or 2 (Z), got {i}"),
+        )),
+    }
+}
+
 fn sequence<'py>(
     py: Python<'py>,
     v: &Bound<'py, PyAny>,

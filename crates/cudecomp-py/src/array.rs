@@ -43,13 +43,6 @@ impl ArrayArg {
         unsafe { Buf::new(self.ptr as *mut u8, self.nbytes()) }
     }
 
-    /// True when the byte ranges of `self` and `o` intersect.
-    pub fn overlaps(&self, o: &ArrayArg) -> bool {
-        let (a0, a1) = (self.ptr, self.ptr + self.nbytes());
-        let (b0, b1) = (o.ptr, o.ptr + o.nbytes());
-        a0 < b1 && b0 < a1
-    }
-
     /// Fails unless the array can be written.
     pub fn require_writable(&self, py: Python<'_>) -> PyResult<()> {
         if self.readonly {

@@ -69,3 +69,10 @@ pub fn warn_resource(msg: &str) {
         unsafe { pyo3::ffi::PyErr_Restore(saved[0], saved[1], saved[2]) };
     });
 }
+
+/// Logs `lines` through the `cudecomp` Python logger (INFO).
+pub fn log_lines(py: Python<'_>, lines: &[String]) -> PyResult<()> {
+    py.import("cudecomp._log")?
+        .call_method1("_emit", (lines.to_vec(),))
+        .map(|_| ())
+}

@@ -6,12 +6,13 @@ use cudecomp_core::config::DataType;
 
 use cudecomp_core::geometry;
 use cudecomp_core::handle as core;
+use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
 use pyo3::prelude::*;
 
-use crate::args::{bool_triple, config_object, int_arg, int_triple, parse_dtype};
+use crate::args::{bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype};
 use crate::array::{resolve_dtype, ArrayArg};
-use crate::errors::{invalid, warn_resource, IntoPy};
+use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
 use crate::handle::Handle;
 use crate::variant;
 
@@ -82,6 +83,8 @@ impl PencilInfo {
 pub struct GridDesc {
     handle: Py<Handle>,
     state: Mutex<Option<Arc<core::GridDesc>>>,
+    /// What the autotuner measured (`cudecomp.AutotuneResult`), when it ran.
+    autotune: Option<Py<PyAny>>,
 }
 
 /// Array and layout arguments of one transpose.
@@ -110,11 +113,12 @@ pub struct HaloCall<'a, 'py> {
 }
 
 impl GridDesc {
-    /// Wraps a core descriptor owned by `handle`.
-    pub fn new(handle: Py<Handle>, gd: Arc<core::GridDesc>) -> Self {
+    /// Wraps a core descriptor owned by `handle`, with the autotuner's result if it ran.
+    pub fn new(handle: Py<Handle>, gd: Arc<core::GridDesc>, autotune: Option<Py<PyAny>>) -> Self {
         GridDesc {
             handle,
             state: Mutex::new(Some(gd)),
+            autotune,
         }
     }
 
@@ -159,20 +163,21 @@ impl GridDesc {
             output_padding: int_triple(py, c.output_padding, "output_padding")?,
         };
         let plan = gd.transpose_plan(direction, &layouts).py(py)?;
-        let input = variant::data_array(py, &gd, c.input, "input")?;
+        let input = variant::array(py, &gd, c.input, "input", false)?;
         let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
         input.require_shape(
             py,
             plan.input.array_shape(),
             "the input pencil's PencilInfo.array_shape with these halos and padding",
         )?;
+        let exec = variant::exec(py, c.stream, c.input)?;
         let out_obj = match c.out.filter(|o| !o.is_none()) {
             Some(o) => o.clone(),
             None => {
                 variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?
             }
         };
-        let out = variant::data_array(py, &gd, &out_obj, "out")?;
+        let out = variant::array(py, &gd, &out_obj, "out", false)?;
         resolve_dtype(py, Some(dtype), &[&out])?;
         out.require_writable(py)?;
         out.require_shape(
@@ -180,22 +185,17 @@ impl GridDesc {
             plan.output.array_shape(),
             "the output pencil's PencilInfo.array_shape with these halos and padding",
         )?;
-        if input.ptr != out.ptr && input.overlaps(&out) {
-            return Err(invalid(py, "out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap".into()));
-        }
-        let work = work_arg(py, &gd, c.work, &[&input, &out])?;
-        variant::run_transpose(
-            py,
-            &gd,
+        let work = work_arg(py, &gd, c.work)?;
+        let op = TransposeOp {
             direction,
-            &layouts,
+            layouts,
             dtype,
-            &input,
-            &out,
-            work.as_ref(),
-            c.stream,
-            c.input,
-        )?;
+        };
+        // SAFETY: the array objects are referenced by the caller for the whole call and
+        // were checked to be C-contiguous and of the sizes recorded; device work is ordered
+        // on the operation's stream, which the caller keeps alive as documented.
+        let (i, o, w) = unsafe { (input.buf(), out.buf(), work.as_ref().map(|w| w.buf())) };
+        py.detach(|| gd.transpose(&op, i, o, w, exec)).py(py)?;
         Ok(out_obj)
     }
 
@@ -208,78 +208,60 @@ impl GridDesc {
                 "halo_extents: expected 3 non-negative ints, got None".into(),
             ));
         }
-        let halo = int_triple(py, Some(c.halo_extents), "halo_extents")?;
-        if halo == [0; 3] {
-            return Ok(()); // upstream's quick return, before any array check
-        }
-        let dim = int_arg(c.dim, "dim")?;
-        if !(0..3).contains(&dim) {
-            return Err(invalid(
-                py,
-                format!("dim: expected 0 (X), 1 (Y) or 2 (Z), got {dim}"),
-            ));
-        }
         let spec = HaloSpec {
             axis,
-            dim: dim as usize,
-            halo,
+            dim: index_arg(c.dim, "dim")?,
+            halo: int_triple(py, Some(c.halo_extents), "halo_extents")?,
             periods: bool_triple(py, c.halo_periods, "halo_periods")?,
             padding: int_triple(py, c.padding, "padding")?,
         };
-        let info = gd
-            .grid()
-            .pencil_info(axis as i64, gd.rank(), halo, spec.padding)
-            .py(py)?;
-        let data = variant::data_array(py, &gd, c.input, "input")?;
+        // Checks `dim` and the extents; `None` when nothing moves.
+        let plan = gd.halo_plan(&spec).py(py)?;
+        let Some(plan) = plan else {
+            // As upstream, nothing to do is no error, whatever the array's shape; the
+            // arguments' types are still checked.
+            variant::array(py, &gd, c.input, "input", true)?;
+            if let Some(w) = c.work.filter(|w| !w.is_none()) {
+                variant::array(py, &gd, w, "work", true)?;
+            }
+            return Ok(());
+        };
+        let data = variant::array(py, &gd, c.input, "input", false)?;
         let dtype = resolve_dtype(py, explicit, &[&data])?;
         data.require_writable(py)?;
         data.require_shape(
             py,
-            info.array_shape(),
+            plan.info.array_shape(),
             "the pencil's PencilInfo.array_shape with these halos and padding",
         )?;
-        let work = work_arg(py, &gd, c.work, &[&data])?;
-        variant::run_halo(
-            py,
-            &gd,
-            &spec,
-            dtype,
-            &data,
-            work.as_ref(),
-            c.stream,
-            c.input,
-        )
+        let work = work_arg(py, &gd, c.work)?;
+        let exec = variant::exec(py, c.stream, c.input)?;
+        // SAFETY: as in `transpose`.
+        let (d, w) = unsafe { (data.buf(), work.as_ref().map(|w| w.buf())) };
+        py.detach(|| gd.update_halos(&spec, dtype, d, w, exec))
+            .py(py)
     }
 }
 
-/// Parses the optional `work` argument: writable and disjoint from the data arrays.
+/// Parses the optional `work` argument (any shape, writable).
 fn work_arg(
     py: Python<'_>,
     gd: &core::GridDesc,
     w: Option<&Bound<'_, PyAny>>,
-    data: &[&ArrayArg],
 ) -> PyResult<Option<ArrayArg>> {
     let Some(w) = w.filter(|w| !w.is_none()) else {
         return Ok(None);
     };
-    let w = variant::work_array(py, gd, w)?;
+    let w = variant::array(py, gd, w, "work", true)?;
     w.require_writable(py)?;
-    if data.iter().any(|a| w.overlaps(a)) {
-        return Err(invalid(
-            py,
-            "work: expected memory disjoint from the data arrays".into(),
-        ));
-    }
     Ok(Some(w))
 }
 
-/// Emits the `#[pymethods]` block: the four transposes and three halo updates are
-/// generated from one template each (pyo3 registers only methods it sees after expansion).
+/// Emits the four transposes and three halo updates from one template each.
 macro_rules! grid_methods {
     (
         transposes { $( $tname:ident => $dir:expr, $tdoc:literal; )* }
         halos { $( $hname:ident => $axis:expr, $hdoc:literal; )* }
-        common { $($common:tt)* }
     ) => {
         #[pymethods]
         impl GridDesc {
@@ -337,7 +319,6 @@ macro_rules! grid_methods {
                     )
                 }
             )*
-            $($common)*
         }
     };
 }
@@ -354,13 +335,29 @@ grid_methods! {
         update_halos_y => 1, "Halo update of a Y-pencil array.";
         update_halos_z => 2, "Halo update of a Z-pencil array.";
     }
-    common {
-    /// Collective: releases the descriptor. Any later use raises InvalidUsageError.
+}
+
+#[pymethods]
+impl GridDesc {
+    /// Collective: releases the descriptor. Any later use raises InvalidUsageError. With
+    /// the performance report on, its summary is logged (logger ``cudecomp``) on rank 0.
     fn destroy(&self, py: Python<'_>) -> PyResult<()> {
         self.handle.get().live(py)?;
         let gd = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let gd = gd.ok_or_else(|| invalid(py, "destroy(): the GridDesc was already destroyed".into()))?;
-        py.detach(|| gd.destroy()).py(py)
+        let gd =
+            gd.ok_or_else(|| invalid(py, "destroy(): the GridDesc was already destroyed".into()))?;
+        if let Some(summary) = py.detach(|| gd.destroy()).py(py)? {
+            let lines: Vec<String> = summary.lines().map(str::to_owned).collect();
+            log_lines(py, &lines)?;
+        }
+        Ok(())
+    }
+
+    /// What the autotuner measured and chose (``cudecomp.AutotuneResult``), or ``None``
+    /// when the grid was created without a search.
+    #[getter]
+    fn autotune_result(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.autotune.as_ref().map(|r| r.clone_ref(py))
     }
 
     /// A copy of the resolved configuration (process grid, backends, rank order).
@@ -399,15 +396,23 @@ grid_methods! {
 
     /// Workspace elements the transposes need (multiply by the dtype size for bytes).
     fn get_transpose_workspace_size(&self, py: Python<'_>) -> PyResult<i64> {
-        Ok(self.live(py)?.grid().transpose_workspace_size())
+        self.live(py)?.grid().transpose_workspace_size().py(py)
     }
 
     /// Workspace elements halo updates of this rank's ``axis``-pencil need.
-    fn get_halo_workspace_size(&self, py: Python<'_>, axis: &Bound<'_, PyAny>, halo_extents: &Bound<'_, PyAny>) -> PyResult<i64> {
+    fn get_halo_workspace_size(
+        &self,
+        py: Python<'_>,
+        axis: &Bound<'_, PyAny>,
+        halo_extents: &Bound<'_, PyAny>,
+    ) -> PyResult<i64> {
         let gd = self.live(py)?;
         let axis = int_arg(axis, "axis")?;
         if halo_extents.is_none() {
-            return Err(invalid(py, "halo_extents: expected 3 non-negative ints, got None".into()));
+            return Err(invalid(
+                py,
+                "halo_extents: expected 3 non-negative ints, got None".into(),
+            ));
         }
         let halo = int_triple(py, Some(halo_extents), "halo_extents")?;
         gd.grid().halo_workspace_size(axis, gd.rank(), halo).py(py)
@@ -426,11 +431,16 @@ grid_methods! {
         let gd = self.live(py)?;
         let r = gd
             .grid()
-            .shifted_rank(int_arg(axis, "axis")?, gd.rank(), int_arg(dim, "dim")?, int_arg(displacement, "displacement")?, periodic)
+            .shifted_rank(
+                int_arg(axis, "axis")?,
+                gd.rank(),
+                int_arg(dim, "dim")?,
+                int_arg(displacement, "displacement")?,
+                periodic,
+            )
             .py(py)?;
         Ok(r.map_or(-1, |v| v as i64))
     }
-
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
@@ -461,7 +471,6 @@ grid_methods! {
             }
             Err(_) => "<cudecomp.GridDesc (released)>".into(),
         }
-    }
     }
 }
 

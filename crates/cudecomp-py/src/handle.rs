@@ -2,13 +2,14 @@
 
 use std::sync::{Arc, Mutex};
 
+use cudecomp_core::autotune;
 use cudecomp_core::comm::dynmpi::{self, MpiDescription};
 use cudecomp_core::handle as core;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
-use crate::errors::{invalid, warn_resource, IntoPy};
+use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
 use crate::grid::GridDesc;
 use crate::variant;
 
@@ -128,23 +129,55 @@ impl Handle {
             }
             None => None,
         };
-        let gd = match tuning {
-            Some(opts) => py
-                .detach(|| h.create_grid_tuned(&cfg, &opts, variant::SPACE))
-                .py(py)?,
-            None => py.detach(|| h.create_grid(&cfg, variant::SPACE)).py(py)?,
+        let (gd, report) = match tuning {
+            Some(opts) => {
+                let (g, r) = py
+                    .detach(|| autotune::create_grid(&h, &cfg, &opts))
+                    .py(py)?;
+                (g, Some(r))
+            }
+            None => (py.detach(|| h.create_grid(&cfg)).py(py)?, None),
         };
         let grid = gd.grid();
-        config.call_method1(
-            "_apply",
-            (
-                (grid.pdims[0], grid.pdims[1]),
-                grid.transpose_backend as i32,
-                grid.halo_backend as i32,
-                grid.rank_order as i32,
-            ),
-        )?;
-        Ok(GridDesc::new(slf.clone().unbind(), Arc::new(gd)))
+        let (pdims, tb, hb) = (
+            (grid.pdims[0], grid.pdims[1]),
+            grid.transpose_backend as i32,
+            grid.halo_backend as i32,
+        );
+        config.call_method1("_apply", (pdims, tb, hb, grid.rank_order as i32))?;
+        let result = match report {
+            Some(r) => {
+                if h.rank() == 0 {
+                    log_lines(py, &r.lines)?;
+                }
+                let trials: Vec<_> = r
+                    .trials
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.mode,
+                            (t.pdims[0], t.pdims[1]),
+                            t.backend,
+                            t.time_ms,
+                            (
+                                t.per_op_ms[0],
+                                t.per_op_ms[1],
+                                t.per_op_ms[2],
+                                t.per_op_ms[3],
+                            ),
+                            t.skipped,
+                        )
+                    })
+                    .collect();
+                let made = py
+                    .import("cudecomp._autotune")?
+                    .getattr("AutotuneResult")?
+                    .call_method1("_from_core", (trials, (pdims, tb, hb), r.lines))?;
+                Some(made.unbind())
+            }
+            None => None,
+        };
+        Ok(GridDesc::new(slf.clone().unbind(), Arc::new(gd), result))
     }
 
     /// Collective: allocates ``nbytes`` of workspace suitable for ``grid``'s backends

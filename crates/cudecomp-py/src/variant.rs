@@ -11,8 +11,8 @@ pub use gpu::*;
 mod cpu {
     use cudecomp_core::comm::Communicator;
     use cudecomp_core::config::DataType;
-    use cudecomp_core::handle::{GridDesc, Handle, MemorySpace};
-    use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
+    use cudecomp_core::engine::Exec;
+    use cudecomp_core::handle::{GridDesc, Handle};
     use pyo3::prelude::*;
 
     use pyo3::exceptions::PyTypeError;
@@ -21,7 +21,6 @@ mod cpu {
 
     use crate::args::class;
     use crate::array::{numpy_name, parse_interface, ArrayArg};
-    use crate::errors::IntoPy;
 
     static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
@@ -43,8 +42,6 @@ mod cpu {
         parse_interface(py, &iface, what, any_dims)
     }
 
-    /// Memory space of this variant.
-    pub const SPACE: MemorySpace = MemorySpace::Host;
     /// True in the CPU variant.
     pub const CPU_ONLY: bool = true;
 
@@ -66,19 +63,24 @@ mod cpu {
         Ok(Handle::new(comm, col_major))
     }
 
-    /// A pencil array argument (NumPy, C-contiguous, 3-D).
-    pub fn data_array(
+    /// An array argument (NumPy, C-contiguous; 3-D unless `any_dims`).
+    pub fn array(
         py: Python<'_>,
         _gd: &GridDesc,
         v: &Bound<'_, PyAny>,
         what: &'static str,
+        any_dims: bool,
     ) -> PyResult<ArrayArg> {
-        host_array(py, v, what, false)
+        host_array(py, v, what, any_dims)
     }
 
-    /// A workspace array argument (any NumPy array, C-contiguous).
-    pub fn work_array(py: Python<'_>, _gd: &GridDesc, v: &Bound<'_, PyAny>) -> PyResult<ArrayArg> {
-        host_array(py, v, "work", true)
+    /// Where operations run: the host. Stream arguments are accepted and ignored.
+    pub fn exec(
+        _py: Python<'_>,
+        _stream: Option<&Bound<'_, PyAny>>,
+        _input: &Bound<'_, PyAny>,
+    ) -> PyResult<Exec> {
+        Ok(Exec::Host)
     }
 
     /// A new NumPy output array.
@@ -106,44 +108,6 @@ mod cpu {
     pub fn release_bytes(_py: Python<'_>, _buffer: &Bound<'_, PyAny>) -> PyResult<()> {
         Ok(())
     }
-
-    /// Runs a transpose on host arrays with the GIL released. Streams are ignored.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_transpose(
-        py: Python<'_>,
-        gd: &GridDesc,
-        direction: Direction,
-        layouts: &TransposeLayouts,
-        dtype: DataType,
-        input: &ArrayArg,
-        out: &ArrayArg,
-        work: Option<&ArrayArg>,
-        _stream: Option<&Bound<'_, PyAny>>,
-        _input_obj: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        // SAFETY: the caller holds references to the array objects for the whole call, and
-        // the arrays were checked to be C-contiguous and of the sizes recorded here.
-        let (i, o, w) = unsafe { (input.buf(), out.buf(), work.map(|w| w.buf())) };
-        py.detach(|| gd.transpose_host(direction, layouts, dtype, i, o, w))
-            .py(py)
-    }
-
-    /// Runs a halo update on a host array with the GIL released. Streams are ignored.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_halo(
-        py: Python<'_>,
-        gd: &GridDesc,
-        spec: &HaloSpec,
-        dtype: DataType,
-        data: &ArrayArg,
-        work: Option<&ArrayArg>,
-        _stream: Option<&Bound<'_, PyAny>>,
-        _input_obj: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        // SAFETY: as in `run_transpose`.
-        let (d, w) = unsafe { (data.buf(), work.map(|w| w.buf())) };
-        py.detach(|| gd.update_halos_host(spec, dtype, d, w)).py(py)
-    }
 }
 
 #[cfg(not(cpu_only))]
@@ -153,8 +117,8 @@ mod gpu {
     use cudecomp_core::comm::Communicator;
     use cudecomp_core::config::DataType;
     use cudecomp_core::cuda::{self, Device, DeviceAlloc};
-    use cudecomp_core::handle::{GridDesc, Handle, MemorySpace};
-    use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
+    use cudecomp_core::engine::Exec;
+    use cudecomp_core::handle::{GridDesc, Handle};
     use pyo3::exceptions::PyTypeError;
     use pyo3::prelude::*;
     use pyo3::types::{PyBool, PyDict, PyInt};
@@ -162,8 +126,6 @@ mod gpu {
     use crate::array::{numpy_name, parse_interface, ArrayArg};
     use crate::errors::{invalid, IntoPy};
 
-    /// Memory space of this variant.
-    pub const SPACE: MemorySpace = MemorySpace::Cuda;
     /// False in the GPU variant.
     pub const CPU_ONLY: bool = false;
 
@@ -223,7 +185,7 @@ mod gpu {
             return Err(invalid(py, format!("{what}: __cuda_array_interface__ version {version} is not supported (expected 0 to 3)")));
         }
         let a = parse_interface(py, &iface, what, any_dims)?;
-        let ordinal = gd.handle().cuda().py(py)?.device.ordinal;
+        let ordinal = gd.handle().device().py(py)?.device.ordinal;
         if a.nbytes() > 0 {
             match Device::pointer_device(a.ptr as u64) {
                 Some(o) if o == ordinal => {}
@@ -236,19 +198,27 @@ mod gpu {
         Ok(a)
     }
 
-    /// A pencil array argument (`__cuda_array_interface__`, C-contiguous, 3-D, on the handle's device).
-    pub fn data_array(
+    /// An array argument (`__cuda_array_interface__`, C-contiguous, on the handle's
+    /// device; 3-D unless `any_dims`).
+    pub fn array(
         py: Python<'_>,
         gd: &GridDesc,
         v: &Bound<'_, PyAny>,
         what: &'static str,
+        any_dims: bool,
     ) -> PyResult<ArrayArg> {
-        device_array(py, gd, v, what, false)
+        device_array(py, gd, v, what, any_dims)
     }
 
-    /// A workspace array argument (any shape).
-    pub fn work_array(py: Python<'_>, gd: &GridDesc, v: &Bound<'_, PyAny>) -> PyResult<ArrayArg> {
-        device_array(py, gd, v, "work", true)
+    /// Where operations run: on the operation's stream (see [`parse_stream`]).
+    pub fn exec(
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        input: &Bound<'_, PyAny>,
+    ) -> PyResult<Exec> {
+        Ok(Exec::Device(cuda::Stream::from_handle(parse_stream(
+            py, stream, input,
+        )?)))
     }
 
     fn is_cupy(v: &Bound<'_, PyAny>) -> bool {
@@ -354,7 +324,7 @@ mod gpu {
         h: &Handle,
         n: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let device = h.cuda().py(py)?.device.clone();
+        let device = h.device().py(py)?.device.clone();
         let alloc = py.detach(|| DeviceAlloc::new(&device, n)).py(py)?;
         let buf = DeviceBuffer {
             ptr: alloc.ptr(),
@@ -386,46 +356,5 @@ mod gpu {
         cuda::synchronize(cuda::Stream::from_handle(0)).py(py)?;
         drop(freed);
         Ok(())
-    }
-
-    /// Runs a transpose on device arrays; the GIL is released.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_transpose(
-        py: Python<'_>,
-        gd: &GridDesc,
-        direction: Direction,
-        layouts: &TransposeLayouts,
-        dtype: DataType,
-        input: &ArrayArg,
-        out: &ArrayArg,
-        work: Option<&ArrayArg>,
-        stream: Option<&Bound<'_, PyAny>>,
-        input_obj: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let s = cuda::Stream::from_handle(parse_stream(py, stream, input_obj)?);
-        // SAFETY: the caller keeps the array objects alive for the call; the CUDA work is
-        // ordered on the caller's stream, which the caller keeps alive as documented.
-        let (i, o, w) = unsafe { (input.buf(), out.buf(), work.map(|w| w.buf())) };
-        py.detach(|| gd.transpose_device(direction, layouts, dtype, i, o, w, s))
-            .py(py)
-    }
-
-    /// Runs a halo update on a device array; the GIL is released.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_halo(
-        py: Python<'_>,
-        gd: &GridDesc,
-        spec: &HaloSpec,
-        dtype: DataType,
-        data: &ArrayArg,
-        work: Option<&ArrayArg>,
-        stream: Option<&Bound<'_, PyAny>>,
-        input_obj: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let s = cuda::Stream::from_handle(parse_stream(py, stream, input_obj)?);
-        // SAFETY: as in `run_transpose`.
-        let (d, w) = unsafe { (data.buf(), work.map(|w| w.buf())) };
-        py.detach(|| gd.update_halos_device(spec, dtype, d, w, s))
-            .py(py)
     }
 }

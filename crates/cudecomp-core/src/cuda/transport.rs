@@ -18,16 +18,16 @@ fn fence(done: &Cell<bool>, stream: Stream) -> Result<()> {
 }
 
 /// CUDA-aware MPI: device pointers go straight to MPI after the stream is drained.
-pub struct DirectMpi<'a> {
+pub struct CudaAwareMpi<'a> {
     inner: &'a dyn Transport,
     stream: Stream,
     fenced: Cell<bool>,
 }
 
-impl<'a> DirectMpi<'a> {
+impl<'a> CudaAwareMpi<'a> {
     /// Wraps a CUDA-aware MPI transport for one operation on `stream`.
     pub fn new(inner: &'a dyn Transport, stream: Stream) -> Self {
-        DirectMpi {
+        CudaAwareMpi {
             inner,
             stream,
             fenced: Cell::new(false),
@@ -35,7 +35,7 @@ impl<'a> DirectMpi<'a> {
     }
 }
 
-impl Transport for DirectMpi<'_> {
+impl Transport for CudaAwareMpi<'_> {
     unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
         fence(&self.fenced, self.stream)?;
         // SAFETY: forwarded to the caller.

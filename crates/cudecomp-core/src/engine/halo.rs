@@ -284,8 +284,8 @@ mod tests {
                 backend: HaloBackend::Nccl,
                 elem: 8,
                 mover: &HostMover::default(),
-                data: Buf::from_slice(bytes(&mut data)),
-                work: Buf::from_slice(bytes(&mut work)),
+                data: crate::mem::test_buf(bytes(&mut data)),
+                work: crate::mem::test_buf(bytes(&mut work)),
             };
             run.run(&Tagless(c)).unwrap();
             for z in [b.lo[2] - 1, b.lo[2] + b.len[2]] {

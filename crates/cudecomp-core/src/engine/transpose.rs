@@ -649,7 +649,7 @@ mod tests {
                 let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
                 let mut input = oracle(&plan.input, gd, u64::MAX);
                 let expect = oracle(&plan.output, gd, 5);
-                let mut work = vec![0u64; g.transpose_workspace_size() as usize];
+                let mut work = vec![0u64; g.transpose_workspace_size().unwrap() as usize];
                 let mut output = vec![5u64; plan.output.size as usize];
                 if in_place {
                     input.resize(plan.input.size.max(plan.output.size) as usize, 0);

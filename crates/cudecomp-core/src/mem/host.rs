@@ -260,7 +260,6 @@ unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
 mod tests {
     use super::*;
     use crate::geometry::Box3;
-    use crate::mem::Buf;
     use crate::plan::Layout;
 
     fn run(elem: usize, src_order: [usize; 3], dst_order: [usize; 3]) {
@@ -285,8 +284,8 @@ mod tests {
         let c = Copy3::between(&b, &sl, &dl);
         copy3(
             elem,
-            Buf::from_slice(&mut src),
-            Buf::from_slice(&mut dst),
+            crate::mem::test_buf(&mut src),
+            crate::mem::test_buf(&mut dst),
             &c,
         )
         .unwrap();
@@ -344,19 +343,20 @@ mod tests {
                 let mut want = vec![0u8; len];
                 copy3(
                     elem,
-                    Buf::from_slice(&mut src),
-                    Buf::from_slice(&mut want),
+                    crate::mem::test_buf(&mut src),
+                    crate::mem::test_buf(&mut want),
                     &c,
                 )
                 .unwrap();
                 for threads in [1, 3, 8] {
                     let mut got = vec![0u8; len];
-                    let out = Buf::from_slice(&mut got);
+                    let out = crate::mem::test_buf(&mut got);
                     let m = HostMover {
                         threads,
                         streamed: Some(out),
                     };
-                    m.copy(elem, Buf::from_slice(&mut src), out, &c).unwrap();
+                    m.copy(elem, crate::mem::test_buf(&mut src), out, &c)
+                        .unwrap();
                     assert!(got == want, "elem {elem} order {order:?} threads {threads}");
                 }
             }
@@ -375,8 +375,8 @@ mod tests {
         let c = Copy3::between(&b, &l, &l);
         assert!(copy3(
             4,
-            Buf::from_slice(&mut big),
-            Buf::from_slice(&mut small),
+            crate::mem::test_buf(&mut big),
+            crate::mem::test_buf(&mut small),
             &c
         )
         .is_err());

@@ -35,7 +35,11 @@ impl Buf {
     }
 
     /// A buffer over a mutable slice.
-    pub fn from_slice(s: &mut [u8]) -> Buf {
+    ///
+    /// # Safety
+    /// The slice must outlive every use of the returned value (and of its copies), and be
+    /// accessed by nothing else meanwhile, as for [`Buf::new`].
+    pub unsafe fn from_slice(s: &mut [u8]) -> Buf {
         Buf {
             ptr: s.as_mut_ptr(),
             len: s.len(),
@@ -55,6 +59,15 @@ impl Buf {
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// True when the two ranges share at least one byte.
+    pub fn overlaps(&self, other: &Buf) -> bool {
+        let (a, b) = (self.ptr as usize, other.ptr as usize);
+        self.len > 0
+            && other.len > 0
+            && a < b.saturating_add(other.len)
+            && b < a.saturating_add(self.len)
     }
 
     /// The sub-range `[offset, offset + len)` after checking it lies inside.
@@ -78,6 +91,13 @@ impl Buf {
         // SAFETY: offset is inside the buffer (checked above).
         Ok(unsafe { self.ptr.add(offset as usize) })
     }
+}
+
+/// Test helper: a buffer over a slice the test keeps alive while it uses the buffer.
+#[cfg(test)]
+pub(crate) fn test_buf(s: &mut [u8]) -> Buf {
+    // SAFETY: test code keeps the slice alive and otherwise untouched while using the buffer.
+    unsafe { Buf::from_slice(s) }
 }
 
 /// Executes strided copies in one memory space (host: synchronously; device: enqueued

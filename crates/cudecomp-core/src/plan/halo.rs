@@ -135,7 +135,7 @@ impl HaloPlan {
             let i = grid.pencil_info(spec.axis as i64, r, spec.halo, spec.padding)?;
             packed_everywhere &=
                 !Layout::of_pencil(&i).holds_packed(&faces(&i, &spec).0[0], i.order);
-            max_workspace_elems = max_workspace_elems.max(halo_workspace_elems(&i));
+            max_workspace_elems = max_workspace_elems.max(halo_workspace_elems(&i)?);
         }
         Ok(Some(HaloPlan {
             spec,

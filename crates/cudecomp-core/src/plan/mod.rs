@@ -249,14 +249,14 @@ fn start(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
             .sum::<i64>()
 }
 
-/// Test helpers shared by the engines' and the handle's tests.
-#[cfg(test)]
-pub(crate) mod testing {
+/// The global-index oracle every suite checks data movement against (DESIGN §7): the
+/// engines' unit tests, the in-process pipeline tests and the Rust example use it.
+pub mod testing {
     use super::Layout;
     use crate::geometry::PencilInfo;
 
     /// A pencil buffer holding the global-index oracle (`sentinel` outside the interior).
-    pub(crate) fn oracle(info: &PencilInfo, gdims: [i64; 3], sentinel: u64) -> Vec<u64> {
+    pub fn oracle(info: &PencilInfo, gdims: [i64; 3], sentinel: u64) -> Vec<u64> {
         let l = Layout::of_pencil(info);
         let mut v = vec![sentinel; info.size as usize];
         let b = info.interior();

@@ -466,7 +466,7 @@ mod tests {
                     assert_eq!(total, p.input.size);
                     let total: i64 = p.recvs.iter().map(|c| c.count).sum();
                     assert_eq!(total, p.output.size);
-                    assert!(p.workspace_elems() <= g.transpose_workspace_size());
+                    assert!(p.workspace_elems() <= g.transpose_workspace_size().unwrap());
                     for (j, &peer) in p.members.iter().enumerate() {
                         let q =
                             TransposePlan::new(&g, peer, d, &TransposeLayouts::default()).unwrap();

@@ -1,0 +1,76 @@
+//! What a GPU handle's operations run with: the bound device, NCCL (created with the first
+//! grid that needs it), whether MPI takes device pointers, and the library's second stream.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::comm::Communicator;
+use crate::cuda::nccl::Nccl;
+use crate::cuda::Device;
+use crate::engine::streamed::Pipe;
+use crate::Result;
+
+/// The GPU side of a handle.
+pub struct DeviceState {
+    /// The device the handle was created on.
+    pub device: Arc<Device>,
+    nccl_path: String,
+    nccl: Mutex<Option<Arc<Nccl>>>,
+    /// MPI reads device memory directly; otherwise messages are staged through the host.
+    pub mpi_cuda_aware: bool,
+    /// The library's second stream (pipelined NCCL and DIRECT transposes), made on first
+    /// use. Locked before the workspace.
+    pipe: Mutex<Option<Pipe>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl DeviceState {
+    /// The state of a handle on `device`; `nccl_path` locates `libnccl.so.2`.
+    pub fn new(device: Arc<Device>, nccl_path: String, mpi_cuda_aware: bool) -> DeviceState {
+        DeviceState {
+            device,
+            nccl_path,
+            nccl: Mutex::new(None),
+            mpi_cuda_aware,
+            pipe: Mutex::new(None),
+        }
+    }
+
+    /// The pipe, created on first use, with room for `npeers` peers.
+    pub(crate) fn pipe(&self, npeers: usize) -> Result<MutexGuard<'_, Option<Pipe>>> {
+        let mut g = lock(&self.pipe);
+        if g.is_none() {
+            self.device.bind()?;
+            *g = Some(Pipe::new()?);
+        }
+        if let Some(p) = g.as_mut() {
+            p.reserve(npeers)?;
+        }
+        Ok(g)
+    }
+
+    /// Collective on first use: the NCCL communicator over `comm` (the handle's).
+    /// `CUDECOMP_ENABLE_NCCL_UBR=0` turns registered workspaces off.
+    pub(crate) fn nccl(&self, comm: &dyn Communicator) -> Result<Arc<Nccl>> {
+        let mut n = lock(&self.nccl);
+        if let Some(n) = n.as_ref() {
+            return Ok(n.clone());
+        }
+        self.device.bind()?;
+        let register = std::env::var("CUDECOMP_ENABLE_NCCL_UBR").map_or(true, |v| v.trim() != "0");
+        let made = Arc::new(Nccl::new(&self.nccl_path, comm, register)?);
+        *n = Some(made.clone());
+        Ok(made)
+    }
+
+    /// Collective: destroys the NCCL communicator, if any.
+    pub(crate) fn destroy_nccl(&self) -> Result<()> {
+        if let Some(n) = lock(&self.nccl).take() {
+            self.device.bind()?;
+            n.destroy()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,83 @@
+//! The one place that decides how an operation's data moves: from the memory space it
+//! runs in, the grid's backend, what MPI can do and the plan, to a [`Route`]. Everything
+//! else in the engine executes the route it is given.
+
+use crate::config::{HaloBackend, TransposeBackend};
+use crate::engine::Exec;
+use crate::plan::{HaloPlan, TransposePlan};
+use crate::{unsupported, Result};
+
+/// How one operation exchanges data, and whether it runs as a pipeline of slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Host memory through MPI (point-to-point or all-to-all), completing on the host.
+    HostMpi,
+    /// Host DIRECT: chunks or faces copied into peers' node-shared workspaces, signalled
+    /// through shared memory; `sliced`: cut into slices that are unpacked as they land.
+    HostShared { sliced: bool },
+    /// Device memory through NCCL on the handle's communicator; `sliced`: as a pipeline
+    /// whose exchange runs on the library's stream.
+    Nccl { sliced: bool },
+    /// Device memory handed straight to a CUDA-aware MPI.
+    CudaAwareMpi,
+    /// Device memory staged through page-locked host memory for MPI; `sliced`: each slice
+    /// goes down, through MPI and back up on the library's stream.
+    StagedMpi { sliced: bool },
+    /// Device DIRECT: the copy engine writes into peers' workspaces mapped with CUDA IPC,
+    /// signalled with interprocess events; `sliced` as for `HostShared`.
+    Ipc { sliced: bool },
+}
+
+/// The route of a transpose; `mpi_cuda_aware` says whether MPI takes device pointers.
+pub fn transpose_route(
+    exec: Exec,
+    backend: TransposeBackend,
+    mpi_cuda_aware: bool,
+    plan: &TransposePlan,
+) -> Result<Route> {
+    let peers = plan.npeers() > 1;
+    Ok(match (exec, backend) {
+        (Exec::Host, TransposeBackend::Direct) => Route::HostShared { sliced: peers },
+        (Exec::Host, b) if b.is_mpi() => Route::HostMpi,
+        (Exec::Device(_), TransposeBackend::Direct) => Route::Ipc { sliced: peers },
+        (Exec::Device(_), b) if b.is_nccl() => Route::Nccl { sliced: peers },
+        (Exec::Device(_), b) if b.is_mpi() && mpi_cuda_aware => Route::CudaAwareMpi,
+        (Exec::Device(_), b) if b.is_mpi() => Route::StagedMpi {
+            // Point-to-point messages overlap their copies to and from the host; an
+            // all-to-all is one call.
+            sliced: peers && b != TransposeBackend::MpiA2a,
+        },
+        (exec, b) => unsupported!(
+            "transpose_comm_backend {} cannot run on {}",
+            b.enum_name(),
+            exec.describe()
+        ),
+    })
+}
+
+/// The route of a halo update.
+pub fn halo_route(
+    exec: Exec,
+    backend: HaloBackend,
+    mpi_cuda_aware: bool,
+    plan: &HaloPlan,
+) -> Result<Route> {
+    // A periodic wrap onto this rank itself exchanges nothing: any route serves, and the
+    // plain one needs no mapped workspace.
+    let direct = backend == HaloBackend::Direct && !plan.local_wrap;
+    let mpi = backend.is_mpi() || backend == HaloBackend::Direct;
+    Ok(match exec {
+        // Faces always go in slices, each signalled on its own.
+        Exec::Host if direct => Route::HostShared { sliced: true },
+        Exec::Host if mpi => Route::HostMpi,
+        Exec::Device(_) if direct => Route::Ipc { sliced: true },
+        Exec::Device(_) if backend == HaloBackend::Nccl => Route::Nccl { sliced: false },
+        Exec::Device(_) if mpi && mpi_cuda_aware => Route::CudaAwareMpi,
+        Exec::Device(_) if mpi => Route::StagedMpi { sliced: false },
+        _ => unsupported!(
+            "halo_comm_backend {} cannot run on {}",
+            backend.enum_name(),
+            exec.describe()
+        ),
+    })
+}

@@ -1,0 +1,575 @@
+//! Runs one operation: takes the route [`super::route`] picks, sets up its workspace,
+//! mover and exchange, drives the plan's pipeline ([`super::transpose`], [`super::halo`])
+//! and records a performance-report sample when the report is on.
+
+use std::cell::Cell;
+use std::sync::Mutex;
+
+use crate::comm::{Communicator, Transport};
+use crate::config::{DataType, HaloBackend, TransposeBackend};
+use crate::cuda::kernels::{DeviceMover, Kernels};
+use crate::cuda::nccl::NcclTransport;
+use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
+use crate::cuda::Stream;
+use crate::engine::device::{lock, DeviceState};
+use crate::engine::direct::{SharedFaces, SharedSlices, HOST_RING_PLACES};
+use crate::engine::exchange::SliceExchange;
+use crate::engine::halo::HaloRun;
+use crate::engine::route::{halo_route, transpose_route, Route};
+use crate::engine::staged::StagedSlices;
+use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
+use crate::engine::transpose::TransposeRun;
+use crate::engine::workspace::Workspace;
+use crate::engine::Exec;
+use crate::mem::{Buf, HostMover, Mover};
+use crate::perf::{
+    halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
+    TimedTransport,
+};
+use crate::plan::{HaloPlan, TransposePlan};
+use crate::{invalid, Error, Result};
+
+/// What operations of one grid run with: the handle's communicator and workspace, the
+/// GPU state of a GPU handle, the grid's performance report and tuning.
+pub struct Runtime<'a> {
+    /// The handle's communicator (halo neighbours are its ranks; DIRECT maps its members).
+    pub world: &'a dyn Communicator,
+    /// This rank in `world`.
+    pub rank: usize,
+    /// The handle's workspace; its lock serialises the handle's operations.
+    pub workspace: &'a Mutex<Workspace>,
+    /// The GPU state (`None` on a host handle).
+    pub device: Option<&'a DeviceState>,
+    /// The grid's performance report, when enabled.
+    pub perf: Option<&'a PerfReport>,
+    /// Slice size set by the user for every pipeline (`None`: each exchange's own).
+    pub slice_bytes: Option<i64>,
+    /// Threads of host copies.
+    pub host_threads: usize,
+}
+
+/// One transpose: its plan and buffers.
+pub struct TransposeCall<'a> {
+    pub plan: &'a TransposePlan,
+    pub backend: TransposeBackend,
+    /// The plan's sub-communicator (its ranks are the plan's peer indices).
+    pub group: &'a dyn Communicator,
+    /// Elements of the grid's transpose workspace (`get_transpose_workspace_size()`).
+    pub workspace_elems: i64,
+    pub dtype: DataType,
+    /// Input and output; the same start address means in-place.
+    pub input: Buf,
+    pub output: Buf,
+    /// The caller's workspace (`None`: the handle's).
+    pub work: Option<Buf>,
+}
+
+/// One halo update: its plan and buffers.
+pub struct HaloCall<'a> {
+    pub plan: &'a HaloPlan,
+    pub backend: HaloBackend,
+    /// Elements of this rank's halo workspace (`get_halo_workspace_size()`).
+    pub workspace_elems: i64,
+    pub dtype: DataType,
+    pub data: Buf,
+    /// The caller's workspace (`None`: the handle's).
+    pub work: Option<Buf>,
+}
+
+impl TransposeCall<'_> {
+    /// The pipeline of this call with `mover` and `work`.
+    fn run<'a>(&'a self, mover: &'a dyn Mover, work: Buf) -> TransposeRun<'a> {
+        TransposeRun {
+            plan: self.plan,
+            backend: self.backend,
+            elem: self.dtype.size(),
+            mover,
+            input: self.input,
+            output: self.output,
+            work,
+        }
+    }
+}
+
+impl HaloCall<'_> {
+    /// The pipeline of this call with `mover` and `work`.
+    fn run<'a>(&'a self, mover: &'a dyn Mover, work: Buf) -> HaloRun<'a> {
+        HaloRun {
+            plan: self.plan,
+            backend: self.backend,
+            elem: self.dtype.size(),
+            mover,
+            data: self.data,
+            work,
+        }
+    }
+}
+
+/// What the performance report records of one operation.
+#[derive(Clone, Copy)]
+struct Sample<'a> {
+    key: &'a dyn Fn() -> SampleKey,
+    bytes: f64,
+}
+
+/// How the performance report gets an operation's communication time.
+#[derive(Clone, Copy)]
+enum CommTime<'a> {
+    /// Time inside each transport call (transports that complete on the host).
+    PerCall,
+    /// Read after the run from what it measured itself: pipelines must not be timed call
+    /// by call, since each device timing waits for the stream and would serialise them.
+    Own(&'a dyn Fn() -> Result<f64>),
+}
+
+/// How a device operation through NCCL or MPI exchanges data.
+struct DeviceExchange<'a> {
+    route: Route,
+    /// NCCL may exchange through the registered workspace, of this many elements (the
+    /// same on every rank, so that all grow it together): every rank then packs and
+    /// unpacks through it.
+    registrable: Option<i64>,
+    /// Handle ranks of the group's members, by peer index (NCCL uses handle ranks).
+    members: &'a [usize],
+    /// The MPI group the plan's peer indices refer to.
+    comm: &'a dyn Communicator,
+    /// Elements the operation's workspace needs, of `elem` bytes, and the query that
+    /// says so.
+    work_elems: i64,
+    elem: usize,
+    query: &'static str,
+    /// Staging bytes for MPI without CUDA support.
+    staging: usize,
+    sample: Sample<'a>,
+}
+
+const TRANSPOSE_QUERY: &str = "get_transpose_workspace_size()";
+const HALO_QUERY: &str = "get_halo_workspace_size()";
+
+/// Bytes of `elems` elements, after checking that the caller's workspace, if any, holds
+/// them. Every route checks it, also those that always use the handle's workspace.
+fn check_work(explicit: Option<Buf>, elems: i64, elem: usize, query: &str) -> Result<usize> {
+    let need = usize::try_from(elems.max(0))
+        .ok()
+        .and_then(|n| n.checked_mul(elem))
+        .ok_or_else(|| Error::InvalidUsage(format!("{query} = {elems} elements overflow")))?;
+    match explicit {
+        Some(w) if w.len() < need => invalid!(
+            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
+            w.len()
+        ),
+        _ => Ok(need),
+    }
+}
+
+impl Runtime<'_> {
+    fn device(&self) -> Result<&DeviceState> {
+        self.device
+            .ok_or_else(|| Error::Internal("device operation on a host handle".into()))
+    }
+
+    fn mpi_cuda_aware(&self) -> bool {
+        self.device.is_some_and(|d| d.mpi_cuda_aware)
+    }
+
+    /// The device state with its device bound to this thread and its copy kernels loaded.
+    fn bound_device(&self) -> Result<(&DeviceState, std::sync::Arc<Kernels>)> {
+        let d = self.device()?;
+        d.device.bind()?;
+        Ok((d, Kernels::for_device(&d.device)?))
+    }
+
+    /// Runs a transpose (host: synchronously; device: enqueued on the stream, MPI routes
+    /// synchronising it on the host).
+    pub fn transpose(&self, c: &TransposeCall<'_>, exec: Exec) -> Result<()> {
+        let plan = c.plan;
+        let elem = c.dtype.size();
+        let need = check_work(c.work, c.workspace_elems, elem, TRANSPOSE_QUERY)?;
+        let key = || transpose_key(plan, c.dtype, c.input.ptr() == c.output.ptr());
+        let sample = Sample {
+            key: &key,
+            bytes: transpose_bytes(plan, elem),
+        };
+        let route = transpose_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
+        match (route, exec) {
+            (Route::HostMpi, _) => {
+                let mut ws = lock(self.workspace);
+                // SAFETY: the workspace stays locked, and not grown again, until the end.
+                let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+                let mover = HostMover::new(self.host_threads).streaming_into(c.output);
+                let r = c.run(&mover, work);
+                self.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |t| {
+                    r.run(t)
+                })
+            }
+            (Route::HostShared { sliced }, _) => {
+                let mut ws = lock(self.workspace);
+                // Always the handle's shared workspace: peers write into it.
+                let work = ws.shared.exchange(self.world, need)?;
+                let mover = HostMover::new(self.host_threads).streaming_into(c.output);
+                let r = c.run(&mover, work);
+                let x = SharedSlices {
+                    workspaces: &ws.shared,
+                    members: &plan.members,
+                    rank: self.rank,
+                    threads: self.host_threads,
+                    ring: Some(HOST_RING_PLACES),
+                    waited_ms: Cell::new(0.0),
+                };
+                let waited = || Ok(x.waited_ms.get());
+                self.reported(&Clock::Host, c.group, sample, CommTime::Own(&waited), |t| {
+                    if sliced {
+                        r.sliced(&x, self.slice_bytes, false)
+                    } else {
+                        r.run(t)
+                    }
+                })
+            }
+            (Route::Ipc { sliced }, Exec::Device(stream)) => {
+                self.transpose_ipc(c, need, sliced, stream, sample)
+            }
+            (route, Exec::Device(stream)) => self.on_device(
+                stream,
+                c.work,
+                DeviceExchange {
+                    route,
+                    // Never where some rank sends from its input or receives into its output.
+                    registrable: (matches!(route, Route::Nccl { sliced: true })
+                        && plan.packed_everywhere)
+                        .then_some(c.workspace_elems),
+                    members: &plan.members,
+                    comm: c.group,
+                    work_elems: c.workspace_elems,
+                    elem,
+                    query: TRANSPOSE_QUERY,
+                    staging: (plan.input.size + plan.output.size) as usize * elem,
+                    sample,
+                },
+                |mover, work, transport, slices| {
+                    let r = c.run(mover, work);
+                    match slices {
+                        // Staged slices pair unit k with slice k on every rank: never per peer.
+                        Some(x) => {
+                            r.sliced(x, self.slice_bytes, c.backend == TransposeBackend::NcclPl)
+                        }
+                        None => r.run(transport),
+                    }
+                },
+            ),
+            (route, Exec::Host) => Err(Error::Internal(format!(
+                "device route {route:?} for a host operation"
+            ))),
+        }
+    }
+
+    /// DIRECT on GPUs: chunks are packed slice by slice on the user's stream and copied by
+    /// the copy engine straight into the receiving peer's workspace (mapped through CUDA
+    /// IPC) from the library's stream; each slice is signalled with an interprocess event
+    /// and unpacked by the receiver as it lands. One host synchronisation at the start
+    /// (the peers' workspaces are free) and one barrier (signals recorded before waits).
+    /// Always uses the handle's workspace, which peers have mapped.
+    fn transpose_ipc(
+        &self,
+        c: &TransposeCall<'_>,
+        need: usize,
+        sliced: bool,
+        stream: Stream,
+        sample: Sample<'_>,
+    ) -> Result<()> {
+        let plan = c.plan;
+        let elem = c.dtype.size();
+        let (dev, kernels) = self.bound_device()?;
+        let mover = DeviceMover::new(&kernels, stream);
+        let pipe = dev.pipe(plan.npeers())?;
+        let pipe = pipe
+            .as_ref()
+            .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
+        let mut ws = lock(self.workspace);
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let work = unsafe { ws.device(&dev.device, need, stream)? };
+        let run = TransposeRun {
+            plan,
+            backend: TransposeBackend::Direct,
+            elem,
+            mover: &mover,
+            input: c.input,
+            output: c.output,
+            work,
+        };
+        let span = || pipe.span_ms();
+        let timing = if sliced {
+            CommTime::Own(&span)
+        } else {
+            CommTime::PerCall
+        };
+        let result = self.reported(&Clock::Device(stream), c.group, sample, timing, |t| {
+            ws.start_direct(self.world, work, stream)?;
+            if !sliced {
+                return run.run(t);
+            }
+            let x = IpcSlices {
+                pipe,
+                main: stream,
+                peers: ws.ipc(),
+                members: &plan.members,
+                me: plan.me,
+                slots: plan
+                    .peer_recv_offsets
+                    .iter()
+                    .map(|&o| (o * elem as i64) as u64)
+                    .collect(),
+                comm: c.group,
+            };
+            run.sliced(&x, self.slice_bytes, false)
+        });
+        ws.release(stream)?;
+        result
+    }
+
+    /// Runs a halo update (host: synchronously; device: enqueued on the stream).
+    pub fn update_halos(&self, c: &HaloCall<'_>, exec: Exec) -> Result<()> {
+        let plan = c.plan;
+        let elem = c.dtype.size();
+        let need = check_work(c.work, c.workspace_elems, elem, HALO_QUERY)?;
+        let key = || halo_key(&plan.spec, c.dtype);
+        let sample = Sample {
+            key: &key,
+            bytes: halo_bytes(plan, self.rank, elem),
+        };
+        let route = halo_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
+        match (route, exec) {
+            (Route::HostMpi, _) => {
+                let mut ws = lock(self.workspace);
+                // SAFETY: the workspace stays locked, and not grown again, until the end.
+                let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+                let mover = HostMover::new(self.host_threads);
+                let r = c.run(&mover, work);
+                self.reported(&Clock::Host, self.world, sample, CommTime::PerCall, |t| {
+                    r.run(t)
+                })
+            }
+            (Route::HostShared { .. }, _) => {
+                let mut ws = lock(self.workspace);
+                // Always the handle's shared workspace: neighbours write into it.
+                let work = ws.shared.exchange(self.world, need)?;
+                let mover = HostMover::new(self.host_threads);
+                let r = c.run(&mover, work);
+                let x = SharedFaces {
+                    workspaces: &ws.shared,
+                    rank: self.rank,
+                    waited_ms: Cell::new(0.0),
+                };
+                let waited = || Ok(x.waited_ms.get());
+                self.reported(
+                    &Clock::Host,
+                    self.world,
+                    sample,
+                    CommTime::Own(&waited),
+                    |_| r.direct(&x, self.slice_bytes),
+                )
+            }
+            (Route::Ipc { .. }, Exec::Device(stream)) => self.halo_ipc(c, need, stream, sample),
+            (route, Exec::Device(stream)) => {
+                let everyone: Vec<usize> = (0..self.world.size()).collect();
+                self.on_device(
+                    stream,
+                    c.work,
+                    DeviceExchange {
+                        route,
+                        // Local wraps exchange nothing; dense faces go straight from the array.
+                        registrable: (!plan.local_wrap && plan.packed_everywhere)
+                            .then_some(plan.max_workspace_elems),
+                        members: &everyone,
+                        comm: self.world,
+                        work_elems: c.workspace_elems,
+                        elem,
+                        query: HALO_QUERY,
+                        staging: plan.workspace_elems() as usize * elem,
+                        sample,
+                    },
+                    |mover, work, transport, _| c.run(mover, work).run(transport),
+                )
+            }
+            (route, Exec::Host) => Err(Error::Internal(format!(
+                "device route {route:?} for a host operation"
+            ))),
+        }
+    }
+
+    /// DIRECT halo update on GPUs: faces are copied by the copy engine into the
+    /// neighbours' workspaces (CUDA IPC) and signalled with interprocess events; the
+    /// handle's workspace is always used, as peers have mapped it.
+    fn halo_ipc(
+        &self,
+        c: &HaloCall<'_>,
+        need: usize,
+        stream: Stream,
+        sample: Sample<'_>,
+    ) -> Result<()> {
+        let (dev, kernels) = self.bound_device()?;
+        let mover = DeviceMover::new(&kernels, stream);
+        let pipe = dev.pipe(1)?;
+        let pipe = pipe
+            .as_ref()
+            .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
+        let mut ws = lock(self.workspace);
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let work = unsafe { ws.device(&dev.device, need, stream)? };
+        let run = HaloRun {
+            plan: c.plan,
+            backend: HaloBackend::Direct,
+            elem: c.dtype.size(),
+            mover: &mover,
+            data: c.data,
+            work,
+        };
+        let span = || pipe.span_ms();
+        let clock = Clock::Device(stream);
+        let result = self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
+            ws.start_direct(self.world, work, stream)?;
+            let x = IpcFaces {
+                pipe,
+                main: stream,
+                peers: ws.ipc(),
+                neighbours: c.plan.neighbours,
+                comm: self.world,
+            };
+            run.direct(&x, self.slice_bytes)
+        });
+        ws.release(stream)?;
+        result
+    }
+
+    /// Common frame of device operations through NCCL or MPI: binds the device, picks the
+    /// workspace, builds the mover and the transport (NCCL, CUDA-aware MPI or host-staged
+    /// MPI; sliced routes get their slice exchange), runs `f` and orders the next user of
+    /// the workspace after this operation.
+    fn on_device(
+        &self,
+        stream: Stream,
+        work: Option<Buf>,
+        ex: DeviceExchange<'_>,
+        f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
+    ) -> Result<()> {
+        let (dev, kernels) = self.bound_device()?;
+        let mover = DeviceMover::new(&kernels, stream);
+        let sliced = matches!(
+            ex.route,
+            Route::Nccl { sliced: true } | Route::StagedMpi { sliced: true }
+        );
+        let pipe = if sliced {
+            Some(dev.pipe(ex.members.len())?)
+        } else {
+            None
+        };
+        let pipe = pipe.as_ref().and_then(|g| g.as_ref());
+        let nccl = match ex.route {
+            Route::Nccl { .. } => Some(dev.nccl(self.world)?),
+            _ => None,
+        };
+        let mut ws = lock(self.workspace);
+        let need = check_work(work, ex.work_elems, ex.elem, ex.query)?;
+        // NCCL exchanges between workspaces on every rank use the handle's registered one
+        // (a `work` argument is still checked); others the given or the automatic one.
+        let registered = match (&nccl, ex.registrable) {
+            (Some(n), Some(elems)) if n.registers() => {
+                let total = elems.max(ex.work_elems).max(0) as usize * ex.elem;
+                // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                unsafe { ws.registered(n, &dev.device, self.world, total, stream)? }
+            }
+            _ => None,
+        };
+        let (work, registered) = match (registered, work) {
+            (Some(b), _) => (b, true),
+            (None, Some(w)) => (w, false),
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            (None, None) => (unsafe { ws.device(&dev.device, need, stream)? }, false),
+        };
+        let clock = Clock::Device(stream);
+        let run = |t: &dyn Transport, x: Option<&dyn SliceExchange>, comm: CommTime<'_>| {
+            self.reported(&clock, t, ex.sample, comm, |t| f(&mover, work, t, x))
+        };
+        let result = match ex.route {
+            Route::Nccl { .. } => {
+                let nccl = nccl.ok_or_else(|| Error::Internal("NCCL route without NCCL".into()))?;
+                let on = pipe.map_or(stream, Pipe::side);
+                let t = NcclTransport::new(&nccl, on, ex.members);
+                match pipe {
+                    Some(pipe) => {
+                        let x = TransportSlices {
+                            transport: &t,
+                            pipe,
+                            main: stream,
+                            registered,
+                        };
+                        run(&t, Some(&x), CommTime::Own(&|| pipe.span_ms()))
+                    }
+                    None => run(&t, None, CommTime::PerCall),
+                }
+            }
+            Route::CudaAwareMpi => {
+                run(&CudaAwareMpi::new(ex.comm, stream), None, CommTime::PerCall)
+            }
+            _ => {
+                let (base, cap) = ws.staging(&dev.device, ex.staging)?;
+                // SAFETY: the arena belongs to the locked workspace; the next user waits for
+                // `release` below before touching it.
+                let arena = unsafe { Arena::new(base, cap) };
+                match pipe {
+                    Some(pipe) => {
+                        // Receives write into the arena from the host as soon as they are
+                        // posted: the previous operation's copies out of it must be done.
+                        ws.quiesce()?;
+                        let x = StagedSlices::new(ex.comm, pipe, stream, arena);
+                        let waited = || Ok(x.waited_ms.get());
+                        run(ex.comm, Some(&x), CommTime::Own(&waited))
+                    }
+                    None => run(
+                        &StagedMpi::new(ex.comm, stream, arena),
+                        None,
+                        CommTime::PerCall,
+                    ),
+                }
+            }
+        };
+        ws.release(stream)?;
+        result
+    }
+
+    /// Runs `f` on `transport`; with the performance report on, times it (total, and the
+    /// communication time `comm` says how to get) and records a sample.
+    fn reported(
+        &self,
+        clock: &Clock,
+        transport: &dyn Transport,
+        sample: Sample<'_>,
+        comm: CommTime<'_>,
+        f: impl FnOnce(&dyn Transport) -> Result<()>,
+    ) -> Result<()> {
+        let Some(perf) = self.perf else {
+            return f(transport);
+        };
+        let start = clock.mark()?;
+        let timed = TimedTransport {
+            inner: transport,
+            clock,
+            comm_ms: Cell::new(0.0),
+        };
+        let comm_ms = match comm {
+            CommTime::PerCall => {
+                f(&timed)?;
+                timed.comm_ms.get()
+            }
+            CommTime::Own(read) => {
+                f(transport)?;
+                read()?
+            }
+        };
+        let total = clock.since(&start)?;
+        // Host-timed waits of a device operation (host-staged slices) may begin while
+        // earlier work still holds the stream, before the operation's first event runs:
+        // communication is part of the operation, so it is capped at its time.
+        perf.record((sample.key)(), total, comm_ms.min(total), sample.bytes);
+        Ok(())
+    }
+}

@@ -1,0 +1,217 @@
+//! The handle's workspaces: host memory, device memory, the NCCL-registered device
+//! buffer, page-locked staging, and the peers' mapped workspaces of the DIRECT backends.
+//! Grown on demand and never shrunk; one operation at a time uses them (the handle's lock).
+
+use std::sync::Arc;
+
+use crate::comm::Communicator;
+use crate::cuda::ipc::IpcPeers;
+use crate::cuda::nccl::{Nccl, RegisteredAlloc};
+use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
+use crate::mem::shm::SharedWorkspaces;
+use crate::mem::Buf;
+use crate::{Error, Result};
+
+/// Everything a handle's operations stage data in (host and device memory), grown on
+/// demand and never shrunk. The handle keeps it behind a lock that one operation holds
+/// from start to end.
+///
+/// The buffers it hands out ([`Workspace::host`], [`Workspace::device`],
+/// [`Workspace::registered`]) are raw address ranges: they stay valid until the next call
+/// that may grow the same kind of buffer, hence those calls are `unsafe`.
+#[derive(Default)]
+pub struct Workspace {
+    words: Vec<u64>,
+    device: Option<DeviceAlloc>,
+    /// NCCL exchanges' workspace, registered with the handle's communicator.
+    registered: Option<RegisteredAlloc>,
+    /// Some rank could not allocate or register it: NCCL uses `device` from then on.
+    unregistered: bool,
+    /// Recorded after every device operation that used `device` or `staging`: the next
+    /// one (possibly on another stream) waits for it, and growth waits before freeing.
+    last_use: Option<Event>,
+    staging: Option<PinnedAlloc>,
+    /// Peers' device workspaces mapped for the DIRECT backend.
+    ipc: IpcPeers,
+    /// Node-shared host workspaces of the DIRECT backend (this rank's and its peers').
+    pub(crate) shared: SharedWorkspaces,
+}
+
+impl Workspace {
+    /// Host memory of at least `bytes` bytes (8-byte aligned).
+    ///
+    /// # Safety
+    /// The buffer is valid until the next call of `host` on this workspace (which may
+    /// reallocate) or until the workspace is dropped; the caller uses it no longer.
+    pub unsafe fn host(&mut self, bytes: usize) -> Buf {
+        let words = bytes.div_ceil(8);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+        }
+        let len = std::mem::size_of_val(self.words.as_slice());
+        // SAFETY: the vector's storage, valid for `len` bytes until it is next resized,
+        // which the caller's contract rules out while the buffer is in use.
+        unsafe { Buf::new(self.words.as_mut_ptr().cast::<u8>(), len) }
+    }
+
+    /// Current size of the host buffer in bytes.
+    pub fn host_bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// Waits on the host until the last device operation that used this workspace is done.
+    pub(crate) fn quiesce(&self) -> Result<()> {
+        quiesce(&self.last_use)
+    }
+
+    /// Waits for the last operation, then frees the NCCL-registered buffer (before the
+    /// communicator it is registered with goes).
+    pub(crate) fn drop_registered(&mut self) -> Result<()> {
+        self.quiesce()?;
+        self.registered = None;
+        Ok(())
+    }
+
+    /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
+    ///
+    /// # Safety
+    /// The buffer is valid until the next call of `device` on this workspace (which may
+    /// reallocate) or until the workspace is dropped; the caller uses it no longer.
+    pub unsafe fn device(
+        &mut self,
+        device: &Arc<Device>,
+        bytes: usize,
+        stream: Stream,
+    ) -> Result<Buf> {
+        if let Some(e) = &self.last_use {
+            e.wait_on(stream)?;
+        }
+        let d = grow(
+            &mut self.device,
+            &self.last_use,
+            bytes,
+            DeviceAlloc::bytes,
+            || DeviceAlloc::new(device, bytes),
+        )?;
+        // SAFETY: the allocation is owned here and lives until the next growth, which the
+        // caller's contract rules out while the buffer is in use.
+        Ok(unsafe { Buf::new(d.ptr() as usize as *mut u8, d.bytes()) })
+    }
+
+    /// Collective over `comm` when it grows: the registered workspace of at least `bytes`
+    /// for NCCL exchanges, ordered after its previous use on `stream`. `None` once any
+    /// rank failed to allocate or register it (all ranks then fall back alike, since a
+    /// registered send must meet a registered receive). Every rank asks for the same
+    /// sizes in the same order (the grid's transpose workspace size, or the largest halo
+    /// workspace of any rank), so all grow together.
+    ///
+    /// # Safety
+    /// As [`Workspace::device`], for calls of `registered`.
+    pub unsafe fn registered(
+        &mut self,
+        nccl: &Arc<Nccl>,
+        device: &Arc<Device>,
+        comm: &dyn Communicator,
+        bytes: usize,
+        stream: Stream,
+    ) -> Result<Option<Buf>> {
+        if self.unregistered {
+            return Ok(None);
+        }
+        if let Some(e) = &self.last_use {
+            e.wait_on(stream)?;
+        }
+        if self.registered.as_ref().is_none_or(|r| r.bytes() < bytes) {
+            quiesce(&self.last_use)?;
+            self.registered = None;
+            let made = RegisteredAlloc::new(nccl, device, bytes).ok();
+            let mut all = vec![0u8; comm.size()];
+            comm.allgather(&[u8::from(made.is_some())], &mut all)?;
+            if all.iter().all(|&ok| ok == 1) {
+                self.registered = made;
+            } else {
+                self.unregistered = true;
+            }
+        }
+        // SAFETY: the allocation is owned here and lives until the next growth, which the
+        // caller's contract rules out while the buffer is in use.
+        Ok(self
+            .registered
+            .as_ref()
+            .map(|r| unsafe { Buf::new(r.ptr() as usize as *mut u8, r.bytes()) }))
+    }
+
+    /// Page-locked staging of at least `bytes` (for MPI without CUDA support).
+    pub fn staging(&mut self, device: &Arc<Device>, bytes: usize) -> Result<(*mut u8, usize)> {
+        let s = grow(
+            &mut self.staging,
+            &self.last_use,
+            bytes,
+            PinnedAlloc::bytes,
+            || PinnedAlloc::new(device, bytes),
+        )?;
+        Ok((s.ptr(), s.bytes()))
+    }
+
+    /// Peers' mapped workspaces and signal events (after `start_direct`).
+    pub fn ipc(&self) -> &IpcPeers {
+        &self.ipc
+    }
+
+    /// Collective start of a DIRECT device operation on `stream`, `work` being this
+    /// workspace's current buffer: peers may write into the workspace once `stream` gets
+    /// here (it already waits for every earlier user of the workspace). That is said with
+    /// the `free` event, recorded before the start barrier so that peers' waits after it
+    /// see it; the first operation, before the events exist, waits on the host instead.
+    /// Then maps new peer workspaces (the start barrier).
+    pub fn start_direct(
+        &mut self,
+        comm: &dyn Communicator,
+        work: Buf,
+        stream: Stream,
+    ) -> Result<()> {
+        if self.ipc.has_signals() {
+            self.ipc.free()?.record(stream)?;
+        } else {
+            cuda::synchronize(stream)?;
+        }
+        self.ipc
+            .exchange(comm, work.ptr() as u64, work.len() as u64)
+    }
+
+    /// Marks the end of a device operation on `stream`.
+    pub fn release(&mut self, stream: Stream) -> Result<()> {
+        if self.last_use.is_none() {
+            self.last_use = Some(Event::new(false)?);
+        }
+        match &self.last_use {
+            Some(e) => e.record(stream),
+            None => Ok(()),
+        }
+    }
+}
+
+fn quiesce(last_use: &Option<Event>) -> Result<()> {
+    match last_use {
+        Some(e) => e.synchronize(),
+        None => Ok(()),
+    }
+}
+
+/// The allocation in `slot`, replaced by a fresh one from `alloc` (once every operation that
+/// used the old one finished) when it holds fewer than `bytes`. Never shrinks.
+fn grow<'a, T>(
+    slot: &'a mut Option<T>,
+    last_use: &Option<Event>,
+    bytes: usize,
+    size: impl Fn(&T) -> usize,
+    alloc: impl FnOnce() -> Result<T>,
+) -> Result<&'a T> {
+    if slot.as_ref().is_none_or(|t| size(t) < bytes) {
+        quiesce(last_use)?;
+        *slot = None;
+        *slot = Some(alloc()?);
+    }
+    slot.as_ref()
+        .ok_or_else(|| Error::Internal("workspace allocation".into()))
+}

@@ -1,0 +1,306 @@
+//! Grid descriptors (`cudecompGridDesc_t`): one decomposition bound to a handle, with its
+//! row and column communicators and cached plans. Its two operations, [`GridDesc::transpose`]
+//! and [`GridDesc::update_halos`], check the caller's side of the contract (buffers large
+//! enough, in-place or disjoint, the workspace apart from the data, arguments in range)
+//! and hand the plan to the engine.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use crate::comm::Communicator;
+use crate::config::DataType;
+use crate::engine::device::lock;
+use crate::engine::run::{HaloCall, Runtime, TransposeCall};
+use crate::engine::Exec;
+use crate::geometry::{CommAxis, Grid};
+use crate::handle::Handle;
+use crate::mem::Buf;
+use crate::perf::{PerfReport, PerfSettings};
+use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
+use crate::{invalid, Error, Result};
+
+/// One transpose request: direction, halos and padding of both pencils, element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TransposeOp {
+    pub direction: Direction,
+    pub layouts: TransposeLayouts,
+    pub dtype: DataType,
+}
+
+/// One decomposition bound to a handle.
+pub struct GridDesc {
+    handle: Handle,
+    grid: Grid,
+    rank: usize,
+    /// Indexed by [`CommAxis`]: column then row communicator.
+    subcomms: [Box<dyn Communicator>; 2],
+    plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
+    halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
+    perf: Option<PerfReport>,
+    /// Slice size of pipelined transposes and DIRECT halos set by the user (the same on
+    /// every rank: checked); each exchange has its own otherwise.
+    slice_bytes: Option<i64>,
+    /// Threads of host copies (see [`Handle::host_threads`]).
+    host_threads: usize,
+}
+
+/// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined transposes and DIRECT
+/// halos), `None` when unset.
+pub(crate) fn slice_bytes_from_env() -> Result<Option<i64>> {
+    match std::env::var("CUDECOMP_PIPELINE_SLICE_BYTES") {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(Some)
+            .ok_or_else(|| {
+                Error::InvalidUsage(format!(
+                    "CUDECOMP_PIPELINE_SLICE_BYTES: expected a positive number of bytes, got {v:?}"
+                ))
+            }),
+    }
+}
+
+/// A value from `map`, made by `make` (and kept) on first request.
+fn cached<K: Hash + Eq, V: Clone>(
+    map: &Mutex<HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> Result<V>,
+) -> Result<V> {
+    if let Some(v) = lock(map).get(&key) {
+        return Ok(v.clone());
+    }
+    let v = make()?;
+    lock(map).insert(key, v.clone());
+    Ok(v)
+}
+
+/// Bytes of `cells` elements of `elem` bytes (InvalidUsage naming `what` on overflow).
+fn bytes_of(what: &str, cells: i64, elem: usize) -> Result<usize> {
+    usize::try_from(cells)
+        .ok()
+        .and_then(|c| c.checked_mul(elem))
+        .ok_or_else(|| {
+            Error::InvalidUsage(format!(
+                "{what}: {cells} elements of {elem} bytes do not fit in memory"
+            ))
+        })
+}
+
+/// InvalidUsage unless `b` holds `cells` elements of `elem` bytes.
+fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
+    let need = bytes_of(what, cells, elem)?;
+    if b.len() < need {
+        invalid!(
+            "{what}: expected at least {need} bytes ({cells} elements of {elem} bytes), got {}",
+            b.len()
+        );
+    }
+    Ok(())
+}
+
+/// InvalidUsage when the caller's workspace shares memory with a data buffer.
+fn check_work_apart(work: Option<Buf>, data: &[Buf]) -> Result<()> {
+    if let Some(w) = work {
+        if data.iter().any(|d| w.overlaps(d)) {
+            invalid!("work: expected memory disjoint from the data arrays");
+        }
+    }
+    Ok(())
+}
+
+impl GridDesc {
+    /// Collective: the descriptor of `grid` on `handle` (splits the row and column
+    /// communicators).
+    pub(crate) fn new(
+        handle: Handle,
+        grid: Grid,
+        slice_bytes: Option<i64>,
+        host_threads: usize,
+    ) -> Result<GridDesc> {
+        let rank = handle.rank();
+        let [row, col] = grid.coords(rank);
+        let col_comm = handle.comm().split(col as i32, row as i32)?;
+        let row_comm = handle.comm().split(row as i32, col as i32)?;
+        Ok(GridDesc {
+            handle,
+            grid,
+            rank,
+            subcomms: [col_comm, row_comm],
+            plans: Mutex::new(HashMap::new()),
+            halo_plans: Mutex::new(HashMap::new()),
+            perf: PerfSettings::from_env().map(PerfReport::new),
+            slice_bytes,
+            host_threads,
+        })
+    }
+
+    /// The resolved grid.
+    pub fn grid(&self) -> &Grid {
+        &self.grid
+    }
+
+    /// The owning handle.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The sub-communicator along `axis`.
+    pub fn subcomm(&self, axis: CommAxis) -> &dyn Communicator {
+        self.subcomms[axis as usize].as_ref()
+    }
+
+    /// Overrides the slice size of pipelines (tests: tiny slices take the multi-slice
+    /// paths). Must be equal on every rank.
+    pub fn set_slice_bytes(&mut self, bytes: Option<i64>) {
+        self.slice_bytes = bytes;
+    }
+
+    /// The (cached) plan of one transpose.
+    pub fn transpose_plan(
+        &self,
+        direction: Direction,
+        layouts: &TransposeLayouts,
+    ) -> Result<Arc<TransposePlan>> {
+        cached(&self.plans, (direction, *layouts), || {
+            Ok(Arc::new(TransposePlan::new(
+                &self.grid, self.rank, direction, layouts,
+            )?))
+        })
+    }
+
+    /// The (cached) plan of one halo update; `None` when it moves nothing.
+    pub fn halo_plan(&self, spec: &HaloSpec) -> Result<Option<Arc<HaloPlan>>> {
+        if spec.axis > 2 || spec.dim > 2 {
+            invalid!(
+                "halo update: expected axis and dim in 0 (X), 1 (Y), 2 (Z), got axis {} and dim {}",
+                spec.axis,
+                spec.dim
+            );
+        }
+        cached(&self.halo_plans, *spec, || {
+            Ok(HaloPlan::new(&self.grid, self.rank, *spec)?.map(Arc::new))
+        })
+    }
+
+    fn runtime(&self) -> Runtime<'_> {
+        Runtime {
+            world: self.handle.comm(),
+            rank: self.rank,
+            workspace: self.handle.workspace(),
+            device: self.handle.device().ok(),
+            perf: self.perf.as_ref(),
+            slice_bytes: self.slice_bytes,
+            host_threads: self.host_threads,
+        }
+    }
+
+    /// InvalidUsage unless `exec` is where this handle's data lives.
+    fn check_exec(&self, exec: Exec) -> Result<()> {
+        match (exec, self.handle.is_gpu()) {
+            (Exec::Host, false) | (Exec::Device(_), true) => Ok(()),
+            (e, gpu) => invalid!(
+                "expected an operation on {}, as this handle's, got one on {}",
+                if gpu {
+                    "CUDA device memory"
+                } else {
+                    "host memory"
+                },
+                e.describe()
+            ),
+        }
+    }
+
+    /// Collective: runs one transpose. `input` and `output` must hold their pencils and
+    /// be either the same memory (in-place: same start address) or disjoint; `work`
+    /// (`None`: the handle's workspace) must hold `get_transpose_workspace_size()`
+    /// elements and be disjoint from both. On a GPU handle (`Exec::Device`) the work is
+    /// enqueued on the stream.
+    pub fn transpose(
+        &self,
+        op: &TransposeOp,
+        input: Buf,
+        output: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+    ) -> Result<()> {
+        self.check_exec(exec)?;
+        let plan = self.transpose_plan(op.direction, &op.layouts)?;
+        let elem = op.dtype.size();
+        check_len("input", input, plan.input.size, elem)?;
+        check_len("output", output, plan.output.size, elem)?;
+        if input.ptr() != output.ptr() && input.overlaps(&output) {
+            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
+        }
+        check_work_apart(work, &[input, output])?;
+        self.runtime().transpose(
+            &TransposeCall {
+                plan: &plan,
+                backend: self.grid.transpose_backend,
+                group: self.subcomm(op.direction.comm()),
+                workspace_elems: self.grid.transpose_workspace_size()?,
+                dtype: op.dtype,
+                input,
+                output,
+                work,
+            },
+            exec,
+        )
+    }
+
+    /// Collective: one halo update of this rank's `spec.axis`-pencil in `data`, along
+    /// `spec.dim`. `work` as for [`GridDesc::transpose`], with
+    /// `get_halo_workspace_size()` elements.
+    pub fn update_halos(
+        &self,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+    ) -> Result<()> {
+        self.check_exec(exec)?;
+        check_work_apart(work, &[data])?;
+        let Some(plan) = self.halo_plan(spec)? else {
+            return Ok(());
+        };
+        let elem = dtype.size();
+        check_len("input", data, plan.info.size, elem)?;
+        self.runtime().update_halos(
+            &HaloCall {
+                plan: &plan,
+                backend: self.grid.halo_backend,
+                workspace_elems: self.grid.halo_workspace_size(
+                    spec.axis as i64,
+                    self.rank,
+                    spec.halo,
+                )?,
+                dtype,
+                data,
+                work,
+            },
+            exec,
+        )
+    }
+
+    /// Collective: releases the row and column communicators. With the performance
+    /// report on, returns its summary on rank 0 (and writes its CSV files if asked).
+    pub fn destroy(&self) -> Result<Option<String>> {
+        let summary = match &self.perf {
+            Some(p) => p.finish(&self.grid, self.handle.comm())?,
+            None => None,
+        };
+        for c in &self.subcomms {
+            c.free()?;
+        }
+        Ok(summary)
+    }
+}

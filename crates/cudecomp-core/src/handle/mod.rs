@@ -1,0 +1,231 @@
+//! The library handle (`cudecompHandle_t`): a private duplicate of the user's
+//! communicator, the workspace its operations share, the GPU state of a GPU handle, and
+//! the collective facts about its ranks ([`capabilities`]). Grids are created from it
+//! ([`GridDesc`], in [`grid`]).
+
+pub mod capabilities;
+pub mod grid;
+
+use std::sync::{Arc, Mutex};
+
+use crate::comm::{allgather_bytes, Communicator};
+use crate::config::{GridConfig, HaloBackend, TransposeBackend};
+use crate::cuda::Device;
+use crate::engine::device::{lock, DeviceState};
+use crate::engine::workspace::Workspace;
+use crate::geometry::Grid;
+use crate::{invalid, unsupported, Error, Result};
+use capabilities::Capabilities;
+pub use capabilities::MAX_HOST_THREADS;
+pub use grid::GridDesc;
+
+struct Shared {
+    comm: Box<dyn Communicator>,
+    workspace: Mutex<Workspace>,
+    col_major_default: bool,
+    device: Option<DeviceState>,
+    caps: Capabilities,
+}
+
+/// A library handle bound to a (private duplicate of a) communicator. Cloning shares it.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Handle {
+    /// A host handle (the CPU variant) over a communicator it owns from now on.
+    /// `col_major_default` is the deprecated `CUDECOMP_USE_COL_MAJOR_RANK_ORDER=1` switch.
+    pub fn new(comm: Box<dyn Communicator>, col_major_default: bool) -> Handle {
+        Handle::with_device(comm, col_major_default, None)
+    }
+
+    /// A GPU handle on `device`. `nccl_path` locates `libnccl.so.2`; `mpi_cuda_aware`
+    /// overrides what MPI reports (`CUDECOMP_MPI_CUDA_AWARE`).
+    pub fn new_cuda(
+        comm: Box<dyn Communicator>,
+        col_major_default: bool,
+        device: Arc<Device>,
+        nccl_path: String,
+        mpi_cuda_aware: Option<bool>,
+    ) -> Handle {
+        let aware = mpi_cuda_aware.unwrap_or_else(|| comm.cuda_aware());
+        let state = DeviceState::new(device, nccl_path, aware);
+        Handle::with_device(comm, col_major_default, Some(state))
+    }
+
+    fn with_device(
+        comm: Box<dyn Communicator>,
+        col_major_default: bool,
+        device: Option<DeviceState>,
+    ) -> Handle {
+        Handle {
+            shared: Arc::new(Shared {
+                comm,
+                workspace: Mutex::new(Workspace::default()),
+                col_major_default,
+                device,
+                caps: Capabilities::default(),
+            }),
+        }
+    }
+
+    /// True for a GPU handle (operations run on device memory).
+    pub fn is_gpu(&self) -> bool {
+        self.shared.device.is_some()
+    }
+
+    /// The GPU state (InvalidUsage on a host handle).
+    pub fn device(&self) -> Result<&DeviceState> {
+        self.shared
+            .device
+            .as_ref()
+            .ok_or_else(|| Error::InvalidUsage("this handle has no CUDA device".into()))
+    }
+
+    /// This process's rank in the handle's communicator.
+    pub fn rank(&self) -> usize {
+        self.shared.comm.rank()
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.shared.comm.size()
+    }
+
+    /// The handle's communicator.
+    pub fn comm(&self) -> &dyn Communicator {
+        self.shared.comm.as_ref()
+    }
+
+    /// Whether `RANK_ORDER_DEFAULT` resolves to column-major (deprecated environment switch).
+    pub fn col_major_default(&self) -> bool {
+        self.shared.col_major_default
+    }
+
+    pub(crate) fn workspace(&self) -> &Mutex<Workspace> {
+        &self.shared.workspace
+    }
+
+    /// Collective: true when every rank runs on this rank's node.
+    pub fn one_node(&self) -> Result<bool> {
+        capabilities::one_node(self.comm())
+    }
+
+    /// Collective (first call): threads this rank uses for host copies (see
+    /// [`capabilities`]).
+    pub fn host_threads(&self) -> Result<usize> {
+        self.shared.caps.host_threads(self.comm())
+    }
+
+    /// Collective (first call): true when every rank can write into every other's
+    /// node-shared memory (the host DIRECT backend).
+    pub fn host_direct_ok(&self) -> Result<bool> {
+        self.shared.caps.host_direct_ok(self.comm())
+    }
+
+    /// Collective: true when every rank drives its own GPU (what NCCL requires).
+    pub fn one_gpu_per_rank(&self) -> Result<bool> {
+        capabilities::one_gpu_per_rank(self.comm(), &self.device()?.device)
+    }
+
+    /// Collective: fails on every rank, without hanging, unless all ranks pass the same
+    /// bytes. `what` names the object in the message.
+    pub fn check_agreement(&self, what: &str, mine: &[u8]) -> Result<()> {
+        let all = allgather_bytes(self.comm(), mine)?;
+        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
+        if !differing.is_empty() {
+            invalid!(
+                "{what} differs across ranks: expected every rank to pass the same values, but rank(s) {differing:?} differ from rank 0"
+            );
+        }
+        Ok(())
+    }
+
+    /// Collective: validates `cfg` (the same on all ranks: checked) and builds a grid
+    /// descriptor with its row and column communicators. Backends this handle cannot run
+    /// raise `NotSupported` on every rank.
+    pub fn create_grid(&self, cfg: &GridConfig) -> Result<GridDesc> {
+        self.check_agreement("grid configuration", &cfg.to_bytes())?;
+        // Agreed on before a bad value raises, so that a rank alone with a typo does not
+        // leave the others waiting in the collective.
+        let slice_bytes = grid::slice_bytes_from_env();
+        let token = slice_bytes.as_ref().map_or(-1, |b| b.unwrap_or(0));
+        self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &token.to_le_bytes())?;
+        let slice_bytes = slice_bytes?;
+        let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
+        self.check_backends(&grid)?;
+        let host_threads = if self.is_gpu() {
+            1
+        } else {
+            self.host_threads()?
+        };
+        GridDesc::new(self.clone(), grid, slice_bytes, host_threads)
+    }
+
+    /// Collective: `NotSupported` on every rank unless this handle can run the grid's
+    /// backends; creates NCCL when they need it.
+    fn check_backends(&self, grid: &Grid) -> Result<()> {
+        let (t, h) = (grid.transpose_backend, grid.halo_backend);
+        let nvshmem = matches!(
+            t,
+            TransposeBackend::Nvshmem | TransposeBackend::NvshmemPl | TransposeBackend::NvshmemSm
+        ) || matches!(h, HaloBackend::Nvshmem | HaloBackend::NvshmemBlocking);
+        if nvshmem {
+            unsupported!(
+                "NVSHMEM backends (transpose {}, halo {}) are not implemented: expected MPI, NCCL or DIRECT backends",
+                t.enum_name(),
+                h.enum_name()
+            );
+        }
+        match &self.shared.device {
+            Some(dev) => {
+                if t.is_nccl() || h == HaloBackend::Nccl {
+                    dev.nccl(self.comm())?;
+                }
+            }
+            None => {
+                if !(t.is_mpi() || t == TransposeBackend::Direct) {
+                    unsupported!(
+                        "transpose_comm_backend {}: the CPU variant supports MPI_P2P, MPI_P2P_PL, MPI_A2A and DIRECT only",
+                        t.enum_name()
+                    );
+                }
+                if !(h.is_mpi() || h == HaloBackend::Direct) {
+                    unsupported!(
+                        "halo_comm_backend {}: the CPU variant supports MPI, MPI_BLOCKING and DIRECT only",
+                        h.enum_name()
+                    );
+                }
+            }
+        }
+        for (what, direct) in [
+            ("transpose_comm_backend", t == TransposeBackend::Direct),
+            ("halo_comm_backend", h == HaloBackend::Direct),
+        ] {
+            if !direct {
+                continue;
+            }
+            if self.is_gpu() {
+                if !self.one_node()? {
+                    unsupported!("{what} DIRECT needs every rank's GPU in one node (CUDA IPC)");
+                }
+            } else if !self.host_direct_ok()? {
+                unsupported!(
+                    "{what} DIRECT needs every rank on one node, sharing memory through /dev/shm"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Collective: releases NCCL and the handle's communicator.
+    pub fn finalize(&self) -> Result<()> {
+        if let Some(dev) = &self.shared.device {
+            // Deregistered while the communicator lives.
+            lock(&self.shared.workspace).drop_registered()?;
+            dev.destroy_nccl()?;
+        }
+        self.comm().free()
+    }
+}
