@@ -6,7 +6,7 @@ Run under MPI, e.g. ``mpiexec -n 4 python examples/demo.py``. It
 2. runs the four transposes on global-index data and checks every cell,
 3. computes the kinetic energy and enstrophy of the Taylor-Green initial field with a
    distributed spectral derivative (FFTs along each pencil, transposes in between) and
-   compares them with the reference DNS diagnostics in shared/data (t = 0 row),
+   compares them with the reference DNS diagnostics in examples/data (t = 0 row),
 4. prints a short table (rank 0).
 
 Works with the CPU variant (NumPy) and the GPU variant (CuPy).
@@ -30,7 +30,7 @@ else:  # pragma: no cover - needs a GPU
 
     xp.cuda.Device(MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).rank % xp.cuda.runtime.getDeviceCount()).use()
 
-REFERENCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "taylor_green", "spectral_Re1600_512.gdiag")
+REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "taylor_green", "spectral_Re1600_512.gdiag")
 
 
 def global_coords(info: cudecomp.PencilInfo) -> list[np.ndarray]:
