@@ -25,10 +25,10 @@ import argparse
 import sys
 import time
 
-from basic_usage import DTYPES, VARIANTS, Variant, run_cycle, select_gpu
 from mpi4py import MPI
 
 import cudecomp
+from basic_usage import DTYPES, VARIANTS, Variant, run_cycle, select_gpu
 
 DATA_TYPES = {
     "float32": cudecomp.DataType.FLOAT,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust (fmt, clippy, unit tests with the in-process communicator),
 # then the Python suites serially and under MPI with 1, 2, 3, 4 and 6 ranks, under MPICH
-# (int handles) and Open MPI (pointer handles), plus the demo. GPU suites skip without a GPU.
+# (int handles) and Open MPI (pointer handles), plus every example on 4 ranks. GPU suites
+# skip without a GPU.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
 RANKS=${CUDECOMP_TEST_RANKS:-"1 2 3 4 6"}
@@ -36,8 +37,7 @@ for fam in mpich openmpi; do
         timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 \
             | awk -v n="$n" '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
     done
-    log "[$fam] demo on 4 ranks"
-    timeout 300 $(launcher "$fam") -n 4 "$py" examples/demo.py -n 32 | tail -n 3
+    bash "$ROOT/scripts/examples.sh" "$fam"
 done
 log "GPU variant: build, then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run)"
 make_venv gpu mpich
