@@ -166,9 +166,10 @@ class Handle:
     def free(self, grid: GridDesc, buffer: Any) -> None:
         """Release a buffer returned by ``malloc`` (collective; ``None`` is accepted).
 
-        The GPU variant waits for the device's work to finish before releasing the
-        memory; freeing a buffer twice raises ``InvalidUsageError``. In the CPU variant
-        the memory goes when the last reference to the array goes.
+        The GPU variant synchronises the default stream before releasing the memory
+        (finish work on other streams that uses the buffer first); freeing a buffer
+        twice raises ``InvalidUsageError``, freeing anything else ``TypeError``. In the
+        CPU variant the memory goes when the last reference to the array goes.
         """
     def __enter__(self) -> Handle: ...
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool: ...
