@@ -24,10 +24,11 @@ from ._errors import (
 )
 from ._log import log_to_root
 
-#: True in the CPU variant (NumPy arrays), False in the GPU variant (CUDA arrays).
 CPU_ONLY: bool = bool(_cudecomp.CPU_ONLY)
+"""True in the CPU variant (NumPy arrays), False in the GPU variant (CUDA arrays)."""
 
 __version__: str = _cudecomp.VERSION + ("+cpu" if CPU_ONLY else "")
+"""The package version; the CPU variant's ends in ``+cpu``."""
 
 
 def transpose_comm_backend_to_string(backend: TransposeCommBackend) -> str:

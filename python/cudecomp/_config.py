@@ -194,13 +194,39 @@ class GridDescConfig(_Struct):
     """Configuration of a grid descriptor (``cudecompGridDescConfig_t``), with the C defaults."""
 
     gdims = _ArrayField[int]((3,), "int", 0, "Global grid extents [X, Y, Z].")
-    gdims_dist = _ArrayField[int]((3,), "int", 0, "Extents used to distribute the grid; all zeros means gdims.")
-    pdims = _ArrayField[int]((2,), "int", 0, "Process grid [P_rows, P_cols]; [0, 0] autotunes.")
-    rank_order = _EnumField(RankOrder, RankOrder.DEFAULT, "How ranks are laid onto the process grid.")
-    transpose_comm_backend = _EnumField(TransposeCommBackend, TransposeCommBackend.MPI_P2P, "Backend of the transposes.")
-    transpose_axis_contiguous = _ArrayField[bool]((3,), "bool", False, "Per pencil: store the pencil axis contiguously.")
-    transpose_mem_order = _ArrayField[int]((3, 3), "int", -1, "Per pencil: memory order of the axes (overrides axis_contiguous); -1 unset.")
-    halo_comm_backend = _EnumField(HaloCommBackend, HaloCommBackend.MPI, "Backend of the halo updates.")
+    gdims_dist = _ArrayField[int](
+        (3,),
+        "int",
+        0,
+        "Extents by which the grid is split among ranks, each at most the matching gdims entry; the cells beyond them "
+        "(gdims - gdims_dist) go to the last rank along that axis. Used only when all three entries are non-zero, "
+        "otherwise gdims is split.",
+    )
+    pdims = _ArrayField[int](
+        (2,), "int", 0, "Process grid [P_rows, P_cols] with P_rows * P_cols ranks; [0, 0] lets the autotuner choose it."
+    )
+    rank_order = _EnumField(
+        RankOrder,
+        RankOrder.DEFAULT,
+        "How ranks are laid onto the process grid; DEFAULT resolves to ROW_MAJOR (or COL_MAJOR when "
+        "CUDECOMP_USE_COL_MAJOR_RANK_ORDER=1) and is written back resolved by Handle.create_grid.",
+    )
+    transpose_comm_backend = _EnumField(TransposeCommBackend, TransposeCommBackend.MPI_P2P, "Communication backend of the transposes.")
+    transpose_axis_contiguous = _ArrayField[bool](
+        (3,),
+        "bool",
+        False,
+        "Per pencil (X, Y, Z): store the pencil's own axis fastest, the other two following cyclically "
+        "(Y-pencil in memory order Y, Z, X), instead of the default X, Y, Z.",
+    )
+    transpose_mem_order = _ArrayField[int](
+        (3, 3),
+        "int",
+        -1,
+        "Per pencil (rows X, Y, Z): the global axes in memory order, fastest first; overrides transpose_axis_contiguous. "
+        "Either every entry -1 (unset) or every row a permutation of 0, 1, 2.",
+    )
+    halo_comm_backend = _EnumField(HaloCommBackend, HaloCommBackend.MPI, "Communication backend of the halo updates.")
 
     def _export(self) -> tuple[Any, ...]:
         """Plain values for the core, in C field order."""
@@ -240,27 +266,56 @@ class GridDescAutotuneOptions(_Struct):
     Operation-indexed fields use the order X->Y, Y->Z, Z->Y, Y->X.
     """
 
-    n_warmup_trials = _ScalarField[int](int, 3, "Untimed iterations per candidate.")
-    n_trials = _ScalarField[int](int, 5, "Timed iterations per candidate.")
-    grid_mode = _EnumField(AutotuneGridMode, AutotuneGridMode.TRANSPOSE, "Which communication chooses the process grid.")
-    dtype = _EnumField(DataType, DataType.DOUBLE, "Element type of the test buffers.")
-    allow_uneven_decompositions = _ScalarField[bool](bool, True, "Consider process grids that do not divide the grid evenly.")
-    disable_mpi_backends = _ScalarField[bool](bool, False, "Leave out MPI backends.")
-    disable_nccl_backends = _ScalarField[bool](bool, False, "Leave out NCCL backends.")
-    disable_nvshmem_backends = _ScalarField[bool](bool, False, "Leave out NVSHMEM backends.")
-    skip_threshold = _ScalarField[float](float, 0.0, "Skip a candidate when threshold * its first time exceeds the best (0 disables).")
-    autotune_transpose_backend = _ScalarField[bool](bool, False, "Search transpose backends.")
-    transpose_use_inplace_buffers = _ArrayField[bool]((4,), "bool", False, "Per operation: tune in place.")
-    transpose_op_weights = _ArrayField[float]((4,), "float", 1.0, "Per operation: weight in the score.")
-    transpose_input_halo_extents = _ArrayField[int]((4, 3), "int", 0, "Per operation: input halos.")
-    transpose_output_halo_extents = _ArrayField[int]((4, 3), "int", 0, "Per operation: output halos.")
-    transpose_input_padding = _ArrayField[int]((4, 3), "int", 0, "Per operation: input padding.")
-    transpose_output_padding = _ArrayField[int]((4, 3), "int", 0, "Per operation: output padding.")
-    autotune_halo_backend = _ScalarField[bool](bool, False, "Search halo backends.")
-    halo_extents = _ArrayField[int]((3,), "int", 0, "Halo extents used for halo tuning.")
-    halo_periods = _ArrayField[bool]((3,), "bool", False, "Halo periodicity used for halo tuning.")
-    halo_axis = _ScalarField[int](int, 0, "Pencil axis used for halo tuning (0=X, 1=Y, 2=Z).")
-    halo_padding = _ArrayField[int]((3,), "int", 0, "Padding used for halo tuning.")
+    n_warmup_trials = _ScalarField[int](int, 3, "Untimed rounds per candidate before the timed ones.")
+    n_trials = _ScalarField[int](int, 5, "Timed rounds per candidate.")
+    grid_mode = _EnumField(
+        AutotuneGridMode,
+        AutotuneGridMode.TRANSPOSE,
+        "Which search chooses the process grid when pdims is [0, 0]: TRANSPOSE (time of the four transposes) "
+        "or HALO (time of the halo updates); the other search then runs on the chosen grid.",
+    )
+    dtype = _EnumField(DataType, DataType.DOUBLE, "Element type of the buffers the candidates are timed on.")
+    allow_uneven_decompositions = _ScalarField[bool](bool, True, "Also try process grids that do not split the distributed axes evenly.")
+    disable_mpi_backends = _ScalarField[bool](bool, False, "Leave the MPI backends out of backend searches.")
+    disable_nccl_backends = _ScalarField[bool](bool, False, "Leave the NCCL backends out of backend searches.")
+    disable_nvshmem_backends = _ScalarField[bool](
+        bool, False, "Leave the NVSHMEM backends out of backend searches (this implementation never tries them)."
+    )
+    skip_threshold = _ScalarField[float](
+        float,
+        0.0,
+        "Abandon a candidate after its first timed round when skip_threshold times that round's time exceeds the "
+        "best time so far; 0 disables skipping.",
+    )
+    autotune_transpose_backend = _ScalarField[bool](
+        bool, False, "Search the transpose backend (otherwise the config's transpose_comm_backend is kept)."
+    )
+    transpose_use_inplace_buffers = _ArrayField[bool](
+        (4,), "bool", False, "Per transpose (X->Y, Y->Z, Z->Y, Y->X): time it in place instead of out of place."
+    )
+    transpose_op_weights = _ArrayField[float](
+        (4,),
+        "float",
+        1.0,
+        "Per transpose (X->Y, Y->Z, Z->Y, Y->X): weight of its time in a candidate's score; 0 leaves it out.",
+    )
+    transpose_input_halo_extents = _ArrayField[int](
+        (4, 3), "int", 0, "Per transpose (rows X->Y, Y->Z, Z->Y, Y->X): input halo extents (X, Y, Z) while timing."
+    )
+    transpose_output_halo_extents = _ArrayField[int](
+        (4, 3), "int", 0, "Per transpose (rows X->Y, Y->Z, Z->Y, Y->X): output halo extents (X, Y, Z) while timing."
+    )
+    transpose_input_padding = _ArrayField[int](
+        (4, 3), "int", 0, "Per transpose (rows X->Y, Y->Z, Z->Y, Y->X): input padding (X, Y, Z) while timing."
+    )
+    transpose_output_padding = _ArrayField[int](
+        (4, 3), "int", 0, "Per transpose (rows X->Y, Y->Z, Z->Y, Y->X): output padding (X, Y, Z) while timing."
+    )
+    autotune_halo_backend = _ScalarField[bool](bool, False, "Search the halo backend (otherwise the config's halo_comm_backend is kept).")
+    halo_extents = _ArrayField[int]((3,), "int", 0, "Halo extents (X, Y, Z) of the halo updates timed.")
+    halo_periods = _ArrayField[bool]((3,), "bool", False, "Periodicity (X, Y, Z) of the halo updates timed.")
+    halo_axis = _ScalarField[int](int, 0, "Pencil whose halo updates are timed (0 = X, 1 = Y, 2 = Z).")
+    halo_padding = _ArrayField[int]((3,), "int", 0, "Padding (X, Y, Z) of the halo updates timed.")
 
     def _export(self) -> dict[str, Any]:
         """Plain values for the core."""

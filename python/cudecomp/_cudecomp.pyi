@@ -1,4 +1,8 @@
-"""Type stubs of the Rust extension module ``cudecomp._cudecomp``."""
+"""Type stubs of the Rust extension module ``cudecomp._cudecomp``.
+
+The classes defined here are re-exported by the ``cudecomp`` package: use them as
+``cudecomp.Handle``, ``cudecomp.GridDesc`` and ``cudecomp.PencilInfo``.
+"""
 
 from types import TracebackType
 from typing import Any
@@ -8,67 +12,249 @@ from ._config import GridDescAutotuneOptions, GridDescConfig
 from ._enums import DataType
 
 CPU_ONLY: bool
-VERSION: str
+"""True when this extension is the CPU variant."""
 
-def transpose_comm_backend_to_string(backend: int) -> str: ...
-def halo_comm_backend_to_string(backend: int) -> str: ...
-def get_data_type_size(dtype: int) -> int: ...
+VERSION: str
+"""Package version without the variant suffix."""
+
+def transpose_comm_backend_to_string(backend: int) -> str:
+    """Display name of a transpose backend value (``"ERROR"`` when unknown)."""
+
+def halo_comm_backend_to_string(backend: int) -> str:
+    """Display name of a halo backend value (``"ERROR"`` when unknown)."""
+
+def get_data_type_size(dtype: int) -> int:
+    """Bytes per element of a ``DataType`` value."""
+
 def _compile_kernels(major: int, minor: int) -> int: ...
 
 Triple = tuple[int, int, int] | list[int] | Any
+"""Three non-negative ints in global axis order (X, Y, Z): a tuple, list or NumPy array."""
+
 Stream = int | Any | None
+"""A CUDA stream: None, an int handle, an object with ``__cuda_stream__``, or one with an int ``ptr``."""
 
 class PencilInfo:
-    """Local layout of one pencil (``cudecompPencilInfo_t``)."""
+    """Where this rank's part of one pencil lives and how it is laid out in memory.
+
+    Returned by [`GridDesc.get_pencil_info`][cudecomp.GridDesc.get_pencil_info]; read-only.
+    ``shape``, ``lo``, ``hi`` and ``order`` are listed in *memory order*, fastest-varying
+    axis first, exactly as in the C structure ``cudecompPencilInfo_t``; ``halo_extents``
+    and ``padding`` echo the query in global axis order (X, Y, Z).
+
+    Arrays are C-contiguous, so their NumPy/CuPy shape lists the slowest axis first:
+    allocate them with [`array_shape`][cudecomp.PencilInfo.array_shape] (``shape``
+    reversed), e.g. ``numpy.empty(info.array_shape, numpy.float64)``.
+    """
 
     @property
-    def shape(self) -> tuple[int, int, int]: ...
+    def shape(self) -> tuple[int, int, int]:
+        """Stored extents in memory order (fastest axis first), halos and padding included.
+
+        Along global axis ``order[i]`` the extent is ``hi[i] - lo[i] + 1`` owned cells,
+        plus ``2 * halo_extents[order[i]]`` halo cells and ``padding[order[i]]`` padding
+        cells.
+        """
     @property
-    def lo(self) -> tuple[int, int, int]: ...
+    def lo(self) -> tuple[int, int, int]:
+        """First global index of the owned interior along each memory-order axis (inclusive)."""
     @property
-    def hi(self) -> tuple[int, int, int]: ...
+    def hi(self) -> tuple[int, int, int]:
+        """Last global index of the owned interior along each memory-order axis (inclusive).
+
+        ``hi[i] < lo[i]`` on a rank that owns no cells of this pencil (an empty pencil).
+        """
     @property
-    def order(self) -> tuple[int, int, int]: ...
+    def order(self) -> tuple[int, int, int]:
+        """Global axis (0 = X, 1 = Y, 2 = Z) stored at each memory position, fastest first.
+
+        ``(0, 1, 2)`` by default; ``(1, 2, 0)`` for a Y-pencil with
+        ``transpose_axis_contiguous[1]`` set.
+        """
     @property
-    def halo_extents(self) -> tuple[int, int, int]: ...
+    def halo_extents(self) -> tuple[int, int, int]:
+        """Halo cells on each side of each global axis (X, Y, Z), as queried."""
     @property
-    def padding(self) -> tuple[int, int, int]: ...
+    def padding(self) -> tuple[int, int, int]:
+        """Padding cells after the end of each global axis (X, Y, Z), as queried."""
     @property
-    def size(self) -> int: ...
+    def size(self) -> int:
+        """Number of elements of the stored pencil: the product of ``shape``."""
     @property
-    def array_shape(self) -> tuple[int, int, int]: ...
+    def array_shape(self) -> tuple[int, int, int]:
+        """Shape of the C-contiguous array that holds this pencil: ``shape`` reversed.
+
+        Every array handed to a transpose or halo update must have exactly this shape
+        (for the same halos and padding); any other shape raises ``InvalidUsageError``.
+        """
 
 class Handle:
-    """Library handle bound to an MPI communicator."""
+    """The library handle: one per MPI communicator, shared by every grid built on it.
+
+    Args:
+        mpi_comm: An initialised ``mpi4py.MPI.Comm``; every rank of it must construct the
+            handle (collective). The handle works on a private duplicate of it; keep MPI
+            initialised until ``finalize()``.
+
+    The GPU variant binds the CUDA device that is current when the handle is created
+    (select it first, e.g. with ``cupy.cuda.Device(local_rank).use()``) and raises
+    ``CudaError`` where no CUDA driver is found.
+
+    Use it as a context manager (``with cudecomp.Handle(comm) as handle:``) or call
+    ``finalize()`` yourself, on every rank, before MPI is finalised. Python's garbage
+    collector never runs collective cleanup: a handle collected without ``finalize()``
+    emits a ``ResourceWarning``.
+    """
 
     def __init__(self, mpi_comm: Any) -> None: ...
     @property
-    def rank(self) -> int: ...
+    def rank(self) -> int:
+        """Rank of this process in the handle's communicator."""
     @property
-    def nranks(self) -> int: ...
-    def finalize(self) -> None: ...
-    def create_grid(self, config: GridDescConfig, autotune_options: GridDescAutotuneOptions | None = None) -> GridDesc: ...
-    def malloc(self, grid: GridDesc, nbytes: int) -> Any: ...
-    def free(self, grid: GridDesc, buffer: Any) -> None: ...
+    def nranks(self) -> int:
+        """Number of ranks in the handle's communicator."""
+    def finalize(self) -> None:
+        """Release the handle and its workspaces (collective).
+
+        Destroy the handle's grids first. Any later use of the handle, or a second
+        ``finalize()``, raises ``InvalidUsageError``.
+        """
+    def create_grid(self, config: GridDescConfig, autotune_options: GridDescAutotuneOptions | None = None) -> GridDesc:
+        """Create a grid descriptor (collective).
+
+        Every rank must pass the same configuration and options; a mismatch raises
+        ``InvalidUsageError`` on every rank instead of hanging.
+
+        Args:
+            config: The decomposition. ``pdims = (0, 0)`` asks the autotuner for the
+                process grid (then ``autotune_options`` is required). On return the
+                resolved ``pdims``, ``transpose_comm_backend``, ``halo_comm_backend``
+                and ``rank_order`` are written back into it, as the C API does.
+            autotune_options: What to search: the process grid (when ``pdims`` is
+                ``(0, 0)``) and/or the transpose and halo backends. ``None`` runs no
+                search.
+
+        Returns:
+            The new descriptor. Call its ``destroy()`` (or use it in a ``with`` block)
+            on every rank before finalizing the handle.
+
+        Raises:
+            InvalidUsageError: Invalid configuration (``pdims`` product differs from the
+                number of ranks, partial ``transpose_mem_order``, ``gdims_dist`` larger
+                than ``gdims``, ...), ranks that disagree, or autotuning filters that
+                leave no candidate.
+            NotSupportedError: A backend this variant or machine cannot run (NVSHMEM
+                family; NCCL in the CPU variant; DIRECT across nodes), or no usable
+                process grid for the autotuner.
+            TypeError: ``config`` or ``autotune_options`` of the wrong class.
+        """
+    def malloc(self, grid: GridDesc, nbytes: int) -> Any:
+        """Allocate a workspace buffer for ``grid`` (collective).
+
+        Args:
+            grid: The descriptor the buffer will serve.
+            nbytes: Size in bytes, greater than zero. A transpose needs
+                ``grid.get_transpose_workspace_size() * cudecomp.get_data_type_size(dtype)``
+                bytes, a halo update ``grid.get_halo_workspace_size(axis, halo_extents)``
+                elements of the same size.
+
+        Returns:
+            A NumPy ``uint8`` array of ``nbytes`` zeros in the CPU variant; in the GPU
+            variant a device buffer of the handle's device exposing
+            ``__cuda_array_interface__`` (``ptr`` and ``nbytes`` attributes). Pass it as
+            the ``work`` argument of transposes and halo updates.
+        """
+    def free(self, grid: GridDesc, buffer: Any) -> None:
+        """Release a buffer returned by ``malloc`` (collective; ``None`` is accepted).
+
+        The GPU variant synchronises the default stream before releasing the memory
+        (finish work on other streams that uses the buffer first); freeing a buffer
+        twice raises ``InvalidUsageError``, freeing anything else ``TypeError``. In the
+        CPU variant the memory goes when the last reference to the array goes.
+        """
     def __enter__(self) -> Handle: ...
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool: ...
 
 class GridDesc:
-    """A decomposition created by ``Handle.create_grid``."""
+    """One decomposition of a 3-D grid over the ranks of a handle.
+
+    Created by [`Handle.create_grid`][cudecomp.Handle.create_grid], never directly. It
+    keeps its handle alive. Release it with ``destroy()`` on every rank (collective), or
+    use it as a context manager, which destroys it on leaving the block.
+
+    Operations (transposes and halo updates) are collective over the ranks involved:
+    call them on every rank, in the same order. Calls on grids of one handle are
+    serialised by a lock.
+    """
 
     @property
-    def config(self) -> GridDescConfig: ...
+    def config(self) -> GridDescConfig:
+        """A copy of the resolved configuration (process grid, backends, rank order)."""
     @property
-    def handle(self) -> Handle: ...
+    def handle(self) -> Handle:
+        """The handle that created this descriptor."""
     @property
-    def autotune_result(self) -> AutotuneResult | None: ...
-    def destroy(self) -> None: ...
-    def __enter__(self) -> GridDesc: ...
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool: ...
-    def get_pencil_info(self, axis: int, halo_extents: Triple | None = None, padding: Triple | None = None) -> PencilInfo: ...
-    def get_transpose_workspace_size(self) -> int: ...
-    def get_halo_workspace_size(self, axis: int, halo_extents: Triple) -> int: ...
-    def get_shifted_rank(self, axis: int, dim: int, displacement: int, periodic: bool) -> int: ...
+    def autotune_result(self) -> AutotuneResult | None:
+        """What the autotuner measured and chose, or ``None`` without a search."""
+    def destroy(self) -> None:
+        """Release the descriptor (collective).
+
+        With the performance report on, its summary is logged (logger ``cudecomp``) on
+        rank 0. Any later use of the descriptor, or a second ``destroy()``, raises
+        ``InvalidUsageError``.
+        """
+    def __enter__(self) -> GridDesc:
+        """Use the descriptor in a ``with`` block; leaving it calls ``destroy()``."""
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        """Destroy the descriptor (collective) unless already destroyed or its handle finalized."""
+    def get_pencil_info(self, axis: int, halo_extents: Triple | None = None, padding: Triple | None = None) -> PencilInfo:
+        """Describe this rank's part of the ``axis``-pencil (local; not collective).
+
+        Args:
+            axis: Pencil orientation: 0 for X-pencils, 1 for Y-pencils, 2 for Z-pencils.
+            halo_extents: Halo cells added on *both* sides of each global axis (X, Y, Z);
+                ``None`` means none.
+            padding: Padding cells added after the *end* of each global axis (X, Y, Z);
+                ``None`` means none.
+
+        Returns:
+            The pencil's layout. Arrays passed to operations with the same halos and
+            padding must have the shape ``array_shape`` of this result.
+
+        Raises:
+            InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
+        """
+    def get_transpose_workspace_size(self) -> int:
+        """Workspace that transposes need, in *elements* of the operation's dtype.
+
+        The same on every rank. Multiply by ``cudecomp.get_data_type_size(dtype)`` for
+        bytes.
+        """
+    def get_halo_workspace_size(self, axis: int, halo_extents: Triple) -> int:
+        """Workspace that halo updates of this rank's ``axis``-pencil need, in elements.
+
+        Args:
+            axis: Pencil orientation (0 = X, 1 = Y, 2 = Z).
+            halo_extents: The halo extents of the updates (X, Y, Z).
+
+        Returns:
+            Elements of the operation's dtype. Computed from this rank's pencil, so it
+            may differ between ranks.
+        """
+    def get_shifted_rank(self, axis: int, dim: int, displacement: int, periodic: bool) -> int:
+        """Global rank of the neighbour ``displacement`` steps away along a dimension.
+
+        Args:
+            axis: Pencil orientation (0 = X, 1 = Y, 2 = Z) of the caller's data.
+            dim: Global dimension to step along (0 = X, 1 = Y, 2 = Z).
+            displacement: Number of ranks to step (negative: towards lower indices).
+            periodic: Whether to wrap around at the ends of the dimension.
+
+        Returns:
+            The neighbour's rank in the handle's communicator, this rank when the
+            step lands on itself, or ``-1`` when there is no neighbour (non-periodic,
+            beyond the end).
+        """
     def transpose_x_to_y(
         self,
         input: Any,
@@ -81,7 +267,62 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
-    ) -> Any: ...
+    ) -> Any:
+        """Global transpose from X-pencils to Y-pencils (collective).
+
+        Every owned cell of the Y-pencil receives the value the X-pencils hold for the
+        same global point, bit for bit. Only the owned interior of ``out`` is written:
+        its halo and padding cells keep their contents, and so does the whole input
+        (unless in place).
+
+        Args:
+            input: The X-pencil: a C-contiguous 3-D array of shape
+                ``get_pencil_info(0, input_halo_extents, input_padding).array_shape``
+                (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                Only its interior is read.
+            out: The Y-pencil, writable, of shape
+                ``get_pencil_info(1, output_halo_extents, output_padding).array_shape``.
+                ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                the current device, from CuPy's memory pool on the operation's stream,
+                in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                An allocated output's halo and padding cells are uninitialised.
+                In place: pass an ``out`` that starts at the same address as ``input``
+                (two views of one buffer large enough for the larger pencil); partial
+                overlap raises ``InvalidUsageError``.
+            work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                on first use, grown when an operation needs more, reused, never shrunk).
+                Otherwise a writable C-contiguous array of the variant's kind, any
+                shape and element type, disjoint from the data, of at least
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                registered workspace, run in the handle's own workspace and do not use
+                an explicit one.
+            dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                from the arrays (float32, float64, complex64, complex128). An explicit
+                value must agree with the arrays and converts nothing; opaque storage
+                (NumPy ``V<n>``) requires one of the same element size.
+            input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                input's layout; ``None`` means none.
+            output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+            input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                input's layout.
+            output_padding: Padding cells of the output's layout (X, Y, Z).
+            stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                current stream for CuPy inputs, else the default stream 0; an int
+                handle; an object with ``__cuda_stream__``; or an object with an int
+                ``ptr``). The CPU variant accepts and ignores it.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                overlap or workspace size, or a released grid or handle.
+            NotSupportedError: A pencil of this transpose is empty on some rank.
+            TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                a list as an array, a host array in the GPU variant).
+        """
     def transpose_y_to_z(
         self,
         input: Any,
@@ -94,7 +335,62 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
-    ) -> Any: ...
+    ) -> Any:
+        """Global transpose from Y-pencils to Z-pencils (collective).
+
+        Every owned cell of the Z-pencil receives the value the Y-pencils hold for the
+        same global point, bit for bit. Only the owned interior of ``out`` is written:
+        its halo and padding cells keep their contents, and so does the whole input
+        (unless in place).
+
+        Args:
+            input: The Y-pencil: a C-contiguous 3-D array of shape
+                ``get_pencil_info(1, input_halo_extents, input_padding).array_shape``
+                (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                Only its interior is read.
+            out: The Z-pencil, writable, of shape
+                ``get_pencil_info(2, output_halo_extents, output_padding).array_shape``.
+                ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                the current device, from CuPy's memory pool on the operation's stream,
+                in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                An allocated output's halo and padding cells are uninitialised.
+                In place: pass an ``out`` that starts at the same address as ``input``
+                (two views of one buffer large enough for the larger pencil); partial
+                overlap raises ``InvalidUsageError``.
+            work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                on first use, grown when an operation needs more, reused, never shrunk).
+                Otherwise a writable C-contiguous array of the variant's kind, any
+                shape and element type, disjoint from the data, of at least
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                registered workspace, run in the handle's own workspace and do not use
+                an explicit one.
+            dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                from the arrays (float32, float64, complex64, complex128). An explicit
+                value must agree with the arrays and converts nothing; opaque storage
+                (NumPy ``V<n>``) requires one of the same element size.
+            input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                input's layout; ``None`` means none.
+            output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+            input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                input's layout.
+            output_padding: Padding cells of the output's layout (X, Y, Z).
+            stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                current stream for CuPy inputs, else the default stream 0; an int
+                handle; an object with ``__cuda_stream__``; or an object with an int
+                ``ptr``). The CPU variant accepts and ignores it.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                overlap or workspace size, or a released grid or handle.
+            NotSupportedError: A pencil of this transpose is empty on some rank.
+            TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                a list as an array, a host array in the GPU variant).
+        """
     def transpose_z_to_y(
         self,
         input: Any,
@@ -107,7 +403,62 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
-    ) -> Any: ...
+    ) -> Any:
+        """Global transpose from Z-pencils to Y-pencils (collective).
+
+        Every owned cell of the Y-pencil receives the value the Z-pencils hold for the
+        same global point, bit for bit. Only the owned interior of ``out`` is written:
+        its halo and padding cells keep their contents, and so does the whole input
+        (unless in place).
+
+        Args:
+            input: The Z-pencil: a C-contiguous 3-D array of shape
+                ``get_pencil_info(2, input_halo_extents, input_padding).array_shape``
+                (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                Only its interior is read.
+            out: The Y-pencil, writable, of shape
+                ``get_pencil_info(1, output_halo_extents, output_padding).array_shape``.
+                ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                the current device, from CuPy's memory pool on the operation's stream,
+                in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                An allocated output's halo and padding cells are uninitialised.
+                In place: pass an ``out`` that starts at the same address as ``input``
+                (two views of one buffer large enough for the larger pencil); partial
+                overlap raises ``InvalidUsageError``.
+            work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                on first use, grown when an operation needs more, reused, never shrunk).
+                Otherwise a writable C-contiguous array of the variant's kind, any
+                shape and element type, disjoint from the data, of at least
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                registered workspace, run in the handle's own workspace and do not use
+                an explicit one.
+            dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                from the arrays (float32, float64, complex64, complex128). An explicit
+                value must agree with the arrays and converts nothing; opaque storage
+                (NumPy ``V<n>``) requires one of the same element size.
+            input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                input's layout; ``None`` means none.
+            output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+            input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                input's layout.
+            output_padding: Padding cells of the output's layout (X, Y, Z).
+            stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                current stream for CuPy inputs, else the default stream 0; an int
+                handle; an object with ``__cuda_stream__``; or an object with an int
+                ``ptr``). The CPU variant accepts and ignores it.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                overlap or workspace size, or a released grid or handle.
+            NotSupportedError: A pencil of this transpose is empty on some rank.
+            TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                a list as an array, a host array in the GPU variant).
+        """
     def transpose_y_to_x(
         self,
         input: Any,
@@ -120,7 +471,62 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
-    ) -> Any: ...
+    ) -> Any:
+        """Global transpose from Y-pencils to X-pencils (collective).
+
+        Every owned cell of the X-pencil receives the value the Y-pencils hold for the
+        same global point, bit for bit. Only the owned interior of ``out`` is written:
+        its halo and padding cells keep their contents, and so does the whole input
+        (unless in place).
+
+        Args:
+            input: The Y-pencil: a C-contiguous 3-D array of shape
+                ``get_pencil_info(1, input_halo_extents, input_padding).array_shape``
+                (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                Only its interior is read.
+            out: The X-pencil, writable, of shape
+                ``get_pencil_info(0, output_halo_extents, output_padding).array_shape``.
+                ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                the current device, from CuPy's memory pool on the operation's stream,
+                in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                An allocated output's halo and padding cells are uninitialised.
+                In place: pass an ``out`` that starts at the same address as ``input``
+                (two views of one buffer large enough for the larger pencil); partial
+                overlap raises ``InvalidUsageError``.
+            work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                on first use, grown when an operation needs more, reused, never shrunk).
+                Otherwise a writable C-contiguous array of the variant's kind, any
+                shape and element type, disjoint from the data, of at least
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                registered workspace, run in the handle's own workspace and do not use
+                an explicit one.
+            dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                from the arrays (float32, float64, complex64, complex128). An explicit
+                value must agree with the arrays and converts nothing; opaque storage
+                (NumPy ``V<n>``) requires one of the same element size.
+            input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                input's layout; ``None`` means none.
+            output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+            input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                input's layout.
+            output_padding: Padding cells of the output's layout (X, Y, Z).
+            stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                current stream for CuPy inputs, else the default stream 0; an int
+                handle; an object with ``__cuda_stream__``; or an object with an int
+                ``ptr``). The CPU variant accepts and ignores it.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                overlap or workspace size, or a released grid or handle.
+            NotSupportedError: A pencil of this transpose is empty on some rank.
+            TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                a list as an array, a host array in the GPU variant).
+        """
     def update_halos_x(
         self,
         input: Any,
@@ -132,7 +538,42 @@ class GridDesc:
         work: Any | None = None,
         dtype: DataType | None = None,
         stream: Stream = None,
-    ) -> None: ...
+    ) -> None:
+        """Fill the halo cells of an X-pencil along one global dimension (collective).
+
+        The ``halo_extents[dim]`` owned layers next to each end of ``dim`` are copied
+        into the neighbouring ranks' halos (or wrapped around locally when this rank is
+        its own neighbour). Each face spans the other two dimensions including their
+        halo cells, so updating ``dim`` 0, 1 and 2 in turn also fills edges and corners.
+        At a non-periodic boundary of the global grid the halo is left as it was;
+        padding cells are never touched. The array is updated in place.
+
+        Args:
+            input: The X-pencil, writable, of shape
+                ``get_pencil_info(0, halo_extents, padding).array_shape`` (NumPy in
+                the CPU variant, a CUDA array on the handle's device in the GPU variant).
+            halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
+                zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
+                this rank or either neighbour owns along ``dim``.
+            halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
+                ``None`` means no axis is periodic.
+            dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
+            padding: Padding cells after the end of each axis (X, Y, Z) of the array's
+                layout; ``None`` means none.
+            work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
+                a writable array of the variant's kind, disjoint from ``input``, of at
+                least ``get_halo_workspace_size(0, halo_extents)`` elements of the dtype.
+                The DIRECT backend runs in the handle's own workspace.
+            dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
+                infer it from the array (see the transposes).
+            stream: GPU variant: the CUDA stream to order the work on (same forms as for
+                the transposes). Ignored by the CPU variant.
+
+        Raises:
+            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing
+                or wider than a neighbour's cells, too small a workspace.
+            NotSupportedError: The X-pencil is empty on some rank.
+        """
     def update_halos_y(
         self,
         input: Any,
@@ -144,7 +585,42 @@ class GridDesc:
         work: Any | None = None,
         dtype: DataType | None = None,
         stream: Stream = None,
-    ) -> None: ...
+    ) -> None:
+        """Fill the halo cells of a Y-pencil along one global dimension (collective).
+
+        The ``halo_extents[dim]`` owned layers next to each end of ``dim`` are copied
+        into the neighbouring ranks' halos (or wrapped around locally when this rank is
+        its own neighbour). Each face spans the other two dimensions including their
+        halo cells, so updating ``dim`` 0, 1 and 2 in turn also fills edges and corners.
+        At a non-periodic boundary of the global grid the halo is left as it was;
+        padding cells are never touched. The array is updated in place.
+
+        Args:
+            input: The Y-pencil, writable, of shape
+                ``get_pencil_info(1, halo_extents, padding).array_shape`` (NumPy in
+                the CPU variant, a CUDA array on the handle's device in the GPU variant).
+            halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
+                zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
+                this rank or either neighbour owns along ``dim``.
+            halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
+                ``None`` means no axis is periodic.
+            dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
+            padding: Padding cells after the end of each axis (X, Y, Z) of the array's
+                layout; ``None`` means none.
+            work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
+                a writable array of the variant's kind, disjoint from ``input``, of at
+                least ``get_halo_workspace_size(1, halo_extents)`` elements of the dtype.
+                The DIRECT backend runs in the handle's own workspace.
+            dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
+                infer it from the array (see the transposes).
+            stream: GPU variant: the CUDA stream to order the work on (same forms as for
+                the transposes). Ignored by the CPU variant.
+
+        Raises:
+            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing
+                or wider than a neighbour's cells, too small a workspace.
+            NotSupportedError: The Y-pencil is empty on some rank.
+        """
     def update_halos_z(
         self,
         input: Any,
@@ -156,14 +632,52 @@ class GridDesc:
         work: Any | None = None,
         dtype: DataType | None = None,
         stream: Stream = None,
-    ) -> None: ...
+    ) -> None:
+        """Fill the halo cells of a Z-pencil along one global dimension (collective).
+
+        The ``halo_extents[dim]`` owned layers next to each end of ``dim`` are copied
+        into the neighbouring ranks' halos (or wrapped around locally when this rank is
+        its own neighbour). Each face spans the other two dimensions including their
+        halo cells, so updating ``dim`` 0, 1 and 2 in turn also fills edges and corners.
+        At a non-periodic boundary of the global grid the halo is left as it was;
+        padding cells are never touched. The array is updated in place.
+
+        Args:
+            input: The Z-pencil, writable, of shape
+                ``get_pencil_info(2, halo_extents, padding).array_shape`` (NumPy in
+                the CPU variant, a CUDA array on the handle's device in the GPU variant).
+            halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
+                zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
+                this rank or either neighbour owns along ``dim``.
+            halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
+                ``None`` means no axis is periodic.
+            dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
+            padding: Padding cells after the end of each axis (X, Y, Z) of the array's
+                layout; ``None`` means none.
+            work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
+                a writable array of the variant's kind, disjoint from ``input``, of at
+                least ``get_halo_workspace_size(2, halo_extents)`` elements of the dtype.
+                The DIRECT backend runs in the handle's own workspace.
+            dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
+                infer it from the array (see the transposes).
+            stream: GPU variant: the CUDA stream to order the work on (same forms as for
+                the transposes). Ignored by the CPU variant.
+
+        Raises:
+            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing
+                or wider than a neighbour's cells, too small a workspace.
+            NotSupportedError: The Z-pencil is empty on some rank.
+        """
 
 class DeviceBuffer:
-    """Device memory from ``Handle.malloc`` (GPU variant)."""
+    """Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes)."""
 
     @property
-    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA array interface (version 3) of the bytes; ``InvalidUsageError`` once freed."""
     @property
-    def ptr(self) -> int: ...
+    def ptr(self) -> int:
+        """Device address of the first byte."""
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """Size in bytes."""

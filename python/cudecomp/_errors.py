@@ -20,10 +20,12 @@ class CudecompError(RuntimeError):
     """Base class of every cudecomp error; ``result`` is the C result code."""
 
     default_result: Result = Result.INTERNAL_ERROR
+    """The result code of this class, used when none is given."""
 
     def __init__(self, message: str = "", result: Result | None = None) -> None:
         super().__init__(message)
         self.result: Result = self.default_result if result is None else Result(result)
+        """The C API result code of this error."""
 
 
 class InvalidUsageError(CudecompError, ValueError):

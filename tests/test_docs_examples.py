@@ -1,0 +1,63 @@
+"""The documentation's example programs (docs/snippets) and the README's example run as shown.
+
+They are complete programs written for 4 ranks and NumPy arrays: they run under
+``mpiexec -n 4`` with the CPU variant and skip otherwise. The GPU example is only
+compiled here (it needs CuPy and GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SNIPPETS = os.path.join(ROOT, "docs", "snippets")
+GPU_EXAMPLES = ["gpu.py"]
+CPU_EXAMPLES = ["quickstart.py", "layout.py", "halos.py", "workspaces.py", "autotune.py", "errors.py"]
+
+
+def test_every_example_is_covered() -> None:
+    on_disk = {f for f in os.listdir(SNIPPETS) if f.endswith(".py")}
+    assert on_disk == set(CPU_EXAMPLES) | set(GPU_EXAMPLES)
+
+
+@pytest.mark.parametrize("name", GPU_EXAMPLES)
+def test_gpu_example_compiles(name: str) -> None:
+    path = os.path.join(SNIPPETS, name)
+    with open(path) as f:
+        compile(f.read(), path, "exec")
+
+
+def readme_example() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    assert len(blocks) == 1, "the README has one Python example"
+    return blocks[0]
+
+
+def test_readme_example_compiles() -> None:
+    compile(readme_example(), "README.md", "exec")
+
+
+needs_4_cpu_ranks = pytest.mark.skipif(
+    not cudecomp.CPU_ONLY or MPI.COMM_WORLD.size != 4, reason="the examples use NumPy arrays (CPU variant) on 4 ranks"
+)
+
+
+@pytest.mark.parametrize("name", CPU_EXAMPLES)
+@needs_4_cpu_ranks
+def test_cpu_example_runs(name: str) -> None:
+    runpy.run_path(os.path.join(SNIPPETS, name), run_name="__main__")
+    MPI.COMM_WORLD.Barrier()
+
+
+@needs_4_cpu_ranks
+def test_readme_example_runs() -> None:
+    exec(compile(readme_example(), "README.md", "exec"), {"__name__": "__main__"})
+    MPI.COMM_WORLD.Barrier()
