@@ -21,7 +21,7 @@ env -u CUDECOMP_BUILD_CPU_ONLY cargo clippy --workspace --all-targets -q -- -D w
 timeout 900 cargo test -p cudecomp-core -q 2>&1 | tail -n 4
 
 log "Python: lint"
-"$VENVS/mpich/bin/ruff" check python tests examples
+"$VENVS/mpich/bin/ruff" check python tests examples docs
 
 log "building the CPU variant"
 build_wheel cpu
@@ -39,6 +39,9 @@ for fam in mpich openmpi; do
     done
     bash "$ROOT/scripts/examples.sh" "$fam"
 done
+log "documentation site (mkdocs build --strict)"
+bash "$ROOT/scripts/docs.sh" >/dev/null
+
 log "GPU variant: build, then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run)"
 make_venv gpu mpich
 "$VENVS/gpu/bin/pip" install -q "nvidia-cuda-nvrtc==13.0.*"
