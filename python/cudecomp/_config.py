@@ -23,22 +23,79 @@ _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.IntEnum)
 
 
-def _check_elements(name: str, value: Any, kind: str) -> np.ndarray:
-    """Convert ``value`` to an array, rejecting element types that do not fit ``kind``."""
-    if isinstance(value, (str, bytes)) or np.isscalar(value):
+def _element_ok(v: Any, kind: str) -> bool:
+    """Tell whether one Python or NumPy scalar fits an element of ``kind``."""
+    is_bool = isinstance(v, (bool, np.bool_))
+    if kind == "bool":
+        return is_bool or (isinstance(v, (int, np.integer)) and v in (0, 1))
+    if kind == "int":
+        return isinstance(v, (int, np.integer)) and not is_bool
+    return isinstance(v, (int, float, np.integer, np.floating)) and not is_bool
+
+
+def _check_elements(name: str, value: Any, kind: str, scalar_ok: bool = False) -> np.ndarray:
+    """Convert ``value`` to an array, rejecting element types that do not fit ``kind``.
+
+    Booleans are not integers here, and non-integral numbers are not integers (nothing is
+    truncated). ``scalar_ok`` accepts a single value (element assignment).
+    """
+    if isinstance(value, (str, bytes)) or (np.isscalar(value) and not scalar_ok):
         raise TypeError(f"{name}: expected a tuple, list or array, got {type(value).__name__}")
     arr = np.asarray(value)
     if arr.dtype == object:
         raise TypeError(f"{name}: expected numbers, got {value!r}")
-    if kind == "bool":
-        if arr.dtype != np.bool_ and not (arr.dtype.kind in "iu" and np.isin(arr, (0, 1)).all()):
-            raise TypeError(f"{name}: expected booleans, got {value!r}")
-    elif kind == "int":
-        if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
-            raise TypeError(f"{name}: expected integers, got {value!r}")
-    elif arr.dtype.kind not in "iuf" or arr.dtype == np.bool_:
-        raise TypeError(f"{name}: expected real numbers, got {value!r}")
+    if isinstance(value, np.ndarray):
+        # Whole arrays: their dtype says it.
+        if kind == "bool":
+            ok = arr.dtype == np.bool_ or (arr.dtype.kind in "iu" and np.isin(arr, (0, 1)).all())
+        elif kind == "int":
+            ok = arr.dtype.kind in "iu"
+        else:
+            ok = arr.dtype.kind in "iuf"
+    else:
+        # Python scalars and sequences: each element's own type (True is not 1 here).
+        items = [value] if np.isscalar(value) else list(_flatten(value))
+        ok = all(_element_ok(v, kind) for v in items)
+    if not ok:
+        expected = {"bool": "booleans", "int": "integers", "float": "real numbers"}[kind]
+        raise TypeError(f"{name}: expected {expected}, got {value!r}")
     return arr
+
+
+def _flatten(value: Any) -> Any:
+    """Yield the scalars of a nested sequence."""
+    for v in value:
+        if isinstance(v, (list, tuple)):
+            yield from _flatten(v)
+        elif isinstance(v, np.ndarray):
+            yield from v.reshape(-1).tolist()
+        else:
+            yield v
+
+
+class _FieldArray(np.ndarray):
+    """The NumPy view of an array field: element and slice assignments are type-checked.
+
+    Results of arithmetic on it are plain arrays.
+    """
+
+    _field: str = ""
+    _kind: str = "float"
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self._field:
+            arr = _check_elements(self._field, value, self._kind, scalar_ok=True)
+            if self._kind == "int" and arr.size and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
+                raise InvalidUsageError(f"{self._field}: values must fit int32, got {value!r}")
+        super().__setitem__(key, value)
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._field = getattr(obj, "_field", "")
+        self._kind = getattr(obj, "_kind", "float")
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        out = np.asarray(array).view(np.ndarray)
+        return out[()] if return_scalar else out
 
 
 class _ArrayField(Generic[_T]):
@@ -56,7 +113,9 @@ class _ArrayField(Generic[_T]):
         self.name = name
 
     def make(self) -> np.ndarray:
-        return np.full(self.shape, self.default, dtype=self.dtype)
+        arr = np.full(self.shape, self.default, dtype=self.dtype).view(_FieldArray)
+        arr._field, arr._kind = self.name, self.kind
+        return arr
 
     @overload
     def __get__(self, obj: None, owner: type) -> _ArrayField[_T]: ...
@@ -73,7 +132,7 @@ class _ArrayField(Generic[_T]):
             raise InvalidUsageError(f"{self.name}: expected {_shape_text(self.shape)} values, got shape {arr.shape}")
         if self.kind == "int" and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
             raise InvalidUsageError(f"{self.name}: values must fit int32, got {value!r}")
-        obj._arrays[self.name][...] = arr  # type: ignore[attr-defined]
+        np.ndarray.__setitem__(obj._arrays[self.name], Ellipsis, arr)  # type: ignore[attr-defined]
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

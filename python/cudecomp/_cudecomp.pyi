@@ -87,6 +87,15 @@ class PencilInfo:
         Every array handed to a transpose or halo update must have exactly this shape
         (for the same halos and padding); any other shape raises ``InvalidUsageError``.
         """
+    @property
+    def interior_slices(self) -> tuple[slice, slice, slice]:
+        """Slices of the local array selecting the cells this rank owns (no halos, no padding)."""
+    @property
+    def global_slices(self) -> tuple[slice, slice, slice]:
+        """Slices of a global array of C shape ``(gdims[2], gdims[1], gdims[0])`` selecting the owned cells."""
+    @property
+    def to_global_axes(self) -> tuple[int, int, int]:
+        """Axis permutation with ``global[global_slices] == local[interior_slices].transpose(to_global_axes)``."""
 
 class Handle:
     """The library handle: one per MPI communicator, shared by every grid built on it.
@@ -224,6 +233,23 @@ class GridDesc:
         Raises:
             InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
         """
+    def empty_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
+        """Allocate an uninitialised array of this rank's ``axis``-pencil.
+
+        Args:
+            axis: 0, 1 or 2 (X-, Y- or Z-pencil).
+            dtype: A ``DataType`` member or one of NumPy's ``float32``, ``float64``,
+                ``complex64``, ``complex128``.
+            halo_extents: Halo cells on both sides of each global axis (``None``: none).
+            padding: Padding cells after each global axis (``None``: none).
+
+        Returns:
+            A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
+            padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
+            GPU variant.
+        """
+    def zeros_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
+        """As ``empty_pencil``, filled with zeros."""
     def get_transpose_workspace_size(self) -> int:
         """Workspace that transposes need, in *elements* of the operation's dtype.
 

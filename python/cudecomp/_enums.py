@@ -14,7 +14,21 @@ __all__ = [
 ]
 
 
-class DataType(enum.IntEnum):
+class _Enum(enum.IntEnum):
+    """An IntEnum whose members print as their names.
+
+    ``str(RankOrder.ROW_MAJOR)`` and ``f"{RankOrder.ROW_MAJOR}"`` give ``"ROW_MAJOR"``, as
+    logs are read; numeric format specs (``f"{x:d}"``) still format the value.
+    """
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return self.name.__format__(spec) if not spec or spec[-1] not in "bcdoxXneEfFgG%" else int(self).__format__(spec)
+
+
+class DataType(_Enum):
     """Element type of the data an operation moves (``cudecompDataType_t``)."""
 
     FLOAT = -1
@@ -27,7 +41,7 @@ class DataType(enum.IntEnum):
     """Complex numbers of two 64-bit floats (NumPy ``complex128``), 16 bytes."""
 
 
-class TransposeCommBackend(enum.IntEnum):
+class TransposeCommBackend(_Enum):
     """Communication backend of the global transposes (``cudecompTransposeCommBackend_t``)."""
 
     MPI_P2P = 1
@@ -52,7 +66,7 @@ class TransposeCommBackend(enum.IntEnum):
     slices, with no MPI or NCCL data movement."""
 
 
-class HaloCommBackend(enum.IntEnum):
+class HaloCommBackend(_Enum):
     """Communication backend of the halo updates (``cudecompHaloCommBackend_t``)."""
 
     MPI = 1
@@ -70,7 +84,7 @@ class HaloCommBackend(enum.IntEnum):
     workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine)."""
 
 
-class AutotuneGridMode(enum.IntEnum):
+class AutotuneGridMode(_Enum):
     """Which communication the process-grid autotuner optimises."""
 
     TRANSPOSE = 0
@@ -79,7 +93,7 @@ class AutotuneGridMode(enum.IntEnum):
     """Choose the process grid by the time of the halo updates."""
 
 
-class RankOrder(enum.IntEnum):
+class RankOrder(_Enum):
     """How ranks are laid onto the process grid."""
 
     DEFAULT = 0
@@ -90,7 +104,7 @@ class RankOrder(enum.IntEnum):
     """Consecutive ranks share a process-grid column: ``row = rank % P_rows``, ``col = rank // P_rows``."""
 
 
-class Result(enum.IntEnum):
+class Result(_Enum):
     """Result codes of the C API (``cudecompResult_t``), carried by every exception."""
 
     SUCCESS = 0

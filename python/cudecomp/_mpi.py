@@ -21,6 +21,10 @@ def describe(comm: Any) -> tuple[str, int, int, int, int, int, int]:
         raise TypeError(f"mpi_comm: expected an mpi4py.MPI.Comm, got {type(comm).__name__}")
     if comm == MPI.COMM_NULL:
         raise InvalidUsageError("mpi_comm: expected a valid communicator, got MPI.COMM_NULL")
+    if comm.Is_inter():
+        raise InvalidUsageError(
+            "mpi_comm: expected an intracommunicator, got an intercommunicator (use Merge() to make one group of both sides)"
+        )
     if not MPI.Is_initialized() or MPI.Is_finalized():
         raise InvalidUsageError("mpi_comm: MPI must be initialised (and not finalised) while a Handle exists")
     return (
@@ -32,3 +36,10 @@ def describe(comm: Any) -> tuple[str, int, int, int, int, int, int]:
         int(MPI._sizeof(MPI.Status)),
         int(MPI.UNDEFINED),
     )
+
+
+def finalized() -> bool:
+    """Tell whether MPI was finalised (every operation checks it before calling MPI)."""
+    from mpi4py import MPI
+
+    return bool(MPI.Is_finalized())

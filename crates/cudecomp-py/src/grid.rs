@@ -9,6 +9,7 @@ use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
 use pyo3::prelude::*;
+use pyo3::types::{PySlice, PyTuple};
 
 use crate::args::{bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype};
 use crate::array::{resolve_dtype, ArrayArg};
@@ -69,12 +70,111 @@ impl PencilInfo {
     fn array_shape(&self) -> (i64, i64, i64) {
         self.info.array_shape().into()
     }
+    /// Slices of the local array (``array_shape``) selecting the cells this rank owns:
+    /// halos and padding left out.
+    #[getter]
+    fn interior_slices<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let i = &self.info;
+        let mut out = Vec::with_capacity(3);
+        for j in 0..3 {
+            let m = 2 - j; // array axis j holds memory position 2 - j
+            let start = i.halo_extents[i.order[m]];
+            out.push(PySlice::new(
+                py,
+                start as isize,
+                (start + i.hi[m] - i.lo[m] + 1) as isize,
+                1,
+            ));
+        }
+        PyTuple::new(py, out)
+    }
+
+    /// Slices of a global array of C shape ``(gdims[2], gdims[1], gdims[0])`` (Z, Y, X)
+    /// selecting the cells this rank owns; see ``to_global_axes``.
+    #[getter]
+    fn global_slices<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let i = &self.info;
+        let mut out = Vec::with_capacity(3);
+        for j in 0..3 {
+            let g = 2 - j; // natural axis j is global axis Z, Y, X
+            let m = i.position(g);
+            out.push(PySlice::new(
+                py,
+                i.lo[m] as isize,
+                (i.hi[m] + 1) as isize,
+                1,
+            ));
+        }
+        PyTuple::new(py, out)
+    }
+
+    /// The axis permutation that brings the local array's axes into the global Z, Y, X
+    /// order: ``global[info.global_slices] = local[info.interior_slices].transpose(info.to_global_axes)``.
+    #[getter]
+    fn to_global_axes(&self) -> (usize, usize, usize) {
+        let p = |j: usize| 2 - self.info.position(2 - j);
+        (p(0), p(1), p(2))
+    }
+
     fn __repr__(&self) -> String {
         let i = &self.info;
+        let t = |v: [i64; 3]| format!("({}, {}, {})", v[0], v[1], v[2]);
         format!(
-            "PencilInfo(shape={:?}, lo={:?}, hi={:?}, order={:?}, halo_extents={:?}, padding={:?}, size={})",
-            i.shape, i.lo, i.hi, i.order, i.halo_extents, i.padding, i.size
+            "PencilInfo(shape={}, lo={}, hi={}, order=({}, {}, {}), halo_extents={}, padding={}, size={})",
+            t(i.shape),
+            t(i.lo),
+            t(i.hi),
+            i.order[0],
+            i.order[1],
+            i.order[2],
+            t(i.halo_extents),
+            t(i.padding),
+            i.size
         )
+    }
+
+    /// Pickling support (``comm.gather(info)``): the fields, rebuilt by ``_restore``.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let i = &slf.get().info;
+        let args = (
+            i.shape,
+            i.lo,
+            i.hi,
+            i.order,
+            i.halo_extents,
+            i.padding,
+            i.size,
+        )
+            .into_pyobject(py)?;
+        Ok((slf.get_type().getattr("_restore")?, args))
+    }
+
+    /// Rebuilds a pickled ``PencilInfo``.
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn _restore(
+        shape: [i64; 3],
+        lo: [i64; 3],
+        hi: [i64; 3],
+        order: [usize; 3],
+        halo_extents: [i64; 3],
+        padding: [i64; 3],
+        size: i64,
+    ) -> PencilInfo {
+        PencilInfo {
+            info: geometry::PencilInfo {
+                shape,
+                lo,
+                hi,
+                order,
+                halo_extents,
+                padding,
+                size,
+            },
+        }
     }
 }
 
@@ -243,6 +343,28 @@ impl GridDesc {
     }
 }
 
+impl GridDesc {
+    fn allocate_pencil<'py>(
+        &self,
+        py: Python<'py>,
+        axis: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
+        halo_extents: Option<&Bound<'py, PyAny>>,
+        padding: Option<&Bound<'py, PyAny>>,
+        zero: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let gd = self.live(py)?;
+        let axis = int_arg(axis, "axis")?;
+        let halo = int_triple(py, halo_extents, "halo_extents")?;
+        let pad = int_triple(py, padding, "padding")?;
+        let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
+        py.import("cudecomp._alloc")?.call_method1(
+            "allocate",
+            (info.array_shape(), dtype, zero, variant::CPU_ONLY),
+        )
+    }
+}
+
 /// Parses the optional `work` argument (any shape, writable).
 fn work_arg(
     py: Python<'_>,
@@ -392,6 +514,35 @@ impl GridDesc {
         let pad = int_triple(py, padding, "padding")?;
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
         Ok(PencilInfo { info })
+    }
+
+    /// A new C-contiguous array of this rank's ``axis``-pencil with the given halos and
+    /// padding (shape ``get_pencil_info(axis, halo_extents, padding).array_shape``),
+    /// uninitialised: a NumPy array (CPU variant) or a CuPy array on the current device.
+    /// ``dtype`` is a ``DataType`` member or one of the four NumPy dtypes.
+    #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
+    fn empty_pencil<'py>(
+        &self,
+        py: Python<'py>,
+        axis: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
+        halo_extents: Option<&Bound<'py, PyAny>>,
+        padding: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.allocate_pencil(py, axis, dtype, halo_extents, padding, false)
+    }
+
+    /// As ``empty_pencil``, filled with zeros.
+    #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
+    fn zeros_pencil<'py>(
+        &self,
+        py: Python<'py>,
+        axis: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
+        halo_extents: Option<&Bound<'py, PyAny>>,
+        padding: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.allocate_pencil(py, axis, dtype, halo_extents, padding, true)
     }
 
     /// Workspace elements the transposes need (multiply by the dtype size for bytes).

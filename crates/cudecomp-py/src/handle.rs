@@ -7,6 +7,7 @@ use cudecomp_core::comm::dynmpi::{self, MpiDescription};
 use cudecomp_core::handle as core;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
 use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
@@ -27,6 +28,7 @@ pub struct Handle {
 impl Handle {
     /// The live core handle, or InvalidUsageError after `finalize()`.
     pub fn live(&self, py: Python<'_>) -> PyResult<core::Handle> {
+        mpi_alive(py)?;
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -38,6 +40,23 @@ impl Handle {
                 )
             })
     }
+}
+
+static FINALIZED: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// InvalidUsageError once MPI has been finalised: every MPI call would then abort the job
+/// (MPICH and Open MPI alike), so the handle refuses before making one.
+fn mpi_alive(py: Python<'_>) -> PyResult<()> {
+    let f = FINALIZED.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("cudecomp._mpi")?.getattr("finalized")?.unbind())
+    })?;
+    if f.bind(py).call0()?.is_truthy()? {
+        return Err(invalid(
+            py,
+            "MPI was finalized: expected destroy() and finalize() to be called before MPI.Finalize()".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn describe(py: Python<'_>, comm: &Bound<'_, PyAny>) -> PyResult<MpiDescription> {
@@ -96,6 +115,7 @@ impl Handle {
 
     /// Collective: releases the handle. Any later use raises InvalidUsageError.
     fn finalize(&self, py: Python<'_>) -> PyResult<()> {
+        mpi_alive(py)?;
         let h = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
         let h =
             h.ok_or_else(|| invalid(py, "finalize(): the Handle was already finalized".into()))?;
