@@ -2,12 +2,13 @@
 
 Global transposes (X->Y, Y->Z, Z->Y, Y->X) and halo updates on NumPy arrays (CPU
 variant) or CUDA arrays (GPU variant), with the Python API of NVIDIA cuDecomp and a
-Rust core. See ``Handle``, ``GridDescConfig`` and ``GridDesc``.
+Rust core. See ``Handle``, ``GridDescConfig`` and ``GridDesc``; distributed 3-D FFTs
+built on the transposes are in ``cudecomp.fft``.
 """
 
 from __future__ import annotations
 
-from . import _cudecomp
+from . import _cudecomp, fft
 from ._autotune import AutotuneResult, AutotuneTrial
 from ._config import GridDescAutotuneOptions, GridDescConfig
 from ._cudecomp import GridDesc, Handle, PencilInfo
@@ -78,6 +79,7 @@ __all__ = [
     "Result",
     "TransposeCommBackend",
     "__version__",
+    "fft",
     "get_data_type_size",
     "halo_comm_backend_to_string",
     "log_to_root",
