@@ -1,0 +1,315 @@
+"""cudecomp.fft against numpy.fft on the gathered global arrays.
+
+Every test runs on every rank (any rank count) over every process grid of the rank
+count; arrays are NumPy in the CPU variant and CuPy in the GPU variant (the GPU tests skip
+without a GPU, like the other data-path suites).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+from conftest import gpu_available, requires_data_path
+from cudecomp.fft import FFT, schedule_of
+from oracle import device, factor_pairs, to_host, xp
+
+pytestmark = requires_data_path()
+
+COMM = MPI.COMM_WORLD
+PDIMS = factor_pairs(COMM.size)
+SIZES = [(7, 9, 11), (5, 6, 7), (8, 8, 8)]
+NORMS = ["backward", "ortho", "forward"]
+TOL64 = {"forward": 1e-12, "backward": 1e-12, "round_trip": 1e-13}
+TOL32 = {"forward": 2e-5, "backward": 2e-5, "round_trip": 2e-5}
+
+
+def usable(gdims: tuple[int, int, int], kind: str, pdims: tuple[int, int]) -> bool:
+    """Every pencil the schedule uses has cells on every rank (checked independently of the module)."""
+    x, y, z = gdims
+    xs = x // 2 + 1 if kind == "r2c" else x
+    pr, pc = pdims
+    if pr == 1 and pc == 1:
+        return True
+    if pr == 1:  # X/Y slabs split along Z, Z-pencils along Y
+        return z >= pc and y >= pc
+    if pc == 1:  # X-pencils split along Y, Y/Z slabs along X
+        return y >= pr and xs >= pr
+    return min(y, xs) >= pr and min(z, y) >= pc
+
+
+def make_plan(handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], **kw: Any) -> FFT | None:
+    """The plan, or None (on every rank) where the process grid leaves a pencil empty."""
+    if not usable(gdims, kw.get("kind", "c2c"), pdims):
+        with pytest.raises(cudecomp.NotSupportedError):
+            FFT(handle, gdims, pdims, **kw)
+        return None
+    return FFT(handle, gdims, pdims, **kw)
+
+
+def local_part(glob: np.ndarray, info: cudecomp.PencilInfo) -> np.ndarray:
+    """This rank's pencil array cut out of a global array ``glob[z, y, x]``."""
+    return np.ascontiguousarray(glob[info.global_slices].transpose(np.argsort(info.to_global_axes)))
+
+
+def gather(local: Any, info: cudecomp.PencilInfo, shape: tuple[int, int, int]) -> np.ndarray:
+    """The global array ``[z, y, x]`` assembled from every rank's pencil."""
+    out = np.zeros(shape, local.dtype)
+    for gs, axes, part in COMM.allgather((info.global_slices, info.to_global_axes, to_host(local)[info.interior_slices])):
+        out[gs] = part.transpose(axes)
+    return out
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+
+
+def random_field(gdims: tuple[int, int, int], dtype: np.dtype, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    shape = gdims[::-1]
+    a = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal(shape)
+    return a.astype(dtype)
+
+
+def check_plan(plan: FFT, tol: dict[str, float], seed: int = 0) -> None:
+    """Forward, backward and round trip against numpy.fft (float64 references)."""
+    gdims, kind, norm = plan.gdims, plan.kind, plan.norm
+    A = random_field(gdims, plan.input_dtype, seed)
+    a = device(local_part(A, plan.input_info))
+    spec = plan.forward(a)
+    assert spec.dtype == plan.output_dtype and tuple(spec.shape) == plan.output_info.array_shape
+    fwd = np.fft.rfftn if kind == "r2c" else np.fft.fftn
+    ref = fwd(A.astype(np.float64 if kind == "r2c" else np.complex128), norm=norm)
+    assert ref.shape == plan.spectral_gdims[::-1]
+    assert rel(gather(spec, plan.output_info, ref.shape), ref) < tol["forward"], "forward"
+    back = plan.backward(spec)
+    assert back.dtype == plan.input_dtype and tuple(back.shape) == plan.input_info.array_shape
+    assert rel(to_host(back), to_host(a)) < tol["round_trip"], "round trip"
+    assert rel(to_host(a), local_part(A, plan.input_info)) == 0, "forward modified its input"
+    # Backward of an independent spectrum: a random one (c2c), the half spectrum of a real field (r2c).
+    if kind == "r2c":
+        S = np.fft.rfftn(random_field(gdims, np.float64, seed + 1))
+        expect = np.fft.irfftn(S, s=gdims[::-1], axes=(0, 1, 2), norm=norm)
+    else:
+        S = random_field(gdims, np.complex128, seed + 1)
+        expect = np.fft.ifftn(S, norm=norm)
+    s = device(local_part(S.astype(plan.output_dtype), plan.output_info))
+    kept = to_host(s).copy()
+    got = plan.backward(s)
+    assert rel(gather(got, plan.input_info, expect.shape), expect) < tol["backward"], "backward"
+    assert np.array_equal(to_host(s), kept), "backward modified its input"
+
+
+@pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
+@pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
+@pytest.mark.parametrize("kind", ["c2c", "r2c"])
+@pytest.mark.parametrize("gdims", SIZES, ids=lambda g: "x".join(map(str, g)))
+def test_matches_numpy_float64(
+    handle: cudecomp.Handle, gdims: tuple[int, int, int], kind: str, transposed: bool, pdims: tuple[int, int]
+) -> None:
+    plan = make_plan(handle, gdims, pdims, kind=kind, transposed_out=transposed)
+    if plan is None:
+        return
+    with plan:
+        assert plan.schedule == schedule_of(pdims) and plan.pdims == pdims
+        assert plan.output_axis == (2 if transposed else 0)
+        check_plan(plan, TOL64)
+
+
+@pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
+@pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
+@pytest.mark.parametrize("kind", ["c2c", "r2c"])
+@pytest.mark.parametrize("norm", ["ortho", "forward"])
+def test_norms(handle: cudecomp.Handle, norm: str, kind: str, transposed: bool, pdims: tuple[int, int]) -> None:
+    plan = make_plan(handle, (7, 9, 11), pdims, kind=kind, norm=norm, transposed_out=transposed)
+    if plan is not None:
+        with plan:
+            check_plan(plan, TOL64, seed=3)
+
+
+@pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
+@pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
+@pytest.mark.parametrize("kind", ["c2c", "r2c"])
+def test_single_precision(handle: cudecomp.Handle, kind: str, transposed: bool, pdims: tuple[int, int]) -> None:
+    dtype = np.complex64 if kind == "c2c" else np.float32
+    plan = make_plan(handle, (9, 6, 7), pdims, kind=kind, dtype=dtype, transposed_out=transposed, norm="ortho")
+    if plan is not None:
+        with plan:
+            assert plan.output_dtype == np.complex64
+            check_plan(plan, TOL32, seed=5)
+
+
+@pytest.mark.parametrize("kind", ["c2c", "r2c"])
+def test_out_arrays_and_allocation(handle: cudecomp.Handle, kind: str) -> None:
+    with FFT(handle, (6, 5, 8), kind=kind, pdims=PDIMS[len(PDIMS) // 2]) as plan:
+        a = plan.zeros_input()
+        assert tuple(a.shape) == plan.input_info.array_shape and a.dtype == plan.input_dtype
+        assert float(abs(a).max()) == 0
+        a[...] = device(local_part(random_field(plan.gdims, plan.input_dtype, 7), plan.input_info))
+        out = plan.empty_output()
+        assert tuple(out.shape) == plan.output_info.array_shape and out.dtype == plan.output_dtype
+        assert plan.forward(a, out) is out
+        back = plan.empty_input()
+        assert plan.backward(out, back) is back
+        assert rel(to_host(back), to_host(a)) < 1e-13
+        assert tuple(plan.zeros_output().shape) == plan.output_info.array_shape
+
+
+def test_wavenumbers_and_coordinates(handle: cudecomp.Handle) -> None:
+    gdims = (6, 5, 4)
+    for kind, transposed in [("c2c", False), ("r2c", True), ("r2c", False)]:
+        with FFT(handle, gdims, PDIMS[len(PDIMS) // 2], kind=kind, transposed_out=transposed) as plan:
+            info = plan.output_info
+            shape = plan.spectral_gdims[::-1]
+            lengths = (2.0, 3.0, 4.0)
+            mods, waves = plan.modes(), plan.wavenumbers(lengths)
+            for g in range(3):
+                n = gdims[g]
+                full = np.fft.rfftfreq(n, 1 / n) if (kind == "r2c" and g == 0) else np.fft.fftfreq(n, 1 / n)
+                glob = np.broadcast_to(full.reshape([-1 if a == 2 - g else 1 for a in range(3)]), shape)
+                expect = local_part(glob, info)
+                assert to_host(mods[g]).dtype == np.int64
+                assert np.array_equal(np.broadcast_to(to_host(mods[g]), info.array_shape), expect)
+                assert np.allclose(np.broadcast_to(to_host(waves[g]), info.array_shape), 2 * np.pi * expect / lengths[g], rtol=1e-15)
+            x, y, z = plan.coordinates(lengths)
+            for g, c in enumerate((x, y, z)):
+                full = np.arange(gdims[g]) * lengths[g] / gdims[g]
+                glob = np.broadcast_to(full.reshape([-1 if a == 2 - g else 1 for a in range(3)]), gdims[::-1])
+                assert np.allclose(np.broadcast_to(to_host(c), plan.input_info.array_shape), local_part(glob, plan.input_info))
+
+
+@pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
+def test_spectral_derivative(handle: cudecomp.Handle, pdims: tuple[int, int]) -> None:
+    plan = make_plan(handle, (16, 12, 10), pdims, kind="r2c", transposed_out=True)
+    if plan is None:
+        return
+    with plan:
+        x, y, z = plan.coordinates()
+        u = xp.sin(2 * x) * xp.cos(y) * xp.cos(3 * z)
+        kx, ky, kz = plan.wavenumbers()
+        du = plan.backward(1j * kz * plan.forward(xp.ascontiguousarray(u)))
+        expect = -3 * xp.sin(2 * x) * xp.cos(y) * xp.sin(3 * z)
+        assert rel(to_host(du), to_host(expect)) < 1e-13
+
+
+def test_autotune_picks_a_measured_grid(handle: cudecomp.Handle) -> None:
+    gdims = (8, 6, 6)
+    usable_grids = [p for p in PDIMS if usable(gdims, "r2c", p)]
+    with FFT(handle, gdims, None, kind="r2c", autotune_reps=1) as plan:
+        assert plan.pdims in usable_grids
+        if len(usable_grids) > 1:
+            assert {p for p, _ in plan.autotune_times} == set(usable_grids)
+            best = min(plan.autotune_times, key=lambda k: plan.autotune_times[k])
+            assert best[0] == plan.pdims
+        check_plan(plan, TOL64)
+    backends = [cudecomp.TransposeCommBackend.MPI_P2P, cudecomp.TransposeCommBackend.MPI_A2A]
+    with FFT(handle, gdims, (0, 0), backend=backends, autotune_reps=1) as plan:
+        assert {b for _, b in plan.autotune_times} == {"MPI_P2P", "MPI_A2A"}
+        assert plan.grid.config.transpose_comm_backend in backends
+
+
+def test_properties_and_lifetime(handle: cudecomp.Handle) -> None:
+    plan = FFT(handle, (9, 8, 7), PDIMS[0], kind="r2c", dtype=np.float32, norm="ortho")
+    assert plan.kind == "r2c" and plan.norm == "ortho" and not plan.transposed_out
+    assert plan.gdims == (9, 8, 7) and plan.spectral_gdims == (5, 8, 7)
+    assert plan.input_dtype == np.float32 and plan.output_dtype == np.complex64
+    assert plan.spectral_grid is not plan.grid and plan.spectral_grid.config.pdims.tolist() == list(PDIMS[0])
+    assert plan.input_info.order == (0, 1, 2)
+    assert "r2c" in repr(plan)
+    plan.destroy()
+    with pytest.raises(cudecomp.InvalidUsageError):
+        plan.forward(np.zeros(1))
+    with pytest.raises(cudecomp.InvalidUsageError):
+        plan.destroy()
+    assert "destroyed" in repr(plan)
+    with FFT(handle, (6, 6, 6), PDIMS[0], dtype=cudecomp.DataType.FLOAT_COMPLEX) as c2c:
+        assert c2c.spectral_grid is c2c.grid and c2c.input_dtype == np.complex64
+
+
+def test_misuse(handle: cudecomp.Handle) -> None:
+    gdims = (6, 6, 6)
+    with pytest.raises(ValueError, match="norm"):
+        FFT(handle, gdims, PDIMS[0], norm="none")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kind"):
+        FFT(handle, gdims, PDIMS[0], kind="c2r")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        FFT(handle, gdims, PDIMS[0], kind="r2c", dtype=np.complex128)
+    with pytest.raises(TypeError):
+        FFT(handle, gdims, PDIMS[0], kind="c2c", dtype=np.float64)
+    with pytest.raises(TypeError):
+        FFT(handle, gdims, PDIMS[0], dtype="int32")
+    with pytest.raises(cudecomp.InvalidUsageError):
+        FFT(handle, gdims, (COMM.size, 2))
+    with pytest.raises(cudecomp.InvalidUsageError):
+        FFT(handle, (6, 0, 6), PDIMS[0])
+    with pytest.raises(ValueError, match="fft_library"):
+        FFT(handle, gdims, PDIMS[0], fft_library="fftw")
+    with FFT(handle, gdims, PDIMS[0], kind="r2c") as plan:
+        good = plan.zeros_input()
+        with pytest.raises(TypeError, match="dtype"):
+            plan.forward(good.astype(np.complex128))  # complex input to r2c
+        with pytest.raises(TypeError, match="dtype"):
+            plan.forward(good.astype(np.float32))
+        with pytest.raises(TypeError):
+            plan.forward(to_host(good).tolist())
+        with pytest.raises(cudecomp.InvalidUsageError, match="shape"):
+            plan.forward(xp.zeros((1, 2, 3)))
+        with pytest.raises(cudecomp.InvalidUsageError, match="contiguous"):
+            plan.forward(xp.zeros(good.shape[::-1]).T)
+        spec = plan.forward(good)
+        with pytest.raises(TypeError, match="dtype"):
+            plan.backward(spec.real.copy())
+        with pytest.raises(cudecomp.InvalidUsageError, match="shape"):
+            plan.forward(good, out=plan.zeros_input().astype(np.complex128))
+        with pytest.raises(TypeError, match="dtype"):
+            plan.backward(spec, out=plan.zeros_input().astype(np.float32))
+        with pytest.raises(ValueError, match="lengths"):
+            plan.wavenumbers((1.0, 2.0))
+    if COMM.size > 1:
+        with pytest.raises(cudecomp.NotSupportedError):
+            FFT(handle, (1, 1, 1), (1, COMM.size))
+
+
+@pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="CPU variant: the local FFT library choice")
+def test_cpu_libraries_agree(handle: cudecomp.Handle) -> None:
+    pytest.importorskip("scipy")
+    plans = [FFT(handle, (12, 6, 6), PDIMS[-1], kind="r2c", fft_library=lib, workers=2) for lib in ("numpy", "scipy")]
+    a = local_part(random_field((12, 6, 6), np.float64, 11), plans[0].input_info)
+    r = [p.forward(a) for p in plans]
+    assert rel(r[0], r[1]) < 1e-14
+    for p in plans:
+        p.destroy()
+    with pytest.raises(ValueError):
+        FFT(handle, (6, 6, 6), PDIMS[0], fft_library="cupy")
+
+
+@pytest.mark.skipif(not gpu_available(), reason="needs the GPU variant and a GPU")
+def test_gpu_stream_is_used(handle: cudecomp.Handle) -> None:  # pragma: no cover - GPU
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with FFT(handle, (32, 24, 16), PDIMS[-1], kind="r2c", transposed_out=True) as plan:
+        A = random_field(plan.gdims, np.float64, 13)
+        with stream:
+            a = cupy.asarray(local_part(A, plan.input_info))
+        stream.synchronize()
+        for s in (stream, stream.ptr, cupy.cuda.Stream.null):
+            spec = plan.forward(a, stream=s)
+            back = plan.backward(spec, stream=s)
+            (s if not isinstance(s, int) else stream).synchronize()
+            assert rel(gather(spec, plan.output_info, plan.spectral_gdims[::-1]), np.fft.rfftn(A)) < 1e-12
+            assert rel(to_host(back), local_part(A, plan.input_info)) < 1e-13
+
+
+def test_stream_is_accepted_on_cpu(handle: cudecomp.Handle) -> None:
+    if not cudecomp.CPU_ONLY:
+        pytest.skip("CPU variant")
+    with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
+        a = plan.zeros_input()
+        assert float(abs(plan.backward(plan.forward(a, stream=5), stream=None)).max()) == 0
