@@ -32,6 +32,7 @@ CASES=(
     "halo_stencil.py"
     "halo_stencil.py --boundary dirichlet --pencil z --backend MPI_BLOCKING"
     "demo.py -n 32"
+    "taylor_green.py -n 32 --t-end 1 --check"
 )
 
 for case in "${CASES[@]}"; do
