@@ -21,14 +21,16 @@ schedule runs depends on the process grid ``(P_rows, P_cols)``:
 | ``slab-yz`` | ``P_cols == 1`` | 1-D FFT along X, X→Y, 2-D FFT over (Z, Y) |
 | ``pencil`` | otherwise | FFT along X, X→Y, FFT along Y, Y→Z, FFT along Z |
 
-Example (any number of ranks)::
+Example (any number of ranks):
 
-    with cudecomp.Handle(MPI.COMM_WORLD) as handle, cudecomp.fft.FFT(handle, (64, 64, 64), kind="r2c") as plan:
-        u = plan.empty_input()              # float64, this rank's X-pencil
-        ...
-        u_hat = plan.forward(u)             # complex128, this rank's spectral pencil
-        kx, ky, kz = plan.wavenumbers()     # broadcastable against u_hat
-        u2 = plan.backward(1j * kx * u_hat) # d/dx u, back in the X-pencil
+```python
+with cudecomp.Handle(MPI.COMM_WORLD) as handle, cudecomp.fft.FFT(handle, (64, 64, 64), kind="r2c") as plan:
+    x, y, z = plan.coordinates()          # this rank's grid points on [0, 2 pi)^3
+    u = np.sin(x) * np.cos(y) * np.cos(z) # float64, this rank's X-pencil
+    u_hat = plan.forward(u)               # complex128, this rank's spectral pencil
+    kx, ky, kz = plan.wavenumbers()       # broadcastable against u_hat
+    du_dx = plan.backward(1j * kx * u_hat)
+```
 """
 
 from __future__ import annotations
