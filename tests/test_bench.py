@@ -135,6 +135,31 @@ def test_baselines_only_beside_distributed_x_to_y(measured: dict[str, Any] | Non
     assert not any(r["op"] == "xy" and r["pdims"][0] == 1 and r["distributed"] for r in rows)
 
 
+@requires_data_path()
+def test_fft_op_times_forward_and_backward_beside_one_device(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(shared_dir(tmp_path), "fft.json")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "fft", "--fft-out", "both", "--backends", "MPI_P2P"]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = json.load(open(path))["rows"]
+        measured = [r for r in rows if not r["note"]]
+        assert {r["op"] for r in measured} == {"fft", "ifft", "fft-natural", "ifft-natural"}
+        assert {r["dtype"] for r in measured} == {"f64", "c64"}
+        grids = {tuple(r["pdims"]) for r in rows}
+        assert grids == {(r, MPI.COMM_WORLD.size // r) for r in range(1, MPI.COMM_WORLD.size + 1) if MPI.COMM_WORLD.size % r == 0}
+        one = "cupy_fftn_1gpu" if not cudecomp.CPU_ONLY else None
+        for r in measured:
+            assert r["ms"] > 0 and r["distributed"] == (MPI.COMM_WORLD.size > 1)
+            (name,) = [k[:-3] for k in r["baseline"] if k.endswith("_fftn_1rank_ms") or k.endswith("_fftn_1gpu_ms")]
+            assert one is None or name == one
+            assert math.isclose(r["baseline"][f"ratio_vs_{name}"], r["ms"] / r["baseline"][f"{name}_ms"], rel_tol=1e-9)
+        # A grid that leaves a pencil empty (8^3 r2c has 5 kx modes) gives a skipped row, not a failure.
+        for r in rows:
+            if r["note"]:
+                assert r["op"] == "fft" and r["note"].startswith("skipped: NotSupportedError"), r
+    MPI.COMM_WORLD.Barrier()
+
+
 def test_every_option_has_help_showing_its_default() -> None:
     p = bench.parser()
     for a in p._actions:

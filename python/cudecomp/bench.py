@@ -19,7 +19,9 @@ Peer baselines (X->Y, default layout, only where X->Y is distributed): on GPU a 
 all-to-all of the same bytes and the straightforward CuPy pack -> all-to-all -> unpack a
 user would write (NCCL when every rank has its own GPU, host-staged MPI otherwise); on CPU
 the MPI ``Alltoallw`` of subarray datatypes that mpi4py-fft's pencil ``Transfer``
-performs, and NumPy pack -> ``Alltoallv`` -> unpack. Writes JSON and CSV; ``--plot DIR``
+performs, and NumPy pack -> ``Alltoallv`` -> unpack. ``--ops fft`` times a
+``cudecomp.fft`` plan's forward and backward transform beside the same transform of the
+whole array on one device (rank 0), measured in the same run. Writes JSON and CSV; ``--plot DIR``
 (needs matplotlib) renders heatmaps (backend x process grid) and bandwidth-versus-size
 small multiples. Progress (``--progress``): by default a tqdm bar, only when stderr is a
 terminal and tqdm is installed.
@@ -69,7 +71,20 @@ OPS = {
     "yx": ("transpose_y_to_x", 1, 0),
 }
 HALO_OPS = ("halo", "hx", "hy", "hz")
-OP_TITLES = {"xy": "X→Y", "yz": "Y→Z", "zy": "Z→Y", "yx": "Y→X", "halo": "halo x,y,z", "hx": "halo x", "hy": "halo y", "hz": "halo z"}
+#: ``--ops fft`` times a cudecomp.fft plan: rows ``fft`` (forward) and ``ifft`` (backward).
+FFT_OPS = ("fft", "ifft")
+OP_TITLES = {
+    "xy": "X→Y",
+    "yz": "Y→Z",
+    "zy": "Z→Y",
+    "yx": "Y→X",
+    "halo": "halo x,y,z",
+    "hx": "halo x",
+    "hy": "halo y",
+    "hz": "halo z",
+    "fft": "forward FFT",
+    "ifft": "backward FFT",
+}
 #: Short names of the ceilings in the printed table.
 CEILING_TAGS = {
     "peer_copy": "peer",
@@ -516,6 +531,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     total = len(args.gdims) * len(args.dtypes) * len(args.axis_contiguous) * len(backends) * len(grids)
     handle = cudecomp.Handle(comm)
     progress = Progress(total, "off" if args.quiet else args.progress, enabled=comm.rank == 0)
+    one_device: dict[tuple[Any, ...], dict[str, float]] = {}  # same-run single-device fftn, per grid and dtype
     try:
         if args.autotune:
             for gdims in args.gdims:
@@ -528,11 +544,16 @@ def run(args: argparse.Namespace) -> list[Row]:
                     base: dict[str, float] = {}
                     if args.baselines and "xy" in args.ops:
                         base = xy_baselines(args, handle, xp, comm, gdims, pdims, dtype, itemsize)
-                    for ac in args.axis_contiguous:
+                    for i, ac in enumerate(args.axis_contiguous):
                         for bname in backends:
                             g, p = "x".join(map(str, gdims)), "x".join(map(str, pdims))
                             progress.start(f"{g} {p} {dname} {bname} ac={ac}")
-                            rows += run_config(args, handle, xp, comm, gdims, pdims, dtype, dname, bool(ac), bname, itemsize, base, ceils)
+                            if any(op in OPS or op == "halo" for op in args.ops):
+                                rows += run_config(
+                                    args, handle, xp, comm, gdims, pdims, dtype, dname, bool(ac), bname, itemsize, base, ceils
+                                )
+                            if "fft" in args.ops and i == 0:  # the plan chooses its own layouts
+                                rows += fft_rows(args, handle, xp, comm, gdims, pdims, dname, bname, one_device)
                             progress.done()
     finally:
         progress.close()
@@ -644,7 +665,7 @@ def run_config(
         infos = [grid.get_pencil_info(a) for a in range(3)]
         bufs = [xp.m.ones(i.array_shape, NP_DTYPES[dtype]) for i in infos]
         for key in args.ops:
-            if key == "halo":
+            if key not in OPS:
                 continue
             name, a, b = OPS[key]
             fn = getattr(grid, name)
@@ -746,12 +767,119 @@ def halo_rows(
     return rows
 
 
+def fft_kind(dname: str) -> str:
+    """Return the FFT kind a dtype selects: real types ``r2c``, complex types ``c2c``."""
+    return "r2c" if dname in ("f32", "f64") else "c2c"
+
+
+def fft_rows(
+    args: argparse.Namespace,
+    handle: cudecomp.Handle,
+    xp: Xp,
+    comm: MPI.Comm,
+    gdims: tuple[int, int, int],
+    pdims: tuple[int, int],
+    dname: str,
+    bname: str,
+    one_device: dict[tuple[Any, ...], dict[str, float]],
+) -> list[Row]:
+    """Time a ``cudecomp.fft`` plan's forward and backward transform (collective).
+
+    ``f32``/``f64`` run ``r2c`` plans, ``c64``/``c128`` ``c2c`` plans, with the spectral
+    output left transposed (``--fft-out transposed``, the fast path) or in the input's
+    pencil (``natural``). Each row carries, as baseline, the same transform of the whole
+    global array on one device (rank 0: ``cupy.fft`` on its GPU, or the plan's CPU
+    library), measured once per grid and dtype in the same run.
+    """
+    from . import fft as cfft
+
+    kind = fft_kind(dname)
+    dtype = NP_DTYPES[DTYPES[dname]]
+    rows: list[Row] = []
+    for transposed in {"transposed": [True], "natural": [False], "both": [True, False]}[args.fft_out]:
+        tag = "" if transposed else "natural"
+        try:
+            plan = cfft.FFT(handle, gdims, pdims, kind=kind, dtype=dtype, transposed_out=transposed, backend=TransposeCommBackend[bname])
+        except cudecomp.CudecompError as e:
+            rows.append(Row("fft", gdims, pdims, bname, dname, False, note=f"skipped: {type(e).__name__}: {e}"))
+            continue
+        key = (gdims, dname)
+        if args.baselines and key not in one_device:
+            one_device[key] = fft_one_device(xp, comm, plan, args.warmup, args.reps)
+        try:
+            a = plan.zeros_input()
+            a += 1
+            spec = plan.forward(a)
+            back = plan.empty_input()
+            calls = (("fft", functools.partial(plan.forward, a, spec)), ("ifft", functools.partial(plan.backward, spec, back)))
+            for op, fn in calls:
+                med, mn = measure(xp, comm, fn, args.warmup, args.reps)
+                base = {k[len(op) + 1 :]: v for k, v in one_device.get(key, {}).items() if k.startswith(op + ":")}
+                row = Row(op + (f"-{tag}" if tag else ""), gdims, pdims, bname, dname, False, ms=med * 1e3, ms_min=mn * 1e3)
+                row.distributed = comm.size > 1
+                row.baseline = dict(base)
+                row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
+                rows.append(row)
+        finally:
+            plan.destroy()
+    return rows
+
+
+def fft_one_device(xp: Xp, comm: MPI.Comm, plan: Any, warmup: int, reps: int) -> dict[str, float]:
+    """Milliseconds of the plan's transform of the whole global array on rank 0's device alone (collective).
+
+    Keys ``fft:<name>_ms`` and ``ifft:<name>_ms`` with ``<name>`` ``cupy_fftn_1gpu``
+    (GPU) or ``<library>_fftn_1rank`` (CPU). Empty where the array does not fit (GPU).
+    """
+    out: dict[str, float] = {}
+    if comm.rank == 0:
+        m = xp.m
+        shape = plan.gdims[::-1]
+        r2c = plan.kind == "r2c"
+        if xp.gpu:
+            import cupy
+
+            f = cupy.fft
+            name = "cupy_fftn_1gpu"
+            fwd, inv = (f.rfftn, lambda s: f.irfftn(s, s=shape)) if r2c else (f.fftn, f.ifftn)
+        else:
+            try:
+                import scipy.fft as f  # type: ignore[import-not-found,no-redef]
+
+                name = "scipy_fftn_1rank"
+            except ImportError:
+                f = np.fft
+                name = "numpy_fftn_1rank"
+            fwd, inv = (f.rfftn, lambda s: f.irfftn(s, s=shape, axes=(0, 1, 2))) if r2c else (f.fftn, f.ifftn)
+        try:
+            a = m.ones(shape, plan.input_dtype)
+            s = fwd(a)
+            timer = xp.timer()
+            for _ in range(warmup):
+                fwd(a)
+                inv(s)
+            xp.sync()
+            out[f"fft:{name}_ms"] = float(np.median([timer(lambda: fwd(a)) for _ in range(reps)])) * 1e3
+            out[f"ifft:{name}_ms"] = float(np.median([timer(lambda: inv(s)) for _ in range(reps)])) * 1e3
+            del a, s
+        except MemoryError:
+            out = {}
+        except Exception as e:  # CuPy's OutOfMemoryError and cuFFT errors
+            if "memory" not in str(e).lower():
+                raise
+            out = {}
+        if xp.gpu:
+            xp.m.get_default_memory_pool().free_all_blocks()
+    return comm.bcast(out, root=0)
+
+
 def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
     """Print the table (rank 0)."""
-    head = f"{'op':<5}{'gdims':<16}{'pdims':<7}{'backend':<13}{'dtype':<6}{'ac':<3}"
+    w = max([5] + [len(r.op) + 1 for r in rows])
+    head = f"{'op':<{w}}{'gdims':<16}{'pdims':<7}{'backend':<13}{'dtype':<6}{'ac':<3}"
     print(f"{head}{'ms':>10}{'GB/s/rank':>11}{'%ceil':>7}  {'ceiling':<10}baselines (ms; ours/baseline)")
     for r in rows:
-        key = f"{r.op:<5}{'x'.join(map(str, r.gdims)):<16}{'x'.join(map(str, r.pdims)):<7}{r.backend:<13}{r.dtype:<6}"
+        key = f"{r.op:<{w}}{'x'.join(map(str, r.gdims)):<16}{'x'.join(map(str, r.pdims)):<7}{r.backend:<13}{r.dtype:<6}"
         key += f"{int(r.axis_contiguous):<3}"
         if r.note:
             print(f"{key}  {r.note}")
@@ -759,12 +887,17 @@ def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
         extra = ", ".join(f"{k}={v:.3g}" for k, v in r.baseline.items() if not k.startswith("ceiling"))
         pct = f"{r.pct_of_ceiling:>7.1f}" if math.isfinite(r.pct_of_ceiling) else f"{'-':>7}"
         tag = CEILING_TAGS.get(r.ceiling, r.ceiling or "-")
-        print(f"{key}{r.ms:>10.3f}{r.gbps_per_rank:>11.2f}{pct}  {tag:<10}{extra}".rstrip())
+        gbps = f"{r.gbps_per_rank:>11.2f}" if math.isfinite(r.gbps_per_rank) else f"{'-':>11}"
+        print(f"{key}{r.ms:>10.3f}{gbps}{pct}  {tag:<10}{extra}".rstrip())
     ceil = {k: v for k, v in (rows[0].baseline.items() if rows else []) if k.startswith("ceiling")}
     print("ceilings (GB/s): " + ", ".join(f"{k[8:-5]}={v:.1f}" for k, v in ceil.items()))
     print("%ceil: distributed rows (bytes leave the rank) against the run-wide copy bandwidth above (peer, dev or host;")
     print("       '-' when the ranks span several nodes); local rows (nothing leaves the rank) against a copy of the")
-    print("       same bytes on every rank at once (dev-same, host-same). Baselines: beside distributed X->Y rows only.")
+    ffts = any(r.op.split("-")[0] in FFT_OPS for r in rows)
+    end = "," if ffts else "."
+    print(f"       same bytes on every rank at once (dev-same, host-same). Baselines: beside distributed X->Y rows only{end}")
+    if ffts:
+        print("       and beside fft/ifft rows the same transform of the whole array on one device (rank 0's GPU or CPU).")
 
 
 def write(rows: Sequence[Row], args: argparse.Namespace) -> None:
@@ -961,6 +1094,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="Run under MPI, e.g. mpiexec -n 4 python -m cudecomp.bench --gdims 128^3 --pdims all --plot out/",
     )
     ops = ", ".join([*OPS, "halo"])
+    choices = [*OPS, "halo", "fft"]
     p.add_argument(
         "--gdims",
         nargs="+",
@@ -987,7 +1121,20 @@ def parser() -> argparse.ArgumentParser:
         choices=[0, 1],
         help="pencil layouts: 0 = default, 1 = axis-contiguous (default: 0)",
     )
-    p.add_argument("--ops", nargs="+", default=[*OPS, "halo"], choices=[*OPS, "halo"], help=f"operations to time (default: {ops})")
+    p.add_argument(
+        "--ops",
+        nargs="+",
+        default=[*OPS, "halo"],
+        choices=choices,
+        help=f"operations to time; fft = a cudecomp.fft plan's forward and backward transform (default: {ops})",
+    )
+    p.add_argument(
+        "--fft-out",
+        default="transposed",
+        choices=["transposed", "natural", "both"],
+        help="--ops fft: spectral output left in the Z-pencil (transposed, no return transposes) or returned to the "
+        "X-pencil (natural; rows fft-natural, ifft-natural) (default: transposed)",
+    )
     p.add_argument(
         "--halo",
         nargs=3,
