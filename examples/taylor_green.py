@@ -141,53 +141,46 @@ class TaylorGreen:
         if n % 2 == 0:
             w = xp.where(mx == n // 2, 1.0, w)
         self.weight = w.astype(real)
-        self.spec_shape = plan.output_info.array_shape
-        self.u = xp.empty((3, *plan.input_info.array_shape), real)  # work arrays in real space
-        self.w = xp.empty_like(self.u)
 
     def initial(self) -> Any:
         """Fourier coefficients of the Taylor-Green velocity."""
         x, y, z = self.plan.coordinates()
         u0 = [xp.sin(x) * xp.cos(y) * xp.cos(z), -xp.cos(x) * xp.sin(y) * xp.cos(z), 0 * x * y * z]
-        U = xp.empty((3, *self.spec_shape), self.plan.output_dtype)
-        for i in range(3):
-            self.plan.forward(xp.ascontiguousarray(u0[i]), U[i])
-        return U
+        return xp.stack([self.plan.forward(xp.ascontiguousarray(c)) for c in u0])
 
     def rhs(self, U: Any, diagnostics: bool = False, want_umax: bool = False) -> tuple[Any, dict[str, float]]:
         """du/dt in Fourier space, and (on request) energy, enstrophy and max |u|+|v|+|w| of this state."""
         kx, ky, kz = self.k
         plan = self.plan
-        W = xp.empty_like(U)
-        W[0] = 1j * (ky * U[2] - kz * U[1])
-        W[1] = 1j * (kz * U[0] - kx * U[2])
-        W[2] = 1j * (kx * U[1] - ky * U[0])
-        u, w = self.u, self.w
-        for i in range(3):
-            plan.backward(U[i], u[i])
-            plan.backward(W[i], w[i])
+        # Velocity and vorticity (omega = i k x u) on the grid; transforms return new arrays
+        # (no copy into preallocated ones).
+        u = [plan.backward(U[i]) for i in range(3)]
+        w = [
+            plan.backward(1j * (ky * U[2] - kz * U[1])),
+            plan.backward(1j * (kz * U[0] - kx * U[2])),
+            plan.backward(1j * (kx * U[1] - ky * U[0])),
+        ]
         info: dict[str, float] = {}
         if diagnostics:
             npts = float(self.n) ** 3
-            energy, enstrophy = sum_pairs([float((u * u).sum()), float((w * w).sum())], self.comm)
+            local = [float(sum((c * c).sum() for c in u)), float(sum((c * c).sum() for c in w))]
+            energy, enstrophy = sum_pairs(local, self.comm)
             info["energy"], info["enstrophy"] = 0.5 * energy / npts, 0.5 * enstrophy / npts
         if want_umax:
             info["umax"] = self.comm.allreduce(float((xp.abs(u[0]) + xp.abs(u[1]) + xp.abs(u[2])).max()), op=MPI.MAX)
-        # u x omega on the grid (w is overwritten with it), then back to Fourier space.
-        cx = u[1] * w[2] - u[2] * w[1]
-        cy = u[2] * w[0] - u[0] * w[2]
-        w[2] = u[0] * w[1] - u[1] * w[0]
-        w[0], w[1] = cx, cy
-        N = W  # reuse the vorticity's spectral storage
-        for i in range(3):
-            plan.forward(w[i], N[i])
-        N *= self.dealias
+        # u x omega, back to Fourier space, dealiased (2/3 rule) and projected (pressure).
+        cross = (u[1] * w[2] - u[2] * w[1], u[2] * w[0] - u[0] * w[2], u[0] * w[1] - u[1] * w[0])
+        del u, w
+        N = [plan.forward(c) for c in cross]
+        del cross
+        for c in N:
+            c *= self.dealias
         div = (kx * N[0] + ky * N[1] + kz * N[2]) * self.inv_k2
-        N[0] -= kx * div
-        N[1] -= ky * div
-        N[2] -= kz * div
-        N -= NU * self.k2 * U
-        return N, info
+        R = xp.empty_like(U)
+        nu_k2 = NU * self.k2
+        for i, k in enumerate(self.k):
+            R[i] = N[i] - k * div - nu_k2 * U[i]
+        return R, info
 
     def dissipation(self, U: Any, dU: Any) -> float:
         """-dE/dt = -sum over all modes of Re(conj(u_k) . du_k/dt) (collective)."""

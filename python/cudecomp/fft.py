@@ -157,19 +157,24 @@ class _NumpyLocal(_Local):
         kw: dict[str, Any] = {"out": a} if overwrite and self.has_out else {}
         if len(axes) == 1:
             f = np.fft.ifft if inverse else np.fft.fft
-            return f(a, axis=axes[0], norm=self.norm, **kw)
+            return f(a, axis=axes[0], norm=self.norm, **kw).astype(a.dtype, copy=False)
         f = np.fft.ifftn if inverse else np.fft.fftn
-        return f(a, axes=axes, norm=self.norm, **kw)
+        return f(a, axes=axes, norm=self.norm, **kw).astype(a.dtype, copy=False)
 
+    # NumPy < 2 computes in double precision: the casts keep single-precision plans single.
     def r2c(self, a: Any, axes: tuple[int, ...]) -> Any:
         if len(axes) == 1:
-            return np.fft.rfft(a, axis=axes[0], norm=self.norm)
-        return np.fft.rfftn(a, axes=axes, norm=self.norm)
+            r = np.fft.rfft(a, axis=axes[0], norm=self.norm)
+        else:
+            r = np.fft.rfftn(a, axes=axes, norm=self.norm)
+        return r.astype(_COMPLEX[a.dtype], copy=False)
 
     def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], overwrite: bool) -> Any:
         if len(axes) == 1:
-            return np.fft.irfft(a, n=s[0], axis=axes[0], norm=self.norm)
-        return np.fft.irfftn(a, s=s, axes=axes, norm=self.norm)
+            r = np.fft.irfft(a, n=s[0], axis=axes[0], norm=self.norm)
+        else:
+            r = np.fft.irfftn(a, s=s, axes=axes, norm=self.norm)
+        return r.astype(_REAL[a.dtype], copy=False)
 
 
 class _ScipyLocal(_Local):
