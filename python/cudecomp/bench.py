@@ -870,6 +870,11 @@ def fft_one_device(xp: Xp, comm: MPI.Comm, plan: Any, warmup: int, reps: int) ->
             out = {}
         if xp.gpu:
             xp.m.get_default_memory_pool().free_all_blocks()
+    # The other ranks wait without spinning, so that on a CPU with fewer cores than ranks
+    # they leave rank 0 its core.
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
     return comm.bcast(out, root=0)
 
 
