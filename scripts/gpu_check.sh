@@ -46,4 +46,7 @@ on gpu4 && { run gpu4-shared 4 || rc=1; }
 B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL
 echo "=== demo (2 ranks, $B, 128^3) ==="
 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/demo.py -n 128 --backend $B 2>&1 | tail -8
+echo "=== Taylor-Green on cudecomp.fft (2 ranks, $B, 64^3 to t=1, --check) ==="
+timeout 180 mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/taylor_green.py -n 64 --t-end 1 --check --backend $B \
+    2>&1 | tail -4 || rc=1
 exit $rc
