@@ -450,7 +450,11 @@ class FFT:
         if self._kind == "r2c":
             scfg = self._config(self._spectral_gdims, pdims, backend)
             scfg.rank_order = grid.config.rank_order  # the resolved order: the same split of Y and Z
-            self._grids.append(self._handle.create_grid(scfg))
+            try:
+                self._grids.append(self._handle.create_grid(scfg))
+            except BaseException:
+                self._release()
+                raise
         self._pdims = pdims
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
