@@ -120,8 +120,9 @@ def _factor_pairs(n: int) -> list[tuple[int, int]]:
 class _Local:
     """Local FFTs of one library.
 
-    Stages are c2c over ``axes``, r2c and c2r (the last of ``axes`` is the halved one);
-    ``overwrite`` says the input may be destroyed.
+    Stages are c2c over ``axes``, r2c and c2r (the last of ``axes`` is the halved one).
+    With ``out`` the result is written into ``out`` (and ``out`` returned); without it
+    the result is a new array, or the input itself when ``overwrite`` allows.
     """
 
     name = ""
@@ -130,13 +131,13 @@ class _Local:
     def __init__(self, norm: str) -> None:
         self.norm = norm
 
-    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, overwrite: bool) -> Any:
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
         raise NotImplementedError
 
-    def r2c(self, a: Any, axes: tuple[int, ...]) -> Any:
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
         raise NotImplementedError
 
-    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], overwrite: bool) -> Any:
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
         raise NotImplementedError
 
     def scale(self, inverse: bool, n: int) -> float:
@@ -144,8 +145,20 @@ class _Local:
         return 1.0
 
 
+def _into(r: Any, out: Any) -> Any:
+    """Deliver ``r`` in ``out`` when given (copying unless it already is ``out``)."""
+    if out is None or r is out:
+        return r
+    out[...] = r
+    return out
+
+
 class _NumpyLocal(_Local):
-    """``numpy.fft``: each stage applies the norm itself (pocketfft scales for free)."""
+    """``numpy.fft``: each stage applies the norm itself (pocketfft scales for free).
+
+    NumPy >= 2 writes into ``out`` directly (in place too); NumPy < 2 computes in double
+    precision, so results are cast back to the plan's precision.
+    """
 
     name = "numpy"
 
@@ -153,32 +166,33 @@ class _NumpyLocal(_Local):
         super().__init__(norm)
         self.has_out = "out" in inspect.signature(np.fft.fft).parameters  # NumPy >= 2.0
 
-    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, overwrite: bool) -> Any:
-        kw: dict[str, Any] = {"out": a} if overwrite and self.has_out else {}
-        if len(axes) == 1:
-            f = np.fft.ifft if inverse else np.fft.fft
-            return f(a, axis=axes[0], norm=self.norm, **kw).astype(a.dtype, copy=False)
-        f = np.fft.ifftn if inverse else np.fft.fftn
-        return f(a, axes=axes, norm=self.norm, **kw).astype(a.dtype, copy=False)
+    def _run(self, f: Any, a: Any, out: Any, overwrite: bool, dtype: np.dtype, **kw: Any) -> Any:
+        if self.has_out and (out is not None or overwrite):
+            return f(a, norm=self.norm, out=a if out is None else out, **kw)
+        return _into(f(a, norm=self.norm, **kw).astype(dtype, copy=False), out)
 
-    # NumPy < 2 computes in double precision: the casts keep single-precision plans single.
-    def r2c(self, a: Any, axes: tuple[int, ...]) -> Any:
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
         if len(axes) == 1:
-            r = np.fft.rfft(a, axis=axes[0], norm=self.norm)
-        else:
-            r = np.fft.rfftn(a, axes=axes, norm=self.norm)
-        return r.astype(_COMPLEX[a.dtype], copy=False)
+            return self._run(np.fft.ifft if inverse else np.fft.fft, a, out, overwrite, a.dtype, axis=axes[0])
+        return self._run(np.fft.ifftn if inverse else np.fft.fftn, a, out, overwrite, a.dtype, axes=axes)
 
-    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], overwrite: bool) -> Any:
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
         if len(axes) == 1:
-            r = np.fft.irfft(a, n=s[0], axis=axes[0], norm=self.norm)
-        else:
-            r = np.fft.irfftn(a, s=s, axes=axes, norm=self.norm)
-        return r.astype(_REAL[a.dtype], copy=False)
+            return self._run(np.fft.rfft, a, out, False, _COMPLEX[a.dtype], axis=axes[0])
+        return self._run(np.fft.rfftn, a, out, False, _COMPLEX[a.dtype], axes=axes)
+
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        if len(axes) == 1:
+            return self._run(np.fft.irfft, a, out, False, _REAL[a.dtype], n=s[0], axis=axes[0])
+        return self._run(np.fft.irfftn, a, out, False, _REAL[a.dtype], s=s, axes=axes)
 
 
 class _ScipyLocal(_Local):
-    """``scipy.fft`` with worker threads; each stage applies the norm itself."""
+    """``scipy.fft`` with worker threads; each stage applies the norm itself.
+
+    ``scipy.fft`` has no ``out``: a c2c stage into ``out`` copies its input there and
+    transforms it in place; r2c and c2r stages copy their result.
+    """
 
     name = "scipy"
 
@@ -189,23 +203,26 @@ class _ScipyLocal(_Local):
         self.m = scipy.fft
         self.workers = workers
 
-    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, overwrite: bool) -> Any:
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        if out is not None and out is not a:
+            np.copyto(out, a)
+            a, overwrite = out, True
         kw = {"norm": self.norm, "overwrite_x": overwrite, "workers": self.workers}
         if len(axes) == 1:
-            return (self.m.ifft if inverse else self.m.fft)(a, axis=axes[0], **kw)
-        return (self.m.ifftn if inverse else self.m.fftn)(a, axes=axes, **kw)
+            r = (self.m.ifft if inverse else self.m.fft)(a, axis=axes[0], **kw)
+        else:
+            r = (self.m.ifftn if inverse else self.m.fftn)(a, axes=axes, **kw)
+        return _into(r, out)
 
-    def r2c(self, a: Any, axes: tuple[int, ...]) -> Any:
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
         kw = {"norm": self.norm, "workers": self.workers}
-        if len(axes) == 1:
-            return self.m.rfft(a, axis=axes[0], **kw)
-        return self.m.rfftn(a, axes=axes, **kw)
+        r = self.m.rfft(a, axis=axes[0], **kw) if len(axes) == 1 else self.m.rfftn(a, axes=axes, **kw)
+        return _into(r, out)
 
-    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], overwrite: bool) -> Any:
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
         kw = {"norm": self.norm, "overwrite_x": overwrite, "workers": self.workers}
-        if len(axes) == 1:
-            return self.m.irfft(a, n=s[0], axis=axes[0], **kw)
-        return self.m.irfftn(a, s=s, axes=axes, **kw)
+        r = self.m.irfft(a, n=s[0], axis=axes[0], **kw) if len(axes) == 1 else self.m.irfftn(a, s=s, axes=axes, **kw)
+        return _into(r, out)
 
 
 class _CupyLocal(_Local):
@@ -213,7 +230,8 @@ class _CupyLocal(_Local):
 
     CuPy caches the cuFFT plans (``cupy.fft.config.get_plan_cache()``, 16 plans per device
     by default) and scales with a separate kernel, so the stages run unscaled and the
-    plan scales once, in place, after the last one.
+    plan scales once, in place, after the last one. Results are new arrays from CuPy's
+    memory pool (on the current stream), or the input transformed in place.
     """
 
     name = "cupy"
@@ -225,22 +243,25 @@ class _CupyLocal(_Local):
 
         self.m = cupyx.scipy.fft
 
-    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, overwrite: bool) -> Any:
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
         # "backward" leaves the forward unscaled, "forward" the inverse.
         norm = "forward" if inverse else "backward"
         if len(axes) == 1:
-            return (self.m.ifft if inverse else self.m.fft)(a, axis=axes[0], norm=norm, overwrite_x=overwrite)
-        return (self.m.ifftn if inverse else self.m.fftn)(a, axes=axes, norm=norm, overwrite_x=overwrite)
+            r = (self.m.ifft if inverse else self.m.fft)(a, axis=axes[0], norm=norm, overwrite_x=overwrite)
+        else:
+            r = (self.m.ifftn if inverse else self.m.fftn)(a, axes=axes, norm=norm, overwrite_x=overwrite)
+        return _into(r, out)
 
-    def r2c(self, a: Any, axes: tuple[int, ...]) -> Any:
-        if len(axes) == 1:
-            return self.m.rfft(a, axis=axes[0], norm="backward")
-        return self.m.rfftn(a, axes=axes, norm="backward")
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        r = self.m.rfft(a, axis=axes[0], norm="backward") if len(axes) == 1 else self.m.rfftn(a, axes=axes, norm="backward")
+        return _into(r, out)
 
-    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], overwrite: bool) -> Any:
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
         if len(axes) == 1:
-            return self.m.irfft(a, n=s[0], axis=axes[0], norm="forward", overwrite_x=overwrite)
-        return self.m.irfftn(a, s=s, axes=axes, norm="forward", overwrite_x=overwrite)
+            r = self.m.irfft(a, n=s[0], axis=axes[0], norm="forward", overwrite_x=overwrite)
+        else:
+            r = self.m.irfftn(a, s=s, axes=axes, norm="forward", overwrite_x=overwrite)
+        return _into(r, out)
 
     def scale(self, inverse: bool, n: int) -> float:
         if self.norm == "ortho":
@@ -395,6 +416,7 @@ class FFT:
         if not isinstance(self._base, GridDescConfig):
             raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
         self._streams: dict[int, Any] = {}
+        self._scratch: dict[str, Any] = {}
         self._comm = comm
         self.autotune_times: dict[tuple[tuple[int, int], str], float] = {}
         """Autotuning: seconds of one forward + backward (slowest rank's median) per (pdims, backend name); empty without."""
@@ -505,6 +527,7 @@ class FFT:
             cupy.cuda.get_current_stream().synchronize()
 
     def _release(self) -> None:
+        self._scratch = {}
         for g in reversed(self._grids):
             g.destroy()
         self._grids = []
@@ -732,13 +755,24 @@ class FFT:
             yield ptr
 
     def _finish(self, r: Any, out: Any, scale: float) -> Any:
-        """Scale ``r`` (ours) in place and deliver it in ``out`` when given."""
+        """Scale ``r`` (ours, or already ``out``) in place and deliver it in ``out`` when given."""
         if scale != 1.0:
             r *= scale
-        if out is None:
-            return r
-        out[...] = r
-        return out
+        return _into(r, out)
+
+    def _tmp(self, key: str, axis: int) -> Any:
+        """Scratch pencil ``axis`` of the spectral grid, kept by the plan (CPU variant); None on GPUs.
+
+        Reusing it spares the page faults of fresh arrays on every call; on GPUs CuPy's
+        memory pool already recycles memory (stream-ordered).
+        """
+        if self._local.gpu:
+            return None
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = self.spectral_grid.empty_pencil(axis, self._out_dtype)
+            self._scratch[key] = buf
+        return buf
 
     def forward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Forward transform of this rank's real-space pencil (collective).
@@ -774,37 +808,37 @@ class FFT:
             self._check(out, self._out_info, self._out_dtype, "forward out", writable=True)
         L, G, r2c = self._local, self.spectral_grid, self._kind == "r2c"
         scale = L.scale(False, math.prod(self._gdims))
+        T = self._tmp
+        tr = self._transposed
 
-        def first(x: Any, axes: tuple[int, ...]) -> Any:  # never overwrites the user's input
-            return L.r2c(x, axes) if r2c else L.c2c(x, axes, False, False)
+        def first(x: Any, axes: tuple[int, ...], into: Any) -> Any:  # never overwrites the user's input
+            return L.r2c(x, axes, into) if r2c else L.c2c(x, axes, False, into)
 
         with self._on(stream) as s:
             sch = self._schedule
             if sch == "local":
-                return self._finish(first(a, (0, 1, 2)), out, scale)
+                return self._finish(first(a, (0, 1, 2), out), out, scale)
             if sch == "slab-xy":
-                b = first(a, (1, 2))
-                c = L.c2c(G.transpose_y_to_z(b, stream=s), (2,), False, True)
-                if self._transposed:
+                c = G.transpose_y_to_z(first(a, (1, 2), T("x", 0)), out if tr else T("z", 2), stream=s)
+                c = L.c2c(c, (2,), False, overwrite=True)
+                if tr:
                     return self._finish(c, out, scale)
-                self._finish(c, None, scale)
-                return G.transpose_z_to_y(c, out, stream=s)
+                return G.transpose_z_to_y(self._finish(c, None, scale), out, stream=s)
             if sch == "slab-yz":
-                b = first(a, (2,))
-                c = L.c2c(G.transpose_x_to_y(b, stream=s), (1, 2), False, True)
-                if self._transposed:
+                c = G.transpose_x_to_y(first(a, (2,), T("x", 0)), out if tr else T("y", 1), stream=s)
+                c = L.c2c(c, (1, 2), False, overwrite=True)
+                if tr:
                     return self._finish(c, out, scale)
-                self._finish(c, None, scale)
-                return G.transpose_y_to_x(c, out, stream=s)
-            b = first(a, (2,))
-            c = L.c2c(G.transpose_x_to_y(b, stream=s), (2,), False, True)
+                return G.transpose_y_to_x(self._finish(c, None, scale), out, stream=s)
+            b = first(a, (2,), T("x", 0))
+            c = L.c2c(G.transpose_x_to_y(b, T("y", 1), stream=s), (2,), False, overwrite=True)
             del b
-            d = L.c2c(G.transpose_y_to_z(c, stream=s), (2,), False, True)
+            d = L.c2c(G.transpose_y_to_z(c, out if tr else T("z", 2), stream=s), (2,), False, overwrite=True)
             del c
-            if self._transposed:
+            if tr:
                 return self._finish(d, out, scale)
-            self._finish(d, None, scale)
-            return G.transpose_y_to_x(G.transpose_z_to_y(d, stream=s), out, stream=s)
+            e = G.transpose_z_to_y(self._finish(d, None, scale), T("y", 1), stream=s)
+            return G.transpose_y_to_x(e, out, stream=s)
 
     def backward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Backward (inverse) transform of this rank's spectral pencil into its real-space X-pencil (collective).
@@ -837,9 +871,16 @@ class FFT:
         L, G, r2c = self._local, self.spectral_grid, self._kind == "r2c"
         X, Y, Z = self._gdims
         scale = L.scale(True, X * Y * Z)
+        T = self._tmp
+        tr = self._transposed
+
+        def middle(x: Any, axes: tuple[int, ...], own: bool, key: str, axis: int) -> Any:
+            """Run an inner c2c stage: in place on our arrays, into scratch from the user's."""
+            return L.c2c(x, axes, True, overwrite=True) if own else L.c2c(x, axes, True, T(key, axis))
 
         def last(x: Any, axes: tuple[int, ...], s: tuple[int, ...], own: bool) -> Any:
-            r = L.c2r(x, axes, s, own) if r2c else L.c2c(x, axes, True, own)
+            """Run the final stage, into ``out`` or a new array (never into scratch)."""
+            r = L.c2r(x, axes, s, out, overwrite=own) if r2c else L.c2c(x, axes, True, out)
             return self._finish(r, out, scale)
 
         with self._on(stream) as st:
@@ -847,20 +888,18 @@ class FFT:
             if sch == "local":
                 return last(a, (0, 1, 2), (Z, Y, X), False)
             if sch == "slab-xy":
-                c, own = (a, False) if self._transposed else (G.transpose_y_to_z(a, stream=st), True)
-                c = L.c2c(c, (2,), True, own)
-                return last(G.transpose_z_to_y(c, stream=st), (1, 2), (Y, X), True)
+                c = middle(a, (2,), False, "z", 2) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,), True, "", 2)
+                return last(G.transpose_z_to_y(c, T("x", 0), stream=st), (1, 2), (Y, X), True)
             if sch == "slab-yz":
-                c, own = (a, False) if self._transposed else (G.transpose_x_to_y(a, stream=st), True)
-                c = L.c2c(c, (1, 2), True, own)
-                return last(G.transpose_y_to_x(c, stream=st), (2,), (X,), True)
-            if self._transposed:
-                d = L.c2c(a, (2,), True, False)
+                c = middle(a, (1, 2), False, "y", 1) if tr else middle(G.transpose_x_to_y(a, T("y", 1), stream=st), (1, 2), True, "", 1)
+                return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)
+            if tr:
+                d = middle(a, (2,), False, "z", 2)
             else:
-                d = L.c2c(G.transpose_y_to_z(G.transpose_x_to_y(a, stream=st), stream=st), (2,), True, True)
-            c = L.c2c(G.transpose_z_to_y(d, stream=st), (2,), True, True)
+                d = middle(G.transpose_y_to_z(G.transpose_x_to_y(a, T("y", 1), stream=st), T("z", 2), stream=st), (2,), True, "", 2)
+            c = middle(G.transpose_z_to_y(d, T("y", 1), stream=st), (2,), True, "", 1)
             del d
-            return last(G.transpose_y_to_x(c, stream=st), (2,), (X,), True)
+            return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)
 
     # -- lifetime ----------------------------------------------------------------------
 
