@@ -305,7 +305,7 @@ def _stream_ptr(stream: Any) -> int:
         return stream
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
-        return int(proto()[1])
+        return int((proto() if callable(proto) else proto)[1])
     ptr = getattr(stream, "ptr", None)
     if isinstance(ptr, int) and not isinstance(ptr, bool):
         return ptr
