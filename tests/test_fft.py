@@ -320,3 +320,19 @@ def test_stream_is_accepted_on_cpu(handle: cudecomp.Handle) -> None:
     with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
         a = plan.zeros_input()
         assert float(abs(plan.backward(plan.forward(a, stream=5), stream=None)).max()) == 0
+
+
+def test_stream_forms() -> None:
+    from cudecomp.fft import _stream_ptr
+
+    class Proto:
+        def __cuda_stream__(self) -> tuple[int, int]:
+            return (0, 1234)
+
+    class Ptr:
+        ptr = 99
+
+    assert _stream_ptr(7) == 7 and _stream_ptr(Proto()) == 1234 and _stream_ptr(Ptr()) == 99
+    for bad in (True, "s", 1.5):
+        with pytest.raises(TypeError):
+            _stream_ptr(bad)
