@@ -221,6 +221,20 @@ def test_autotune_picks_a_measured_grid(handle: cudecomp.Handle) -> None:
         assert plan.grid.config.transpose_comm_backend in backends
 
 
+def test_base_config_backend_and_rank_order(handle: cudecomp.Handle) -> None:
+    cfg = cudecomp.GridDescConfig()
+    cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.MPI_A2A
+    cfg.rank_order = cudecomp.RankOrder.COL_MAJOR
+    cfg.gdims_dist = (3, 3, 3)  # replaced by the plan
+    pdims = PDIMS[len(PDIMS) // 2]
+    with FFT(handle, (7, 8, 9), pdims, kind="r2c", config=cfg) as plan:
+        for g in (plan.grid, plan.spectral_grid):
+            assert g.config.transpose_comm_backend == cudecomp.TransposeCommBackend.MPI_A2A
+            assert g.config.rank_order == cudecomp.RankOrder.COL_MAJOR
+        check_plan(plan, TOL64, seed=17)
+    assert cfg.pdims.tolist() == [0, 0]  # the caller's config is not modified
+
+
 def test_properties_and_lifetime(handle: cudecomp.Handle) -> None:
     plan = FFT(handle, (9, 8, 7), PDIMS[0], kind="r2c", dtype=np.float32, norm="ortho")
     assert plan.kind == "r2c" and plan.norm == "ortho" and not plan.transposed_out
@@ -257,6 +271,10 @@ def test_misuse(handle: cudecomp.Handle) -> None:
         FFT(handle, (6, 0, 6), PDIMS[0])
     with pytest.raises(ValueError, match="fft_library"):
         FFT(handle, gdims, PDIMS[0], fft_library="fftw")
+    with pytest.raises(TypeError, match="config"):
+        FFT(handle, gdims, PDIMS[0], config={"pdims": (1, 1)})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="backend"):
+        FFT(handle, gdims, PDIMS[0], backend=["MPI_P2P"])  # type: ignore[list-item]
     with FFT(handle, gdims, PDIMS[0], kind="r2c") as plan:
         good = plan.zeros_input()
         with pytest.raises(TypeError, match="dtype"):

@@ -412,9 +412,9 @@ class FFT:
         self._in_dtype, self._out_dtype = _dtypes(kind, dtype)
         self._handle = handle
         self._local = _make_local(fft_library, norm, workers)
-        self._base = config.copy() if config is not None else GridDescConfig()
-        if not isinstance(self._base, GridDescConfig):
+        if config is not None and not isinstance(config, GridDescConfig):
             raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
+        self._base = config.copy() if config is not None else GridDescConfig()
         self._streams: dict[int, Any] = {}
         self._scratch: dict[str, Any] = {}
         self._comm = comm
