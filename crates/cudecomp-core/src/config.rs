@@ -217,6 +217,16 @@ impl DataType {
         }
     }
 
+    /// Upper-case enum name (`DataType.DOUBLE` is `DOUBLE`), for messages.
+    pub fn enum_name(self) -> &'static str {
+        match self {
+            Self::Float => "FLOAT",
+            Self::Double => "DOUBLE",
+            Self::FloatComplex => "FLOAT_COMPLEX",
+            Self::DoubleComplex => "DOUBLE_COMPLEX",
+        }
+    }
+
     /// One-letter BLAS-style name used in performance reports.
     pub fn short_name(self) -> &'static str {
         match self {

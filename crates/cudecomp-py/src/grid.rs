@@ -4,10 +4,12 @@ use std::sync::{Arc, Mutex};
 
 use cudecomp_core::config::DataType;
 
+use cudecomp_core::engine::Exec;
 use cudecomp_core::geometry;
 use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
+use cudecomp_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 
@@ -255,42 +257,9 @@ impl GridDesc {
         c: TransposeCall<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
-        let explicit = parse_dtype(py, c.dtype)?;
-        let layouts = TransposeLayouts {
-            input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
-            input_padding: int_triple(py, c.input_padding, "input_padding")?,
-            output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
-            output_padding: int_triple(py, c.output_padding, "output_padding")?,
-        };
-        let plan = gd.transpose_plan(direction, &layouts).py(py)?;
-        let input = variant::array(py, &gd, c.input, "input", false)?;
-        let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
-        input.require_shape(
-            py,
-            plan.input.array_shape(),
-            "the input pencil's PencilInfo.array_shape with these halos and padding",
-        )?;
-        let exec = variant::exec(py, c.stream, c.input)?;
-        let out_obj = match c.out.filter(|o| !o.is_none()) {
-            Some(o) => o.clone(),
-            None => {
-                variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?
-            }
-        };
-        let out = variant::array(py, &gd, &out_obj, "out", false)?;
-        resolve_dtype(py, Some(dtype), &[&out])?;
-        out.require_writable(py)?;
-        out.require_shape(
-            py,
-            plan.output.array_shape(),
-            "the output pencil's PencilInfo.array_shape with these halos and padding",
-        )?;
-        let work = work_arg(py, &gd, c.work)?;
-        let op = TransposeOp {
-            direction,
-            layouts,
-            dtype,
-        };
+        let ready = prepare_transpose(py, &gd, direction, &c);
+        let (op, input, out, out_obj, work, exec) =
+            agreed(py, &gd, direction.method_name(), ready)?;
         // SAFETY: the array objects are referenced by the caller for the whole call and
         // were checked to be C-contiguous and of the sizes recorded; device work is ordered
         // on the operation's stream, which the caller keeps alive as documented.
@@ -301,46 +270,132 @@ impl GridDesc {
 
     fn update_halos(&self, py: Python<'_>, axis: usize, c: HaloCall<'_, '_>) -> PyResult<()> {
         let gd = self.live(py)?;
-        let explicit = parse_dtype(py, c.dtype)?;
-        if c.halo_extents.is_none() {
-            return Err(invalid(
-                py,
-                "halo_extents: expected 3 non-negative ints, got None".into(),
-            ));
+        let what = ["update_halos_x", "update_halos_y", "update_halos_z"][axis];
+        let ready = prepare_halo(py, &gd, axis, &c);
+        let (spec, dtype, data, work, exec) = agreed(py, &gd, what, ready)?;
+        // SAFETY: as in `transpose`.
+        let (d, w) = unsafe { (data.buf(), work.as_ref().map(|w| w.buf())) };
+        py.detach(|| gd.update_halos(&spec, dtype, d, w, exec))
+            .py(py)
+    }
+}
+
+/// In checking mode (`CUDECOMP_CHECK_COLLECTIVES=1`), an argument error found here is
+/// shared with the other ranks, which wait in the operation's agreement, so that they
+/// raise too instead of hanging; the error itself is returned unchanged.
+fn agreed<T>(py: Python<'_>, gd: &core::GridDesc, what: &str, ready: PyResult<T>) -> PyResult<T> {
+    if let Err(e) = &ready {
+        if gd.checks_collectives() {
+            let local = Err(Error::InvalidUsage(e.to_string()));
+            // The agreement fails (this rank failed); its own error is the one to raise.
+            let _ = py.detach(|| gd.agree(what, local));
         }
-        let spec = HaloSpec {
-            axis,
-            dim: index_arg(c.dim, "dim")?,
-            halo: int_triple(py, Some(c.halo_extents), "halo_extents")?,
-            periods: bool_triple(py, c.halo_periods, "halo_periods")?,
-            padding: int_triple(py, c.padding, "padding")?,
-        };
-        // Checks `dim` and the extents; `None` when nothing moves.
-        let plan = gd.halo_plan(&spec).py(py)?;
-        let Some(plan) = plan else {
-            // As upstream, nothing to do is no error, whatever the array's shape; the
-            // arguments' types are still checked.
-            variant::array(py, &gd, c.input, "input", true)?;
-            if let Some(w) = c.work.filter(|w| !w.is_none()) {
-                variant::array(py, &gd, w, "work", true)?;
-            }
-            return Ok(());
-        };
-        let data = variant::array(py, &gd, c.input, "input", false)?;
-        let dtype = resolve_dtype(py, explicit, &[&data])?;
+    }
+    ready
+}
+
+type PreparedTranspose<'py> = (
+    TransposeOp,
+    ArrayArg,
+    ArrayArg,
+    Bound<'py, PyAny>,
+    Option<ArrayArg>,
+    Exec,
+);
+
+/// Parses and checks a transpose's arguments (allocating `out` when omitted).
+fn prepare_transpose<'py>(
+    py: Python<'py>,
+    gd: &core::GridDesc,
+    direction: Direction,
+    c: &TransposeCall<'_, 'py>,
+) -> PyResult<PreparedTranspose<'py>> {
+    let explicit = parse_dtype(py, c.dtype)?;
+    let layouts = TransposeLayouts {
+        input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
+        input_padding: int_triple(py, c.input_padding, "input_padding")?,
+        output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
+        output_padding: int_triple(py, c.output_padding, "output_padding")?,
+    };
+    let plan = gd.transpose_plan(direction, &layouts).py(py)?;
+    let input = variant::array(py, gd, c.input, "input", false)?;
+    let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
+    input.require_shape(
+        py,
+        plan.input.array_shape(),
+        "the input pencil's PencilInfo.array_shape with these halos and padding",
+    )?;
+    let exec = variant::exec(py, c.stream, c.input)?;
+    let out_obj = match c.out.filter(|o| !o.is_none()) {
+        Some(o) => o.clone(),
+        None => variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?,
+    };
+    let out = variant::array(py, gd, &out_obj, "out", false)?;
+    resolve_dtype(py, Some(dtype), &[&out])?;
+    out.require_writable(py)?;
+    out.require_shape(
+        py,
+        plan.output.array_shape(),
+        "the output pencil's PencilInfo.array_shape with these halos and padding",
+    )?;
+    let work = work_arg(py, gd, c.work)?;
+    let op = TransposeOp {
+        direction,
+        layouts,
+        dtype,
+    };
+    Ok((op, input, out, out_obj, work, exec))
+}
+
+/// Parses and checks a halo update's arguments. When nothing moves (zero extent along
+/// `dim`, or no neighbour), the array may have any shape, as upstream returns before
+/// looking at it; its type is still checked.
+fn prepare_halo(
+    py: Python<'_>,
+    gd: &core::GridDesc,
+    axis: usize,
+    c: &HaloCall<'_, '_>,
+) -> PyResult<(HaloSpec, DataType, ArrayArg, Option<ArrayArg>, Exec)> {
+    let explicit = parse_dtype(py, c.dtype)?;
+    if c.halo_extents.is_none() {
+        return Err(invalid(
+            py,
+            "halo_extents: expected 3 non-negative ints, got None".into(),
+        ));
+    }
+    let spec = HaloSpec {
+        axis,
+        dim: index_arg(c.dim, "dim")?,
+        halo: int_triple(py, Some(c.halo_extents), "halo_extents")?,
+        periods: bool_triple(py, c.halo_periods, "halo_periods")?,
+        padding: int_triple(py, c.padding, "padding")?,
+    };
+    // Checks `dim` and the extents; `None` when nothing moves.
+    let plan = gd.halo_plan(&spec).py(py)?;
+    let data = variant::array(py, gd, c.input, "input", plan.is_none())?;
+    let dtype = resolve_dtype(py, explicit, &[&data]).or_else(|e| match plan {
+        None => Ok(explicit.unwrap_or(DataType::Double)),
+        Some(_) => Err(e),
+    })?;
+    if let Some(plan) = &plan {
         data.require_writable(py)?;
         data.require_shape(
             py,
             plan.info.array_shape(),
             "the pencil's PencilInfo.array_shape with these halos and padding",
         )?;
-        let work = work_arg(py, &gd, c.work)?;
-        let exec = variant::exec(py, c.stream, c.input)?;
-        // SAFETY: as in `transpose`.
-        let (d, w) = unsafe { (data.buf(), work.as_ref().map(|w| w.buf())) };
-        py.detach(|| gd.update_halos(&spec, dtype, d, w, exec))
-            .py(py)
     }
+    let work = match plan {
+        Some(_) => work_arg(py, gd, c.work)?,
+        None => {
+            if let Some(w) = c.work.filter(|w| !w.is_none()) {
+                variant::array(py, gd, w, "work", true)?;
+            }
+            None
+        }
+    };
+    let exec = variant::exec(py, c.stream, c.input)?;
+    Ok((spec, dtype, data, work, exec))
 }
 
 impl GridDesc {

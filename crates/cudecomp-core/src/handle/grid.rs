@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::comm::Communicator;
+use crate::comm::{allgather_bytes, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
 use crate::engine::run::{HaloCall, Runtime, TransposeCall};
@@ -43,6 +43,58 @@ pub struct GridDesc {
     slice_bytes: Option<i64>,
     /// Threads of host copies (see [`Handle::host_threads`]).
     host_threads: usize,
+    /// Number of this grid among the handle's (the same on every rank).
+    serial: u64,
+    /// `CUDECOMP_CHECK_COLLECTIVES=1`: ranks agree on each operation before moving data.
+    check_collectives: bool,
+}
+
+/// `CUDECOMP_CHECK_COLLECTIVES`: `1` turns the per-operation agreement on, `0` or unset
+/// leaves it off.
+pub(crate) fn check_collectives_from_env() -> Result<bool> {
+    match std::env::var("CUDECOMP_CHECK_COLLECTIVES")
+        .as_deref()
+        .map(str::trim)
+    {
+        Err(_) | Ok("0") | Ok("") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(v) => invalid!("CUDECOMP_CHECK_COLLECTIVES: expected 0 or 1, got {v:?}"),
+    }
+}
+
+/// The canonical text of a transpose, compared across ranks in checking mode.
+fn transpose_signature(
+    serial: u64,
+    op: &TransposeOp,
+    in_place: bool,
+    explicit_work: bool,
+) -> String {
+    let l = &op.layouts;
+    format!(
+        "grid {serial}: {}(dtype {}, input_halo_extents {:?}, output_halo_extents {:?}, input_padding {:?}, output_padding {:?}, {}, {} workspace)",
+        op.direction.method_name(),
+        op.dtype.enum_name(),
+        l.input_halo,
+        l.output_halo,
+        l.input_padding,
+        l.output_padding,
+        if in_place { "in-place" } else { "out-of-place" },
+        if explicit_work { "explicit" } else { "automatic" },
+    )
+}
+
+/// The canonical text of a halo update, compared across ranks in checking mode.
+fn halo_signature(serial: u64, spec: &HaloSpec, dtype: DataType, explicit_work: bool) -> String {
+    format!(
+        "grid {serial}: update_halos_{}(dtype {}, halo_extents {:?}, halo_periods {:?}, dim {}, padding {:?}, {} workspace)",
+        ["x", "y", "z"][spec.axis.min(2)],
+        dtype.enum_name(),
+        spec.halo,
+        spec.periods,
+        spec.dim,
+        spec.padding,
+        if explicit_work { "explicit" } else { "automatic" },
+    )
 }
 
 /// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined transposes and DIRECT
@@ -120,7 +172,9 @@ impl GridDesc {
         grid: Grid,
         slice_bytes: Option<i64>,
         host_threads: usize,
+        check_collectives: bool,
     ) -> Result<GridDesc> {
+        let serial = handle.next_grid_serial();
         let rank = handle.rank();
         let [row, col] = grid.coords(rank);
         let col_comm = handle.comm().split(col as i32, row as i32)?;
@@ -135,7 +189,49 @@ impl GridDesc {
             perf: PerfSettings::from_env().map(PerfReport::new),
             slice_bytes,
             host_threads,
+            serial,
+            check_collectives,
         })
+    }
+
+    /// True when ranks agree on every operation before moving data
+    /// (`CUDECOMP_CHECK_COLLECTIVES=1` at grid creation).
+    pub fn checks_collectives(&self) -> bool {
+        self.check_collectives
+    }
+
+    /// Checking mode: collective over the handle's communicator. Every rank passes the
+    /// text of the operation it is about to run, or the error that stops it locally;
+    /// unless all passed the same text, every rank fails (a rank that failed locally with
+    /// its own error, the others with InvalidUsage naming it) instead of hanging or moving
+    /// wrong data. Without checking mode, just returns `local`.
+    pub fn agree(&self, what: &str, local: Result<()>) -> Result<()> {
+        if !self.check_collectives {
+            return local;
+        }
+        let mut mine = vec![u8::from(local.is_err())];
+        match &local {
+            Ok(()) => mine.extend(what.as_bytes()),
+            Err(e) => mine.extend(format!("{what}: {e}").as_bytes()),
+        }
+        let all = allgather_bytes(self.handle.comm(), &mine)?;
+        local?;
+        let text = |v: &Vec<u8>| String::from_utf8_lossy(v.get(1..).unwrap_or(&[])).into_owned();
+        if let Some((r, v)) = all.iter().enumerate().find(|(_, v)| v.first() != Some(&0)) {
+            invalid!(
+                "rank {r} failed before the collective operation: {}",
+                text(v)
+            );
+        }
+        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
+        if let Some(&r) = differing.first() {
+            invalid!(
+                "ranks disagree on the collective operation: rank 0 runs {}, but rank(s) {differing:?} run {}",
+                text(&all[0]),
+                text(&all[r])
+            );
+        }
+        Ok(())
     }
 
     /// The resolved grid.
@@ -232,15 +328,11 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
-        self.check_exec(exec)?;
-        let plan = self.transpose_plan(op.direction, &op.layouts)?;
-        let elem = op.dtype.size();
-        check_len("input", input, plan.input.size, elem)?;
-        check_len("output", output, plan.output.size, elem)?;
-        if input.ptr() != output.ptr() && input.overlaps(&output) {
-            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
-        }
-        check_work_apart(work, &[input, output])?;
+        let what =
+            transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
+        let plan = self.checked_transpose_plan(op, input, output, work, exec);
+        self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
+        let plan = plan?;
         self.runtime().transpose(
             &TransposeCall {
                 plan: &plan,
@@ -256,6 +348,46 @@ impl GridDesc {
         )
     }
 
+    /// The plan of a transpose after the caller's side of the contract is checked.
+    fn checked_transpose_plan(
+        &self,
+        op: &TransposeOp,
+        input: Buf,
+        output: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+    ) -> Result<Arc<TransposePlan>> {
+        self.check_exec(exec)?;
+        let plan = self.transpose_plan(op.direction, &op.layouts)?;
+        let elem = op.dtype.size();
+        check_len("input", input, plan.input.size, elem)?;
+        check_len("output", output, plan.output.size, elem)?;
+        if input.ptr() != output.ptr() && input.overlaps(&output) {
+            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
+        }
+        check_work_apart(work, &[input, output])?;
+        Ok(plan)
+    }
+
+    /// The plan of a halo update (`None`: nothing moves) after the caller's side of the
+    /// contract is checked.
+    fn checked_halo_plan(
+        &self,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+    ) -> Result<Option<Arc<HaloPlan>>> {
+        self.check_exec(exec)?;
+        check_work_apart(work, &[data])?;
+        let plan = self.halo_plan(spec)?;
+        if let Some(p) = &plan {
+            check_len("input", data, p.info.size, dtype.size())?;
+        }
+        Ok(plan)
+    }
+
     /// Collective: one halo update of this rank's `spec.axis`-pencil in `data`, along
     /// `spec.dim`. `work` as for [`GridDesc::transpose`], with
     /// `get_halo_workspace_size()` elements.
@@ -267,13 +399,12 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
-        self.check_exec(exec)?;
-        check_work_apart(work, &[data])?;
-        let Some(plan) = self.halo_plan(spec)? else {
+        let what = halo_signature(self.serial, spec, dtype, work.is_some());
+        let plan = self.checked_halo_plan(spec, dtype, data, work, exec);
+        self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
+        let Some(plan) = plan? else {
             return Ok(());
         };
-        let elem = dtype.size();
-        check_len("input", data, plan.info.size, elem)?;
         self.runtime().update_halos(
             &HaloCall {
                 plan: &plan,

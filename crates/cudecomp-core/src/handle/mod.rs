@@ -6,6 +6,7 @@
 pub mod capabilities;
 pub mod grid;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::comm::{allgather_bytes, Communicator};
@@ -21,6 +22,8 @@ pub use grid::GridDesc;
 
 struct Shared {
     comm: Box<dyn Communicator>,
+    /// Grids created so far (numbers them alike on every rank).
+    grids: AtomicU64,
     workspace: Mutex<Workspace>,
     col_major_default: bool,
     device: Option<DeviceState>,
@@ -62,6 +65,7 @@ impl Handle {
         Handle {
             shared: Arc::new(Shared {
                 comm,
+                grids: AtomicU64::new(0),
                 workspace: Mutex::new(Workspace::default()),
                 col_major_default,
                 device,
@@ -101,6 +105,10 @@ impl Handle {
     /// Whether `RANK_ORDER_DEFAULT` resolves to column-major (deprecated environment switch).
     pub fn col_major_default(&self) -> bool {
         self.shared.col_major_default
+    }
+
+    pub(crate) fn next_grid_serial(&self) -> u64 {
+        self.shared.grids.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn workspace(&self) -> &Mutex<Workspace> {
@@ -153,6 +161,10 @@ impl Handle {
         let token = slice_bytes.as_ref().map_or(-1, |b| b.unwrap_or(0));
         self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &token.to_le_bytes())?;
         let slice_bytes = slice_bytes?;
+        let check = grid::check_collectives_from_env();
+        let token = check.as_ref().map_or(2, |&c| u8::from(c));
+        self.check_agreement("CUDECOMP_CHECK_COLLECTIVES", &[token])?;
+        let check = check?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
         self.check_backends(&grid)?;
         let host_threads = if self.is_gpu() {
@@ -160,7 +172,7 @@ impl Handle {
         } else {
             self.host_threads()?
         };
-        GridDesc::new(self.clone(), grid, slice_bytes, host_threads)
+        GridDesc::new(self.clone(), grid, slice_bytes, host_threads, check)
     }
 
     /// Collective: `NotSupported` on every rank unless this handle can run the grid's

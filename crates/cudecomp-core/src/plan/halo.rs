@@ -115,12 +115,18 @@ impl HaloPlan {
             return Ok(None);
         }
         let own = grid.axis_range(spec.axis, rank, d).1;
-        for r in [Some(rank), neighbours[0], neighbours[1]]
-            .into_iter()
-            .flatten()
-        {
+        // Checked over every rank that exchanges, not just this one's neighbours: the
+        // geometry is the same everywhere, so all ranks refuse alike instead of some
+        // waiting for a face that a refusing rank never sends.
+        for r in 0..grid.nranks() {
+            let exchanges = [-1, 1].into_iter().any(|disp| {
+                matches!(
+                    grid.shifted_rank(spec.axis as i64, r, d as i64, disp, periodic),
+                    Ok(Some(_))
+                )
+            });
             let len = grid.axis_range(spec.axis, r, d).1;
-            if h > len {
+            if exchanges && h > len {
                 invalid!(
                     "halo_extents[{d}] = {h} exceeds the {len} cells rank {r} owns along dimension {d}: a halo may not span more than the nearest neighbour"
                 );
