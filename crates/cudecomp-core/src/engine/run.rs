@@ -3,7 +3,6 @@
 //! and records a performance-report sample when the report is on.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 
 use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
@@ -19,7 +18,7 @@ use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
-use crate::engine::workspace::Workspace;
+use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
@@ -29,15 +28,16 @@ use crate::perf::{
 use crate::plan::{HaloPlan, TransposePlan};
 use crate::{invalid, Error, Result};
 
-/// What operations of one grid run with: the handle's communicator and workspace, the
+/// What operations of one grid run with: the grid's communicator, a workspace slot, the
 /// GPU state of a GPU handle, the grid's performance report and tuning.
 pub struct Runtime<'a> {
-    /// The handle's communicator (halo neighbours are its ranks; DIRECT maps its members).
+    /// The grid's duplicate of the handle's communicator (halo neighbours are its ranks;
+    /// DIRECT maps its members; handle ranks and its ranks are the same).
     pub world: &'a dyn Communicator,
     /// This rank in `world`.
     pub rank: usize,
-    /// The handle's workspace; its lock serialises the handle's operations.
-    pub workspace: &'a Mutex<Workspace>,
+    /// The workspace and stream slot lent to this operation.
+    pub slot: &'a Slot,
     /// The GPU state (`None` on a host handle).
     pub device: Option<&'a DeviceState>,
     /// The grid's performance report, when enabled.
@@ -193,7 +193,7 @@ impl Runtime<'_> {
         let route = transpose_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
         match (route, exec) {
             (Route::HostMpi, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // SAFETY: the workspace stays locked, and not grown again, until the end.
                 let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
@@ -203,7 +203,7 @@ impl Runtime<'_> {
                 })
             }
             (Route::HostShared { sliced }, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // Always the handle's shared workspace: peers write into it.
                 let work = ws.shared.exchange(self.world, need)?;
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
@@ -280,11 +280,11 @@ impl Runtime<'_> {
         let elem = c.dtype.size();
         let (dev, kernels) = self.bound_device()?;
         let mover = DeviceMover::new(&kernels, stream);
-        let pipe = dev.pipe(plan.npeers())?;
+        let pipe = self.slot.pipe(&dev.device, plan.npeers())?;
         let pipe = pipe
             .as_ref()
             .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
-        let mut ws = lock(self.workspace);
+        let mut ws = lock(&self.slot.ws);
         // SAFETY: the workspace stays locked, and not grown again, until `release`.
         let work = unsafe { ws.device(&dev.device, need, stream)? };
         let run = TransposeRun {
@@ -339,7 +339,7 @@ impl Runtime<'_> {
         let route = halo_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
         match (route, exec) {
             (Route::HostMpi, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // SAFETY: the workspace stays locked, and not grown again, until the end.
                 let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
                 let mover = HostMover::new(self.host_threads);
@@ -349,7 +349,7 @@ impl Runtime<'_> {
                 })
             }
             (Route::HostShared { .. }, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // Always the handle's shared workspace: neighbours write into it.
                 let work = ws.shared.exchange(self.world, need)?;
                 let mover = HostMover::new(self.host_threads);
@@ -408,11 +408,11 @@ impl Runtime<'_> {
     ) -> Result<()> {
         let (dev, kernels) = self.bound_device()?;
         let mover = DeviceMover::new(&kernels, stream);
-        let pipe = dev.pipe(1)?;
+        let pipe = self.slot.pipe(&dev.device, 1)?;
         let pipe = pipe
             .as_ref()
             .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
-        let mut ws = lock(self.workspace);
+        let mut ws = lock(&self.slot.ws);
         // SAFETY: the workspace stays locked, and not grown again, until `release`.
         let work = unsafe { ws.device(&dev.device, need, stream)? };
         let run = HaloRun {
@@ -458,7 +458,7 @@ impl Runtime<'_> {
             Route::Nccl { sliced: true } | Route::StagedMpi { sliced: true }
         );
         let pipe = if sliced {
-            Some(dev.pipe(ex.members.len())?)
+            Some(self.slot.pipe(&dev.device, ex.members.len())?)
         } else {
             None
         };
@@ -467,7 +467,7 @@ impl Runtime<'_> {
             Route::Nccl { .. } => Some(dev.nccl(self.world)?),
             _ => None,
         };
-        let mut ws = lock(self.workspace);
+        let mut ws = lock(&self.slot.ws);
         let need = check_work(work, ex.work_elems, ex.elem, ex.query)?;
         // NCCL exchanges between workspaces on every rank use the handle's registered one
         // (a `work` argument is still checked); others the given or the automatic one.

@@ -2,12 +2,15 @@
 //! buffer, page-locked staging, and the peers' mapped workspaces of the DIRECT backends.
 //! Grown on demand and never shrunk; one operation at a time uses them (the handle's lock).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::Communicator;
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::nccl::{Nccl, RegisteredAlloc};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
+use crate::engine::device::lock;
+use crate::engine::streamed::Pipe;
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
 use crate::{Error, Result};
@@ -214,4 +217,90 @@ fn grow<'a, T>(
     }
     slot.as_ref()
         .ok_or_else(|| Error::Internal("workspace allocation".into()))
+}
+
+/// Everything one running operation stages data in: a workspace and the library's second
+/// stream. A handle keeps one slot per operation running at once: one, unless threads run
+/// operations on distinct grids together, which then never wait for each other's memory.
+#[derive(Default)]
+pub struct Slot {
+    /// The workspace.
+    pub(crate) ws: Mutex<Workspace>,
+    /// The library's stream and events (pipelined device operations), made on first use.
+    pipe: Mutex<Option<Pipe>>,
+    busy: AtomicBool,
+}
+
+impl Slot {
+    /// The pipe, created on first use (on `device`), with room for `npeers` peers.
+    pub(crate) fn pipe(
+        &self,
+        device: &Device,
+        npeers: usize,
+    ) -> Result<MutexGuard<'_, Option<Pipe>>> {
+        let mut g = lock(&self.pipe);
+        if g.is_none() {
+            device.bind()?;
+            *g = Some(Pipe::new()?);
+        }
+        if let Some(p) = g.as_mut() {
+            p.reserve(npeers)?;
+        }
+        Ok(g)
+    }
+}
+
+/// A handle's slots.
+#[derive(Default)]
+pub struct Pool {
+    slots: Mutex<Vec<Arc<Slot>>>,
+}
+
+/// A slot lent to one operation; given back when dropped.
+pub struct Lease {
+    slot: Arc<Slot>,
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.slot.busy.store(false, Ordering::Release);
+    }
+}
+
+impl Pool {
+    /// A slot no other operation uses now (a new one when all are in use).
+    pub fn lease(&self) -> Lease {
+        let mut slots = lock(&self.slots);
+        let free = slots.iter().find(|s| {
+            s.busy
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        let slot = match free {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(Slot::default());
+                s.busy.store(true, Ordering::Release);
+                slots.push(s.clone());
+                s
+            }
+        };
+        Lease { slot }
+    }
+
+    /// Runs `f` on every slot's workspace (waiting for operations using it).
+    pub fn each(&self, mut f: impl FnMut(&mut Workspace) -> Result<()>) -> Result<()> {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
+        for s in slots {
+            f(&mut lock(&s.ws))?;
+        }
+        Ok(())
+    }
 }

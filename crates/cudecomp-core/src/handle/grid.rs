@@ -12,6 +12,7 @@ use crate::comm::{allgather_bytes, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
 use crate::engine::run::{HaloCall, Runtime, TransposeCall};
+use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::geometry::{CommAxis, Grid};
 use crate::handle::Handle;
@@ -33,6 +34,10 @@ pub struct GridDesc {
     handle: Handle,
     grid: Grid,
     rank: usize,
+    /// The grid's own duplicate of the handle's communicator: halos, DIRECT and the
+    /// checking mode's agreements use it, so that operations on distinct grids (from
+    /// several threads) never share a communicator.
+    comm: Box<dyn Communicator>,
     /// Indexed by [`CommAxis`]: column then row communicator.
     subcomms: [Box<dyn Communicator>; 2],
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
@@ -176,6 +181,7 @@ impl GridDesc {
     ) -> Result<GridDesc> {
         let serial = handle.next_grid_serial();
         let rank = handle.rank();
+        let comm = handle.comm().split(0, rank as i32)?;
         let [row, col] = grid.coords(rank);
         let col_comm = handle.comm().split(col as i32, row as i32)?;
         let row_comm = handle.comm().split(row as i32, col as i32)?;
@@ -183,6 +189,7 @@ impl GridDesc {
             handle,
             grid,
             rank,
+            comm,
             subcomms: [col_comm, row_comm],
             plans: Mutex::new(HashMap::new()),
             halo_plans: Mutex::new(HashMap::new()),
@@ -214,7 +221,7 @@ impl GridDesc {
             Ok(()) => mine.extend(what.as_bytes()),
             Err(e) => mine.extend(format!("{what}: {e}").as_bytes()),
         }
-        let all = allgather_bytes(self.handle.comm(), &mine)?;
+        let all = allgather_bytes(self.comm.as_ref(), &mine)?;
         local?;
         let text = |v: &Vec<u8>| String::from_utf8_lossy(v.get(1..).unwrap_or(&[])).into_owned();
         if let Some((r, v)) = all.iter().enumerate().find(|(_, v)| v.first() != Some(&0)) {
@@ -287,11 +294,11 @@ impl GridDesc {
         })
     }
 
-    fn runtime(&self) -> Runtime<'_> {
+    fn runtime<'a>(&'a self, slot: &'a Slot) -> Runtime<'a> {
         Runtime {
-            world: self.handle.comm(),
+            world: self.comm.as_ref(),
             rank: self.rank,
-            workspace: self.handle.workspace(),
+            slot,
             device: self.handle.device().ok(),
             perf: self.perf.as_ref(),
             slice_bytes: self.slice_bytes,
@@ -333,7 +340,8 @@ impl GridDesc {
         let plan = self.checked_transpose_plan(op, input, output, work, exec);
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let plan = plan?;
-        self.runtime().transpose(
+        let (_turn, slot) = self.handle.lease();
+        self.runtime(&slot).transpose(
             &TransposeCall {
                 plan: &plan,
                 backend: self.grid.transpose_backend,
@@ -405,7 +413,8 @@ impl GridDesc {
         let Some(plan) = plan? else {
             return Ok(());
         };
-        self.runtime().update_halos(
+        let (_turn, slot) = self.handle.lease();
+        self.runtime(&slot).update_halos(
             &HaloCall {
                 plan: &plan,
                 backend: self.grid.halo_backend,
@@ -426,10 +435,10 @@ impl GridDesc {
     /// report on, returns its summary on rank 0 (and writes its CSV files if asked).
     pub fn destroy(&self) -> Result<Option<String>> {
         let summary = match &self.perf {
-            Some(p) => p.finish(&self.grid, self.handle.comm())?,
+            Some(p) => p.finish(&self.grid, self.comm.as_ref())?,
             None => None,
         };
-        for c in &self.subcomms {
+        for c in self.subcomms.iter().chain([&self.comm]) {
             c.free()?;
         }
         Ok(summary)

@@ -7,13 +7,13 @@ pub mod capabilities;
 pub mod grid;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{allgather_bytes, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::Device;
 use crate::engine::device::{lock, DeviceState};
-use crate::engine::workspace::Workspace;
+use crate::engine::workspace::{Lease, Pool, Workspace};
 use crate::geometry::Grid;
 use crate::{invalid, unsupported, Error, Result};
 use capabilities::Capabilities;
@@ -24,7 +24,10 @@ struct Shared {
     comm: Box<dyn Communicator>,
     /// Grids created so far (numbers them alike on every rank).
     grids: AtomicU64,
-    workspace: Mutex<Workspace>,
+    pool: Pool,
+    /// GPU handles run one operation at a time (their DIRECT signals and NCCL
+    /// communicator are shared): this lock orders them.
+    device_ops: Mutex<()>,
     col_major_default: bool,
     device: Option<DeviceState>,
     caps: Capabilities,
@@ -66,7 +69,8 @@ impl Handle {
             shared: Arc::new(Shared {
                 comm,
                 grids: AtomicU64::new(0),
-                workspace: Mutex::new(Workspace::default()),
+                pool: Pool::default(),
+                device_ops: Mutex::new(()),
                 col_major_default,
                 device,
                 caps: Capabilities::default(),
@@ -111,8 +115,12 @@ impl Handle {
         self.shared.grids.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(crate) fn workspace(&self) -> &Mutex<Workspace> {
-        &self.shared.workspace
+    /// A workspace slot for one operation (see [`Pool`]). Host handles lend concurrent
+    /// operations (threads on distinct grids) slots of their own; a GPU handle's
+    /// operations take turns.
+    pub(crate) fn lease(&self) -> (Option<MutexGuard<'_, ()>>, Lease) {
+        let turn = self.is_gpu().then(|| lock(&self.shared.device_ops));
+        (turn, self.shared.pool.lease())
     }
 
     /// Collective: true when every rank runs on this rank's node.
@@ -235,7 +243,7 @@ impl Handle {
     pub fn finalize(&self) -> Result<()> {
         if let Some(dev) = &self.shared.device {
             // Deregistered while the communicator lives.
-            lock(&self.shared.workspace).drop_registered()?;
+            self.shared.pool.each(Workspace::drop_registered)?;
             dev.destroy_nccl()?;
         }
         self.comm().free()

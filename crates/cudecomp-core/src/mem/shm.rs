@@ -183,13 +183,11 @@ impl Own {
         }
     }
 
-    /// Once every peer has mapped the object, its descriptor or name can go: the memory
-    /// lives on in the mappings.
-    fn release_handle(&mut self) {
-        if let Some(fd) = self.fd.take() {
-            // SAFETY: our descriptor; the mapping does not need it.
-            unsafe { libc::close(fd) };
-        }
+    /// Once every peer has mapped a named object, its name can go: the memory lives on in
+    /// the mappings. A memory file's descriptor stays open while the object lives, as a
+    /// peer may map it later (threads on several grids pair workspaces differently); it
+    /// dies with the process, so nothing is left behind.
+    fn release_name(&mut self) {
         if let Some(name) = self.name.take() {
             unlink(&name);
         }
@@ -198,7 +196,11 @@ impl Own {
 
 impl Drop for Own {
     fn drop(&mut self) {
-        self.release_handle();
+        if let Some(fd) = self.fd.take() {
+            // SAFETY: our descriptor; the mapping does not need it.
+            unsafe { libc::close(fd) };
+        }
+        self.release_name();
     }
 }
 
@@ -250,7 +252,6 @@ impl SharedWorkspaces {
     /// rank that made one makes a named object instead and all map again.
     pub fn exchange(&mut self, comm: &dyn Communicator, bytes: usize) -> Result<Buf> {
         self.ranks = comm.size();
-        self.ops += 1;
         let bytes = bytes.div_ceil(SLOT) * SLOT + self.tail();
         let grow = self.own.as_ref().is_none_or(|o| o.map.len < bytes);
         let mut kind = Kind::Memfd;
@@ -263,8 +264,9 @@ impl SharedWorkspaces {
                     Err(e) => failure = Some(e),
                 }
             }
-            // Record: failed, fresh, kind, length, then "id\npath".
+            // Record: failed, fresh, kind, operations so far, length, then "id\npath".
             let mut mine = vec![u8::from(failure.is_some()), u8::from(grow), kind as u8];
+            mine.extend(self.ops.to_le_bytes());
             if let Some(o) = &self.own {
                 mine.extend((o.map.len as u64).to_le_bytes());
                 mine.extend(format!("{}\n{}", o.id, o.path).as_bytes());
@@ -277,10 +279,19 @@ impl SharedWorkspaces {
                     failure.map(|e| format!(" ({e})")).unwrap_or_default()
                 )));
             }
+            // Every rank numbers this operation alike, past what any of the workspaces
+            // taking part has seen (threads on several grids may pair different ones), so
+            // signals of earlier operations never read as this one's.
+            let word = |v: &Vec<u8>, at: usize| {
+                v.get(at..at + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes)
+            };
+            self.ops = all.iter().map(|v| word(v, 3)).max().unwrap_or(0) + 1;
             self.peers.resize_with(all.len(), || None);
             let mut mapped = Ok(());
             for (r, v) in all.iter().enumerate() {
-                if r == comm.rank() || v.len() < 11 {
+                if r == comm.rank() || v.len() < 19 {
                     continue;
                 }
                 let peer_kind = if v[2] == Kind::Named as u8 {
@@ -288,8 +299,8 @@ impl SharedWorkspaces {
                 } else {
                     Kind::Memfd
                 };
-                let len = u64::from_le_bytes(v[3..11].try_into().unwrap_or([0; 8])) as usize;
-                let text = String::from_utf8_lossy(&v[11..]).into_owned();
+                let len = word(v, 11) as usize;
+                let text = String::from_utf8_lossy(&v[19..]).into_owned();
                 let (id, path) = text.split_once('\n').unwrap_or((&text, ""));
                 if self.peers[r].as_ref().is_some_and(|(i, _)| i == id) {
                     continue;
@@ -304,11 +315,11 @@ impl SharedWorkspaces {
                 break;
             }
             // Some rank published a new object: once everybody has tried to open it (this
-            // gather), its descriptor or name can go.
+            // gather), a name can go.
             let flags = allgather_bytes(comm, &[u8::from(mapped.is_err())])?;
             if grow {
                 if let Some(o) = self.own.as_mut() {
-                    o.release_handle();
+                    o.release_name();
                 }
             }
             let Some(r) = flags.iter().position(|f| f.first() != Some(&0)) else {
@@ -343,9 +354,9 @@ impl SharedWorkspaces {
         SLOT * self.ranks * AREAS
     }
 
-    /// Number of the current operation (counts `exchange` calls, which every rank makes
-    /// alike): signals carry it so that a stale value from an earlier operation never
-    /// reads as a delivery.
+    /// Number of the current operation (agreed in each `exchange`, the same on every
+    /// rank and increasing in every workspace): signals carry it so that a stale value
+    /// from an earlier operation never reads as a delivery.
     pub fn op(&self) -> u64 {
         self.ops
     }
