@@ -284,9 +284,8 @@ impl Mover for DeviceMover<'_> {
         let mut ss: [i64; 3] = order.map(|g| c.src_strides[g]);
         let mut ds: [i64; 3] = order.map(|g| c.dst_strides[g]);
         // Beside NCCL, copies keep to half the SMs, in blocks of 1024 threads (256 along the
-        // row, 4 rows) to keep enough loads in flight: a 12 GiB copy on all SMs stretched a
-        // 4 GiB NCCL exchange on 2xH200 from 12.1 to 16.1 ms; on 66 of the 132 it took
-        // 13.0 ms and the copy 13.1 ms beside it.
+        // row, 4 rows) to keep enough loads in flight: a copy on all SMs stretches the NCCL
+        // exchange beside it far more than it gains (measured: bench/RESULTS.md).
         let background = self.background.load(Ordering::Relaxed);
         let rows: i64 = if background { 4 } else { 1 };
         let (f, grid, block) = if tiled {

@@ -178,10 +178,9 @@ impl Nccl {
 
 /// Device memory from `ncclMemAlloc`, registered with a communicator: NCCL then moves
 /// point-to-point messages between registered buffers of GPUs joined by NVLink without
-/// staging them through its own buffers, and with fewer SMs (2 GiB in 8 groups between two
-/// H200s: 6.15 ms against 7.05 ms unregistered, and 6.62 against 7.89 ms beside a copy
-/// kernel; `bench/probes/nccl_register.py`). Deregistered and freed on drop, which must
-/// precede [`Nccl::destroy`].
+/// staging them through its own buffers, and with fewer SMs (measured with
+/// `bench/probes/nccl_register.py`: bench/RESULTS.md). Deregistered and freed on drop,
+/// which must precede [`Nccl::destroy`].
 pub struct RegisteredAlloc {
     nccl: Arc<Nccl>,
     device: Arc<Device>,

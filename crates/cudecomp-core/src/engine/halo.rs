@@ -102,8 +102,7 @@ impl HaloRun<'_> {
         let p = self.plan;
         let e = self.elem as i64;
         // Dense faces go whole: with no packing to overlap, slices only add copies and
-        // signals (1024^3 complex128, extent 8, on 2xH200: 0.84 ms whole, 0.86-0.90 ms in
-        // 4-8 slices; packed faces 0.87 ms in 4 slices, 0.94 ms whole).
+        // signals; packed faces gain from slices (measured: bench/RESULTS.md).
         let n = if p.faces_dense() {
             1
         } else {

@@ -109,8 +109,8 @@ impl SliceExchange for TransportSlices<'_> {
         true
     }
 
-    /// 8 × 512 MiB measured 14.9 ms and 16 × 256 MiB 17.5 ms for a 1024³ complex128 X→Y on
-    /// 2×H200 (NCCL's kernels share the SMs with the packing).
+    /// More slices measured slower: NCCL's kernels share the SMs with the packing, and
+    /// every group has a fixed cost (bench/RESULTS.md).
     fn max_slices(&self) -> usize {
         8
     }
@@ -119,11 +119,9 @@ impl SliceExchange for TransportSlices<'_> {
         true
     }
 
-    /// Each NCCL group between unregistered buffers costs about 0.25 ms on top of its bytes
-    /// on 2×H200 (a raw exchange of 256 MiB takes 0.98 ms, of 512 MiB 1.72 ms), between
-    /// registered ones about 0.02 ms. X→Y of 1024³ float64 took 6.86 ms unregistered in 8
-    /// slices of 128–256 MiB against 7.0 ms in 4 of 512 MiB; registered, 512³ float64 took
-    /// 1.05 ms in two slices of 128 MiB against 1.20 ms whole.
+    /// Each NCCL group between unregistered buffers costs far more on top of its bytes
+    /// than one between registered buffers, so unregistered slices are larger (the
+    /// sizes were chosen by measurement: bench/RESULTS.md).
     fn slice_bytes(&self) -> i64 {
         NCCL_SLICE_BYTES[usize::from(self.registered)]
     }

@@ -441,9 +441,9 @@ impl TransposeRun<'_> {
             x.ready(u)?;
             x.exchange(u, *k, &sends, &incoming[u])?;
             if u == 0 && x.shares_sms() {
-                // From now on a transfer runs beside every copy but the last unpacking
-                // (X->Y 1024^3 complex128 over NCCL on 2xH200: 14.1 ms with copies on all
-                // SMs, 13.5 ms in the background; only the own cells' copy there: 14.1 ms).
+                // From now on a transfer runs beside every copy but the last unpacking, so
+                // copies keep to part of the SMs and leave the rest to it (measured:
+                // bench/RESULTS.md).
                 self.mover.background(true);
             }
             // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.

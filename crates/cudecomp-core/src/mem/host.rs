@@ -205,9 +205,7 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool)
 }
 
 /// Rows shorter than a cache line are copied through the cache even in streaming mode.
-/// Short rows still stream well when they fill whole lines: 16 ranks on a 16-core Xeon,
-/// 256³ complex128 X→Y (rows of 256 B to 2 KiB) took 7.1–12.4 ms streaming rows of 64 B
-/// and more, 8.0–14.7 ms streaming only rows of 1 KiB and more.
+/// Short rows still stream well when they fill whole lines (measured: bench/RESULTS.md).
 const STREAM_MIN_ROW: i64 = 64;
 
 /// Copies `n` bytes with stores that bypass the cache (no read-for-ownership of the
