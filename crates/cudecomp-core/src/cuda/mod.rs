@@ -299,8 +299,8 @@ unsafe impl Send for OwnedStream {}
 // SAFETY: as above.
 unsafe impl Sync for OwnedStream {}
 
-/// A CUDA event without timing, used to order work across streams (and, exported through
-/// CUDA IPC, across processes).
+/// A CUDA event, used to order work across streams (and, exported through CUDA IPC,
+/// across processes) and, when created with timing, to time work on a stream.
 pub struct Event(sys::CUevent);
 
 // SAFETY: events may be recorded and waited on from any thread.
@@ -309,7 +309,9 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    /// A new event.
+    /// A new event in the bound context. With `timing`, [`Event::elapsed_ms`] can measure
+    /// between two of them; without, it is created with `CU_EVENT_DISABLE_TIMING`, which
+    /// is cheaper to record and wait on and serves ordering only.
     pub fn new(timing: bool) -> Result<Event> {
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
