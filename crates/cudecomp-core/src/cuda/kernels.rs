@@ -261,7 +261,9 @@ impl Mover for DeviceMover<'_> {
             let e = elem as u64;
             let s = src.ptr() as u64 + c.src_offset as u64 * e;
             let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
-            return super::copy_device(d, s, n as usize * elem, self.stream);
+            // SAFETY: `check_copy` found both ranges inside `src` and `dst`, buffers whose
+            // creators vouch for them for the whole operation (`Buf::new`).
+            return unsafe { super::copy_device(d, s, n as usize * elem, self.stream) };
         }
         let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
         let ext = c.extent;

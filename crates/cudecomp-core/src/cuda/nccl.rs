@@ -205,8 +205,8 @@ impl RegisteredAlloc {
             .Register
             .ok_or_else(|| Error::Nccl("this NCCL cannot register buffers".into()))?;
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: writes one device pointer.
         api.check(
+            // SAFETY: writes one device pointer.
             unsafe { (reg.MemAlloc)(&mut ptr, bytes.max(1)) },
             "ncclMemAlloc",
         )?;
@@ -275,10 +275,10 @@ impl<'a> NcclTransport<'a> {
 
     fn open(&self) -> Result<()> {
         if !self.group_open.get() {
-            // SAFETY: no arguments.
-            self.nccl
-                .api
-                .check(unsafe { (self.nccl.api.GroupStart)() }, "ncclGroupStart")?;
+            // SAFETY: `ncclGroupStart` takes no arguments; it only opens a group on this
+            // thread, which `close` ends.
+            let rc = unsafe { (self.nccl.api.GroupStart)() };
+            self.nccl.api.check(rc, "ncclGroupStart")?;
             self.group_open.set(true);
         }
         Ok(())
@@ -286,10 +286,10 @@ impl<'a> NcclTransport<'a> {
 
     fn close(&self) -> Result<()> {
         if self.group_open.replace(false) {
-            // SAFETY: balances `open`; enqueues the group on the stream.
-            self.nccl
-                .api
-                .check(unsafe { (self.nccl.api.GroupEnd)() }, "ncclGroupEnd")?;
+            // SAFETY: balances the `ncclGroupStart` of `open` (`group_open` was set); enqueues
+            // the group's operations, whose buffers the callers keep alive, on the stream.
+            let rc = unsafe { (self.nccl.api.GroupEnd)() };
+            self.nccl.api.check(rc, "ncclGroupEnd")?;
         }
         Ok(())
     }

@@ -172,7 +172,11 @@ fn wait_peers_free(
 
 /// Copies `len` bytes at device address `src` into rank `r`'s mapped workspace at byte
 /// `at` on the copy stream, then records `r`'s signal `k`.
-fn copy_to_peer(
+///
+/// # Safety
+/// `src..src+len` must be device memory that stays valid until the operation's pipe
+/// finishes (the main stream waits for the copy stream then).
+unsafe fn copy_to_peer(
     peers: &IpcPeers,
     pipe: &Pipe,
     r: usize,
@@ -189,7 +193,10 @@ fn copy_to_peer(
             "DIRECT: copy of {at}+{len} bytes beyond rank {r}'s workspace of {size} bytes"
         )));
     }
-    copy_device(base + at, src, len, pipe.side())?;
+    // SAFETY: the destination lies inside rank `r`'s mapped workspace (checked above),
+    // which stays mapped while the operation holds the workspace lock; the caller vouches
+    // for the source.
+    unsafe { copy_device(base + at, src, len, pipe.side())? };
     peers.sent(r, k)?.record(pipe.side())
 }
 
@@ -235,7 +242,9 @@ impl SliceExchange for IpcSlices<'_> {
         for s in sends {
             let at = self.slots[s.peer] + s.rel as u64;
             let r = self.members[s.peer];
-            copy_to_peer(self.peers, self.pipe, r, at, s.ptr as u64, s.len, k)?;
+            // SAFETY: the piece lies inside one of the operation's buffers (checked when it
+            // was cut), which outlive the operation.
+            unsafe { copy_to_peer(self.peers, self.pipe, r, at, s.ptr as u64, s.len, k)? };
         }
         Ok(())
     }
@@ -288,7 +297,9 @@ impl FaceExchange for IpcFaces<'_> {
     fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()> {
         let at = u64::try_from(at).map_err(|_| Error::Internal(format!("DIRECT: face at {at}")))?;
         let src = part.ptr() as u64;
-        copy_to_peer(self.peers, self.pipe, to, at, src, part.len(), signal)
+        // SAFETY: `part` is a checked slice of the operation's array or workspace, which
+        // outlive the operation.
+        unsafe { copy_to_peer(self.peers, self.pipe, to, at, src, part.len(), signal) }
     }
 
     fn posted(&self) -> Result<()> {
