@@ -9,6 +9,7 @@ use crate::Result;
 /// An outstanding non-blocking operation. `Null` is a completed (or never started) one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Request {
+    /// Nothing outstanding: completed, or never started.
     #[default]
     Null,
     /// Backend-specific bits of the request handle.
@@ -83,7 +84,9 @@ pub trait Communicator: Transport + Send + Sync {
 /// Direction of a point-to-point message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Way {
+    /// Bytes leave this rank.
     Send,
+    /// Bytes arrive at this rank.
     Receive,
 }
 

@@ -218,7 +218,9 @@ fn background_blocks(sms: u32) -> u32 {
 
 /// Enqueues strided copies on one stream.
 pub struct DeviceMover<'a> {
+    /// The copy kernels of the current device.
     pub kernels: &'a Kernels,
+    /// The stream every copy is enqueued on.
     pub stream: Stream,
     /// Copies run beside NCCL's kernels (see [`Mover::background`]).
     pub background: AtomicBool,

@@ -45,6 +45,7 @@ const WAIT_LIMIT: Duration = Duration::from_secs(300);
 /// Host slices: packing writes into the peers' shared workspaces; a signal per slice in
 /// the receiver's workspace says it is complete.
 pub struct SharedSlices<'a> {
+    /// The handle's node-shared workspaces (this rank's and its peers', mapped).
     pub workspaces: &'a SharedWorkspaces,
     /// Handle rank of each peer of the plan's sub-communicator.
     pub members: &'a [usize],
@@ -238,6 +239,7 @@ pub const HOST_RING_PLACES: usize = 4;
 
 /// Host halo faces: copied into the neighbours' shared workspaces, one signal each.
 pub struct SharedFaces<'a> {
+    /// The handle's node-shared workspaces (this rank's and its neighbours', mapped).
     pub workspaces: &'a SharedWorkspaces,
     /// This rank's handle rank.
     pub rank: usize,

@@ -10,11 +10,17 @@ use crate::{unsupported, Result};
 /// Buffers and means of one halo update.
 #[derive(Clone, Copy)]
 pub struct HaloRun<'a> {
+    /// What to copy and exchange.
     pub plan: &'a HaloPlan,
+    /// The grid's halo backend (blocking or not; DIRECT runs through [`HaloRun::direct`]).
     pub backend: HaloBackend,
+    /// Bytes per element.
     pub elem: usize,
+    /// Copies faces between the array and the workspace (host or device).
     pub mover: &'a dyn Mover,
+    /// The user's array holding the pencil, halos included; updated in place.
     pub data: Buf,
+    /// Workspace for packed faces (send slots, then receive slots).
     pub work: Buf,
 }
 

@@ -97,8 +97,11 @@ const NCCL_SLICE_BYTES: [i64; 2] = [256 << 20, 128 << 20];
 /// Slices through a stream-ordered transport (NCCL) bound to the pipe's stream: one group
 /// per unit.
 pub struct TransportSlices<'a> {
+    /// The stream-ordered transport (NCCL), enqueuing on the pipe's side stream.
     pub transport: &'a dyn Transport,
+    /// The side stream and the events ordering it against `main`.
     pub pipe: &'a Pipe,
+    /// The user's stream, on which slices are packed and unpacked.
     pub main: Stream,
     /// Slices move between buffers registered with NCCL.
     pub registered: bool,
@@ -203,8 +206,11 @@ unsafe fn copy_to_peer(
 /// Slices copied by the copy engine straight into peers' workspaces (DIRECT backend),
 /// each followed by an interprocess event the receiver waits on.
 pub struct IpcSlices<'a> {
+    /// The side stream the copy engine's writes are enqueued on, and its events.
     pub pipe: &'a Pipe,
+    /// The user's stream, on which slices are packed and unpacked.
     pub main: Stream,
+    /// The peers' workspaces mapped through CUDA IPC, and their interprocess events.
     pub peers: &'a IpcPeers,
     /// Handle rank of each peer of the plan's sub-communicator.
     pub members: &'a [usize],
@@ -271,8 +277,11 @@ impl SliceExchange for IpcSlices<'_> {
 /// Halo faces copied by the copy engine into neighbours' workspaces mapped through CUDA
 /// IPC, each followed by an interprocess event (numbered by the sender's side).
 pub struct IpcFaces<'a> {
+    /// The side stream the copy engine's writes are enqueued on, and its events.
     pub pipe: &'a Pipe,
+    /// The user's stream, on which faces are packed and unpacked.
     pub main: Stream,
+    /// The neighbours' workspaces mapped through CUDA IPC, and their interprocess events.
     pub peers: &'a IpcPeers,
     /// Handle ranks of the neighbours (left, right).
     pub neighbours: [Option<usize>; 2],

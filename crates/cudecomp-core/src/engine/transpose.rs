@@ -43,12 +43,19 @@ impl Ring {
 /// Buffers and means of one transpose. `input == output` (same start address) means in-place.
 #[derive(Clone, Copy)]
 pub struct TransposeRun<'a> {
+    /// What to pack, exchange and unpack.
     pub plan: &'a TransposePlan,
+    /// The grid's transpose backend (picks all at once, pipelined or all-to-all).
     pub backend: TransposeBackend,
+    /// Bytes per element.
     pub elem: usize,
+    /// Packs and unpacks (host or device).
     pub mover: &'a dyn Mover,
+    /// The user's input pencil.
     pub input: Buf,
+    /// The user's output pencil (the input's memory when in place).
     pub output: Buf,
+    /// Workspace: packed send chunks from 0, packed receive chunks from `plan.recv_base`.
     pub work: Buf,
 }
 
@@ -292,7 +299,7 @@ impl TransposeRun<'_> {
     ) -> Result<Piece> {
         let plan = self.plan;
         let e = self.e();
-        let (chunk, (buf, base)) = match (way, direct) {
+        let (chunk, (buf, base)) = match (way, unpacked) {
             (Way::Send, true) => (
                 &plan.sends[peer],
                 (self.input, plan.send_offset_in_input(peer)),
