@@ -352,30 +352,6 @@ impl Transport for NcclTransport<'_> {
         Ok(Some(i))
     }
 
-    unsafe fn alltoallv(
-        &self,
-        send: *const u8,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: *mut u8,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        let mut reqs = Vec::new();
-        for p in 0..self.members.len() {
-            // SAFETY: the caller guarantees the described device ranges.
-            unsafe {
-                if recv_counts[p] > 0 {
-                    reqs.push(self.irecv(recv.add(recv_displs[p]), recv_counts[p], p, 0)?);
-                }
-                if send_counts[p] > 0 {
-                    reqs.push(self.isend(send.add(send_displs[p]), send_counts[p], p, 0)?);
-                }
-            }
-        }
-        self.wait_all(&mut reqs)
-    }
-
     fn cuda_aware(&self) -> bool {
         true
     }
