@@ -4,6 +4,7 @@
 //! ```text
 //! cargo build --example transpose
 //! mpiexec -n 4 target/debug/examples/transpose [BACKEND]
+//! mpiexec -n 4 cargo run --example transpose -- [BACKEND]   # the same, built first
 //! ```
 //!
 //! `BACKEND` is a transpose backend (`MPI_P2P`, the default, `MPI_P2P_PL`, `MPI_A2A` or
