@@ -50,15 +50,19 @@ pub struct Runtime<'a> {
 
 /// One transpose: its plan and buffers.
 pub struct TransposeCall<'a> {
+    /// This rank's plan of the transpose.
     pub plan: &'a TransposePlan,
+    /// The grid's transpose backend.
     pub backend: TransposeBackend,
     /// The plan's sub-communicator (its ranks are the plan's peer indices).
     pub group: &'a dyn Communicator,
     /// Elements of the grid's transpose workspace (`get_transpose_workspace_size()`).
     pub workspace_elems: i64,
+    /// Element type of both arrays.
     pub dtype: DataType,
-    /// Input and output; the same start address means in-place.
+    /// The input pencil; the same start address as `output` means in place.
     pub input: Buf,
+    /// The output pencil.
     pub output: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
@@ -66,11 +70,15 @@ pub struct TransposeCall<'a> {
 
 /// One halo update: its plan and buffers.
 pub struct HaloCall<'a> {
+    /// This rank's plan of the update.
     pub plan: &'a HaloPlan,
+    /// The grid's halo backend.
     pub backend: HaloBackend,
     /// Elements of this rank's halo workspace (`get_halo_workspace_size()`).
     pub workspace_elems: i64,
+    /// Element type of the array.
     pub dtype: DataType,
+    /// The pencil whose halos are updated, in place.
     pub data: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,

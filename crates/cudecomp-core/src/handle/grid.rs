@@ -24,8 +24,11 @@ use crate::{invalid, Error, Result};
 /// One transpose request: direction, halos and padding of both pencils, element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TransposeOp {
+    /// Which of the four transposes.
     pub direction: Direction,
+    /// Halos and padding of the input and output pencils.
     pub layouts: TransposeLayouts,
+    /// Element type of both arrays.
     pub dtype: DataType,
 }
 

@@ -14,8 +14,11 @@ pub struct HaloSpec {
     pub axis: Axis,
     /// Global dimension whose halos are updated.
     pub dim: Axis,
+    /// Halo extents of the pencil per global axis (X, Y, Z); `halo[dim]` cells move.
     pub halo: [i64; 3],
+    /// Periodic boundaries per global axis: the first and last ranks are neighbours.
     pub periods: [bool; 3],
+    /// Padding of the pencil per global axis, never exchanged.
     pub padding: [i64; 3],
 }
 
@@ -51,8 +54,11 @@ impl HaloSide {
 /// Everything one rank needs to execute a halo update.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HaloPlan {
+    /// The update this plan executes.
     pub spec: HaloSpec,
+    /// This rank's pencil, halos and padding included.
     pub info: PencilInfo,
+    /// Where each global cell of the pencil sits in the array.
     pub layout: Layout,
     /// Neighbour global ranks (`None` at a non-periodic boundary).
     pub neighbours: [Option<usize>; 2],
