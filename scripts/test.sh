@@ -19,6 +19,7 @@ env -u CUDECOMP_BUILD_CPU_ONLY cargo clippy --workspace --all-targets -q -- -D w
 # The thread-mock tests run whole collectives in-process: a bug there hangs rather than
 # fails, so bound them.
 timeout 900 cargo test -p cudecomp-core -q 2>&1 | tail -n 4
+RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 log "Python: lint"
 "$VENVS/mpich/bin/ruff" check python tests examples docs
@@ -38,6 +39,8 @@ for fam in mpich openmpi; do
             | awk -v n="$n" '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
     done
     bash "$ROOT/scripts/examples.sh" "$fam"
+    log "[$fam] the Rust example (MPI bound without mpi4py) on 4 ranks"
+    bash "$ROOT/scripts/rust_example.sh" "$fam"
 done
 log "documentation site (mkdocs build --strict)"
 bash "$ROOT/scripts/docs.sh" >/dev/null
