@@ -173,6 +173,13 @@ unsafe impl Sync for Kernels {}
 static CACHE: OnceLock<Mutex<HashMap<i32, Arc<Kernels>>>> = OnceLock::new();
 
 impl Kernels {
+    /// The kernels of `device` if they are loaded already.
+    pub fn loaded(device: &Device) -> Option<Arc<Kernels>> {
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        let map = cache.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&device.ordinal).cloned()
+    }
+
     /// The kernels of `device`, compiled and loaded on first use.
     pub fn for_device(device: &Device) -> Result<Arc<Kernels>> {
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));

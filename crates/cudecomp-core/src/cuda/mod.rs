@@ -410,6 +410,16 @@ impl Drop for Event {
     }
 }
 
+/// True when `stream` is being captured into a CUDA graph (an invalidated capture counts:
+/// every call on it would fail).
+pub fn capturing(stream: Stream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream handle comes from the caller; the status is a plain output.
+    let rc = unsafe { sys::cuStreamIsCapturing(stream.0, &mut status) };
+    check(rc.result(), "cuStreamIsCapturing")?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// Blocks until `stream` is idle.
 pub fn synchronize(stream: Stream) -> Result<()> {
     // SAFETY: the stream handle comes from the caller and is alive during the call.

@@ -49,6 +49,11 @@ impl Pipe {
         self.side.stream()
     }
 
+    /// True when the units of a pipeline over `npeers` peers have their events.
+    pub fn has_room(&self, npeers: usize) -> bool {
+        self.done.len() >= npeers * MAX_SLICES
+    }
+
     /// Makes room for the units of a pipeline over `npeers` peers.
     pub fn reserve(&mut self, npeers: usize) -> Result<()> {
         let n = npeers * MAX_SLICES;

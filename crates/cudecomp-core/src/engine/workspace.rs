@@ -38,6 +38,25 @@ pub struct Workspace {
     ipc: IpcPeers,
     /// Node-shared host workspaces of the DIRECT backend (this rank's and its peers').
     pub(crate) shared: SharedWorkspaces,
+    /// The current operation is being captured into a CUDA graph: nothing may grow, and
+    /// the ordering events of eager operations are left alone.
+    capturing: bool,
+    /// A captured graph uses the device buffers: they may never be replaced again.
+    frozen: bool,
+}
+
+/// What a capture needs that only an eager run can set up.
+fn warm_up_first(what: &str) -> Error {
+    Error::NotSupported(format!(
+        "CUDA graph capture: {what} is set up by the operation's first run, which cannot happen inside a capture: run the operation once (same grid, dtype, halos and padding) before capturing it"
+    ))
+}
+
+/// A captured graph keeps using the workspace.
+fn frozen_error(bytes: usize, have: usize) -> Error {
+    Error::NotSupported(format!(
+        "the handle's workspace is used by a captured CUDA graph and cannot grow from {have} to {bytes} bytes: pass a `work` array of at least {bytes} bytes, or run the larger operation before capturing"
+    ))
 }
 
 impl Workspace {
@@ -75,6 +94,19 @@ impl Workspace {
         Ok(())
     }
 
+    /// Starts an operation on the device: `capturing` when its stream is being captured
+    /// into a CUDA graph (the buffers it gets are then frozen for good).
+    pub(crate) fn begin(&mut self, capturing: bool) {
+        self.capturing = capturing;
+        self.frozen |= capturing;
+    }
+
+    /// True when a captured graph uses this workspace and the registered buffer holds
+    /// fewer than `bytes`: it cannot grow, so NCCL exchanges through the caller's `work`.
+    pub(crate) fn registered_frozen_short(&self, bytes: usize) -> bool {
+        self.frozen && self.registered.as_ref().map_or(0, RegisteredAlloc::bytes) < bytes
+    }
+
     /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
     ///
     /// # Safety
@@ -86,8 +118,18 @@ impl Workspace {
         bytes: usize,
         stream: Stream,
     ) -> Result<Buf> {
-        if let Some(e) = &self.last_use {
-            e.wait_on(stream)?;
+        let have = self.device.as_ref().map_or(0, DeviceAlloc::bytes);
+        if (self.capturing || self.frozen) && have < bytes {
+            return Err(if have == 0 && self.capturing {
+                warm_up_first("the workspace")
+            } else {
+                frozen_error(bytes, have)
+            });
+        }
+        if !self.capturing {
+            if let Some(e) = &self.last_use {
+                e.wait_on(stream)?;
+            }
         }
         let d = grow(
             &mut self.device,
@@ -121,8 +163,18 @@ impl Workspace {
         if self.unregistered {
             return Ok(None);
         }
-        if let Some(e) = &self.last_use {
-            e.wait_on(stream)?;
+        let have = self.registered.as_ref().map_or(0, RegisteredAlloc::bytes);
+        if (self.capturing || self.frozen) && have < bytes {
+            return Err(if have == 0 && self.capturing {
+                warm_up_first("the NCCL-registered workspace")
+            } else {
+                frozen_error(bytes, have)
+            });
+        }
+        if !self.capturing {
+            if let Some(e) = &self.last_use {
+                e.wait_on(stream)?;
+            }
         }
         if self.registered.as_ref().is_none_or(|r| r.bytes() < bytes) {
             quiesce(&self.last_use)?;
@@ -182,8 +234,12 @@ impl Workspace {
             .exchange(comm, work.ptr() as u64, work.len() as u64)
     }
 
-    /// Marks the end of a device operation on `stream`.
+    /// Marks the end of a device operation on `stream` (not of a captured one: its work
+    /// runs when the graph is launched, ordered by the caller).
     pub fn release(&mut self, stream: Stream) -> Result<()> {
+        if std::mem::take(&mut self.capturing) {
+            return Ok(());
+        }
         if self.last_use.is_none() {
             self.last_use = Some(Event::new(false)?);
         }
@@ -232,13 +288,18 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The pipe, created on first use (on `device`), with room for `npeers` peers.
+    /// The pipe, created on first use (on `device`), with room for `npeers` peers; inside
+    /// a capture (`capturing`) it must exist already.
     pub(crate) fn pipe(
         &self,
         device: &Device,
         npeers: usize,
+        capturing: bool,
     ) -> Result<MutexGuard<'_, Option<Pipe>>> {
         let mut g = lock(&self.pipe);
+        if capturing && g.as_ref().is_none_or(|p| !p.has_room(npeers)) {
+            return Err(warm_up_first("the library's stream"));
+        }
         if g.is_none() {
             device.bind()?;
             *g = Some(Pipe::new()?);
