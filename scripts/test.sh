@@ -38,6 +38,10 @@ for fam in mpich openmpi; do
         timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 \
             | awk -v n="$n" '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
     done
+    log "[$fam] 4 ranks as 2 simulated nodes (CUDECOMP_SIMULATE_NODES=2): transposes, halos, node rules"
+    CUDECOMP_SIMULATE_NODES=2 timeout 1200 $(launcher "$fam") -n 4 "$py" -m pytest -q -p no:cacheprovider \
+        tests/test_transpose.py tests/test_halo.py tests/test_nodes.py 2>&1 \
+        | awk '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
     bash "$ROOT/scripts/examples.sh" "$fam"
     log "[$fam] the Rust example (MPI bound without mpi4py) on 4 ranks"
     bash "$ROOT/scripts/rust_example.sh" "$fam"
