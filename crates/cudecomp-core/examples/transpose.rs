@@ -12,6 +12,8 @@
 //! `libmpi.so.40` / `libmpi.so.12` on the library path (`scripts/rust_example.sh` sets it
 //! up for the MPICH and Open MPI wheels). Rank 0 prints a line per operation; the exit
 //! status is non-zero on every rank when any cell on any rank is wrong.
+//!
+//! The `--8<--` comments mark the parts that the documentation site shows (docs/rust.md).
 
 use std::process::ExitCode;
 
@@ -32,6 +34,7 @@ const GDIMS: [i32; 3] = [24, 19, 17];
 /// Marks cells no operation may write (halos, padding) and those it has not written yet.
 const SENTINEL: u64 = u64::MAX;
 
+// --8<-- [start:main]
 fn main() -> ExitCode {
     let mpi = match MpiSession::init() {
         Ok(mpi) => mpi,
@@ -65,6 +68,7 @@ fn buf(v: &mut [u64]) -> Buf {
     // before returning).
     unsafe { Buf::new(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
+// --8<-- [end:main]
 
 /// The most square process grid of `n` ranks, `P_rows >= P_cols`.
 fn pdims(n: usize) -> [i32; 2] {
@@ -95,6 +99,7 @@ fn all_ranks(comm: &dyn Communicator, mine: bool) -> Result<bool> {
     Ok(all.iter().all(|&b| b == 1))
 }
 
+// --8<-- [start:run]
 /// Runs and checks every operation; true when every cell on every rank was right.
 fn run(mpi: &MpiSession) -> Result<bool> {
     let backend = match std::env::args().nth(1) {
@@ -163,6 +168,7 @@ fn transposes(grid: &GridDesc, backend: TransposeBackend) -> Result<bool> {
     }
     Ok(ok)
 }
+// --8<-- [end:run]
 
 /// Halo updates of the X-pencil along X, Y and Z (periodic in X and Z, not in Y): every
 /// cell then holds the index of its global point, wrapped where periodic, and the sentinel
