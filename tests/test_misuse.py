@@ -256,6 +256,15 @@ def disagreeing_cases() -> list[tuple[str, Callable[[cudecomp.GridDesc], object]
         x, y = x_and_y(g)
         return g.transpose_x_to_y(x.tolist() if odd else x, y)
 
+    def small_work(g: cudecomp.GridDesc) -> object:
+        x, y = x_and_y(g)
+        n = g.get_transpose_workspace_size() * 8
+        return g.transpose_x_to_y(x, y, work=np.zeros(3 if odd else n, np.uint8))
+
+    def small_halo_work(g: cudecomp.GridDesc) -> object:
+        n = g.get_halo_workspace_size(0, (1, 1, 1)) * 8
+        return g.update_halos_x(halo_array(g), (1, 1, 1), (True, True, True), 1, work=np.zeros(3 if odd else n, np.uint8))
+
     return [
         ("dtype", xy(dtype_np=np.float32)),
         ("input halo", xy(input_halo_extents=(1, 0, 0))),
@@ -268,6 +277,8 @@ def disagreeing_cases() -> list[tuple[str, Callable[[cudecomp.GridDesc], object]
         ("direction", other_op),
         ("in-place on one rank", in_place),
         ("argument error on one rank", local_error),
+        ("work too small on one rank", small_work),
+        ("halo work too small on one rank", small_halo_work),
     ]
 
 
@@ -296,12 +307,9 @@ def test_ranks_disagreeing_raise_everywhere(
     [(2**31 - 1,) * 3, (2**31 - 1, 2**31 - 1, 16), (2**30, 2**30, 2**10)],
     ids=["int32-max-cube", "int32-max-plane", "2^70-cells"],
 )
-def test_workspace_size_overflow(handle: cudecomp.Handle, gdims: tuple[int, int, int]) -> None:
-    with handle.create_grid(config(gdims=gdims, pdims=(1, NRANKS))) as g:
-        with pytest.raises(Invalid, match="2\\^58"):
-            g.get_transpose_workspace_size()
-        with pytest.raises(Invalid):
-            g.get_pencil_info(0)
+def test_grid_too_large(handle: cudecomp.Handle, gdims: tuple[int, int, int]) -> None:
+    with pytest.raises(Invalid, match="gdims.*2\\^58"):
+        handle.create_grid(config(gdims=gdims, pdims=(1, NRANKS)))
     still_works(handle)
 
 
@@ -478,13 +486,15 @@ def quick(**kw: Any) -> cudecomp.GridDescAutotuneOptions:
         ({"disable_mpi_backends": True, "disable_nccl_backends": True, "disable_nvshmem_backends": True}, "disabled"),
     ],
 )
-@pytest.mark.parametrize("tune_grid", [True, False], ids=["pdims-0", "backends"])
-def test_autotune_option_values(handle: cudecomp.Handle, options: dict[str, Any], match: str, tune_grid: bool) -> None:
+@pytest.mark.parametrize("search", ["pdims", "backends", "none"])
+def test_autotune_option_values(handle: cudecomp.Handle, options: dict[str, Any], match: str, search: str) -> None:
+    if search == "none" and match == "disabled":
+        pytest.skip("disabling every backend family only matters to a backend search")
     cfg = config()
-    if tune_grid:
+    if search == "pdims":
         cfg.pdims = (0, 0)
     with pytest.raises(Invalid, match=match):
-        handle.create_grid(cfg, quick(autotune_transpose_backend=not tune_grid, **options))
+        handle.create_grid(cfg, quick(autotune_transpose_backend=search == "backends", **options))
     still_works(handle)
 
 

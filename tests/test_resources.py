@@ -76,6 +76,7 @@ def cycle(handle: cudecomp.Handle) -> None:
         g.transpose_x_to_y(np.zeros(ia.array_shape))
 
 
+@pytest.mark.skipif(NRANKS > 2, reason="leaks do not depend on the rank count; 1 and 2 ranks keep the suite fast")
 def test_grid_cycles_are_flat(handle: cudecomp.Handle) -> None:
     for _ in range(50):  # warm up allocators and the workspaces
         cycle(handle)
@@ -89,6 +90,7 @@ def test_grid_cycles_are_flat(handle: cudecomp.Handle) -> None:
     assert shm_names() <= shm
 
 
+@pytest.mark.skipif(NRANKS > 2, reason="leaks do not depend on the rank count; 1 and 2 ranks keep the suite fast")
 def test_handle_cycles_are_flat() -> None:
     def one() -> None:
         with cudecomp.Handle(COMM) as h:

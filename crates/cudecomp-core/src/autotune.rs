@@ -503,20 +503,24 @@ fn usable(grid: &Grid, o: &AutotuneOptions, halo_search: bool) -> bool {
 
 /// Collective: creates a grid from `cfg`, running first the searches `o` asks for
 /// (process grid when `pdims` is `[0, 0]`, transpose and/or halo backends). Returns the
-/// grid and what the search measured.
+/// grid and what the search measured (`None` when the options ask for no search; they
+/// are checked all the same).
 pub fn create_grid(
     handle: &Handle,
     cfg: &GridConfig,
     o: &AutotuneOptions,
-) -> Result<(GridDesc, AutotuneReport)> {
+) -> Result<(GridDesc, Option<AutotuneReport>)> {
     let mut mine = cfg.to_bytes();
     mine.extend(o.to_bytes());
     handle.check_agreement("grid configuration or autotuning options", &mine)?;
     cfg.validate_static()?;
     o.validate()?;
+    if !o.wants_tuning(cfg) {
+        return Ok((handle.create_grid(cfg)?, None));
+    }
     let mut report = AutotuneReport::default();
     let chosen = search(handle, cfg, o, &mut report)?;
-    Ok((handle.create_grid(&chosen)?, report))
+    Ok((handle.create_grid(&chosen)?, Some(report)))
 }
 
 /// Runs the searches and returns the configuration to build (process grid and backends
@@ -766,7 +770,7 @@ mod tests {
                 ..Default::default()
             };
             let (gd, report) = create_grid(&h, &cfg, &options()).unwrap();
-            assert!(!report.trials.is_empty());
+            assert!(report.is_some_and(|r| !r.trials.is_empty()));
             let g = gd.grid().clone();
             gd.destroy().unwrap();
             (g.pdims, g.transpose_backend, g.halo_backend)

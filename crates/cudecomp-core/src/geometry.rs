@@ -300,7 +300,8 @@ impl Grid {
             .filter(|&n| n <= MAX_PENCIL_ELEMS);
         let Some(size) = size else {
             invalid!(
-                "pencil too large: shape {:?} (halos and padding included) holds more than 2^58 elements",
+                "halo_extents {halo:?} and padding {padding:?}: the {}-pencil of shape {:?} (halos and padding included) would hold more than 2^58 elements",
+                ["X", "Y", "Z"][axis],
                 info.shape
             );
         };

@@ -142,19 +142,11 @@ impl Handle {
             }
             other => other,
         };
-        let tuning = match options {
+        let (gd, report) = match options {
             Some(o) => {
                 let opts = read_autotune_options(o)?;
-                opts.wants_tuning(&cfg).then_some(opts)
-            }
-            None => None,
-        };
-        let (gd, report) = match tuning {
-            Some(opts) => {
-                let (g, r) = py
-                    .detach(|| autotune::create_grid(&h, &cfg, &opts))
-                    .py(py)?;
-                (g, Some(r))
+                py.detach(|| autotune::create_grid(&h, &cfg, &opts))
+                    .py(py)?
             }
             None => (py.detach(|| h.create_grid(&cfg)).py(py)?, None),
         };

@@ -162,6 +162,22 @@ fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
     Ok(())
 }
 
+/// InvalidUsage unless the caller's workspace, if any, holds `elems` elements of `elem`
+/// bytes (checked before the operation's agreement, so that every rank hears of it).
+fn check_work_len(work: Option<Buf>, elems: i64, elem: usize, query: &str) -> Result<()> {
+    let Some(w) = work else {
+        return Ok(());
+    };
+    let need = bytes_of("work", elems, elem)?;
+    if w.len() < need {
+        invalid!(
+            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
+            w.len()
+        );
+    }
+    Ok(())
+}
+
 /// InvalidUsage when the caller's workspace shares memory with a data buffer.
 fn check_work_apart(work: Option<Buf>, data: &[Buf]) -> Result<()> {
     if let Some(w) = work {
@@ -377,6 +393,12 @@ impl GridDesc {
             invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
         }
         check_work_apart(work, &[input, output])?;
+        check_work_len(
+            work,
+            self.grid.transpose_workspace_size()?,
+            elem,
+            "get_transpose_workspace_size()",
+        )?;
         Ok(plan)
     }
 
@@ -395,6 +417,10 @@ impl GridDesc {
         let plan = self.halo_plan(spec)?;
         if let Some(p) = &plan {
             check_len("input", data, p.info.size, dtype.size())?;
+            let elems = self
+                .grid
+                .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+            check_work_len(work, elems, dtype.size(), "get_halo_workspace_size()")?;
         }
         Ok(plan)
     }

@@ -174,6 +174,9 @@ impl Handle {
         self.check_agreement("CUDECOMP_CHECK_COLLECTIVES", &[token])?;
         let check = check?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
+        // Grids whose pencils the library cannot address are refused now, not at the
+        // first query (the same on every rank).
+        grid.max_pencil_sizes()?;
         self.check_backends(&grid)?;
         let host_threads = if self.is_gpu() {
             1
@@ -231,9 +234,7 @@ impl Handle {
                     unsupported!("{what} DIRECT needs every rank's GPU in one node (CUDA IPC)");
                 }
             } else if !self.host_direct_ok()? {
-                unsupported!(
-                    "{what} DIRECT needs every rank on one node, sharing memory through /dev/shm"
-                );
+                unsupported!("{what} DIRECT needs every rank on one node, sharing memory");
             }
         }
         Ok(())

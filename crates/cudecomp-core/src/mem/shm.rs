@@ -1,5 +1,6 @@
-//! Node-shared host memory for the DIRECT backend: each rank's workspace lives in a POSIX
-//! shared-memory object that every other rank of the node maps, so packing writes each
+//! Node-shared host memory for the DIRECT backend: each rank's workspace lives in a
+//! shared-memory object (an anonymous memory file, or a named POSIX object where peers
+//! cannot open memory files) that every other rank of the node maps, so packing writes each
 //! chunk straight into the receiving rank's workspace with plain stores: no MPI message,
 //! no system call per transfer, one pass over the data on each side.
 
@@ -275,7 +276,7 @@ impl SharedWorkspaces {
             if let Some(r) = all.iter().position(|v| v.first() != Some(&0)) {
                 self.own = None;
                 return Err(Error::NotSupported(format!(
-                    "DIRECT backend: rank {r} could not get {bytes} bytes of node-shared memory{}; enlarge /dev/shm (or the memory limit) or choose an MPI backend",
+                    "DIRECT backend: rank {r} could not get {bytes} bytes of node-shared memory{}; raise the memory limit (or enlarge /dev/shm, which named objects use) or choose an MPI backend",
                     failure.map(|e| format!(" ({e})")).unwrap_or_default()
                 )));
             }
