@@ -300,7 +300,7 @@ mod gpu {
             .call_method1("empty_on_stream", (shape, numpy_name(dtype), s))
     }
 
-    /// Device memory from `Handle.malloc`, exposing `__cuda_array_interface__` (uint8).
+    /// Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes).
     #[pyclass(module = "cudecomp", frozen)]
     pub struct DeviceBuffer {
         alloc: Mutex<Option<DeviceAlloc>>,
@@ -310,7 +310,7 @@ mod gpu {
 
     #[pymethods]
     impl DeviceBuffer {
-        /// The CUDA array interface (version 3) of the bytes.
+        /// The CUDA array interface (version 3) of the bytes; ``InvalidUsageError`` once freed.
         #[getter]
         fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
             if self.alloc.lock().map(|a| a.is_none()).unwrap_or(true) {
@@ -326,7 +326,7 @@ mod gpu {
             Ok(d)
         }
 
-        /// Device address.
+        /// Device address of the first byte.
         #[getter]
         fn ptr(&self) -> u64 {
             self.ptr
