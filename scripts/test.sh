@@ -54,5 +54,5 @@ make_venv gpu mpich
 "$VENVS/gpu/bin/pip" install -q "nvidia-cuda-nvrtc==13.0.*"
 build_wheel gpu
 install_wheel gpu gpu
-(cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py | tail -n 12)
+(cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py tests/test_docstrings.py | tail -n 12)
 log "all suites passed"
