@@ -19,6 +19,7 @@ env -u CUDECOMP_BUILD_CPU_ONLY cargo clippy --workspace --all-targets -q -- -D w
 # The thread-mock tests run whole collectives in-process: a bug there hangs rather than
 # fails, so bound them.
 timeout 900 cargo test -p cudecomp-core -q 2>&1 | tail -n 4
+RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 log "Python: lint"
 "$VENVS/mpich/bin/ruff" check python tests examples docs
@@ -37,7 +38,13 @@ for fam in mpich openmpi; do
         timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 \
             | awk -v n="$n" '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
     done
+    log "[$fam] 4 ranks as 2 simulated nodes (CUDECOMP_SIMULATE_NODES=2): transposes, halos, node rules"
+    CUDECOMP_SIMULATE_NODES=2 timeout 1200 $(launcher "$fam") -n 4 "$py" -m pytest -q -p no:cacheprovider \
+        tests/test_transpose.py tests/test_halo.py tests/test_nodes.py 2>&1 \
+        | awk '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'
     bash "$ROOT/scripts/examples.sh" "$fam"
+    log "[$fam] the Rust example (MPI bound without mpi4py) on 4 ranks"
+    bash "$ROOT/scripts/rust_example.sh" "$fam"
 done
 log "documentation site (mkdocs build --strict)"
 bash "$ROOT/scripts/docs.sh" >/dev/null
@@ -47,5 +54,5 @@ make_venv gpu mpich
 "$VENVS/gpu/bin/pip" install -q "nvidia-cuda-nvrtc==13.0.*"
 build_wheel gpu
 install_wheel gpu gpu
-(cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py | tail -n 12)
+(cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py tests/test_docstrings.py | tail -n 12)
 log "all suites passed"

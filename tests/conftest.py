@@ -12,6 +12,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# Every suite runs with the per-operation agreement on: a test whose ranks disagree fails
+# on every rank instead of hanging (the misuse suite checks the mode itself).
+os.environ.setdefault("CUDECOMP_CHECK_COLLECTIVES", "1")
+
 from mpi4py import MPI  # noqa: E402
 
 import cudecomp  # noqa: E402

@@ -122,6 +122,33 @@ def test_cai_versions_and_opaque_storage(grid: cudecomp.GridDesc) -> None:
     assert np.array_equal(cp.asnumpy(y), want)
 
 
+class DLPackOnly:
+    """An object exporting another array only through DLPack (as JAX arrays do)."""
+
+    def __init__(self, arr: Any) -> None:
+        self._arr = arr
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._arr.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self._arr.__dlpack_device__()
+
+
+@needs_gpu
+def test_dlpack_inputs(grid: cudecomp.GridDesc) -> None:
+    import cupy as cp
+
+    x, y, want = pencils(grid)
+    grid.transpose_x_to_y(DLPackOnly(x), y)
+    assert np.array_equal(cp.asnumpy(y), want)
+    with pytest.raises(cudecomp.InvalidUsageError, match="DLPack"):
+        grid.transpose_x_to_y(x, DLPackOnly(y))
+    with pytest.raises(TypeError):  # NumPy exports DLPack too, on the host
+        grid.transpose_x_to_y(DLPackOnly(x.get()), y)
+    check_works(grid)
+
+
 def gpu_errors() -> list[tuple[str, Any, type[Exception]]]:
     def call(f: Any) -> Any:
         return f

@@ -24,5 +24,8 @@ with cudecomp.Handle(MPI.COMM_WORLD) as handle:
 
     with handle.create_grid(config, options) as grid:
         # create_grid wrote its choices back into config (grid.config holds a copy).
+        result = grid.autotune_result  # what was measured, on every rank (None without a search)
+        assert result.pdims == tuple(config.pdims)
         if handle.rank == 0:
-            print("chosen:", config.pdims, config.transpose_comm_backend.name, config.halo_comm_backend.name)
+            print("chosen:", config.pdims, config.transpose_comm_backend, config.halo_comm_backend)
+            print(result.table())

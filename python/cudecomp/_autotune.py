@@ -11,32 +11,46 @@ __all__ = ["AutotuneResult", "AutotuneTrial"]
 
 @dataclass(frozen=True)
 class AutotuneTrial:
-    """One measured candidate of a search.
-
-    ``mode`` is ``"transpose"`` or ``"halo"``; ``time_ms`` the weighted mean time of the
-    four transposes (mean over ranks of each rank's mean over trials), or the mean time of
-    one round of three halo updates; ``per_op_ms`` the four transposes' means (X->Y, Y->Z,
-    Z->Y, Y->X; for halos the round first, then zeros); ``skipped`` when the first trial
-    exceeded ``skip_threshold`` times the best so far and the candidate was dropped.
-    """
+    """One measured candidate of a search (an element of ``AutotuneResult.trials``)."""
 
     mode: str
+    """``"transpose"`` or ``"halo"``: which search measured it."""
     pdims: tuple[int, int]
+    """The candidate process grid ``(P_rows, P_cols)``."""
     backend: TransposeCommBackend | HaloCommBackend
+    """The candidate backend: a ``TransposeCommBackend`` or a ``HaloCommBackend`` member."""
     time_ms: float
+    """The score, in milliseconds: the weighted sum of the four transposes' mean times
+    (each the mean over ranks of every rank's mean over trials), or the mean time of one
+    round of three halo updates."""
     per_op_ms: tuple[float, float, float, float]
+    """The four transposes' mean times (X->Y, Y->Z, Z->Y, Y->X); for halos the round's time
+    first, then zeros."""
     skipped: bool
+    """True when the candidate was abandoned: its first timed trial, multiplied by
+    ``skip_threshold``, already exceeded the best score so far (``time_ms`` is then
+    infinite)."""
 
 
 @dataclass(frozen=True)
 class AutotuneResult:
-    """Every candidate measured while creating a grid, and what was chosen."""
+    """Every candidate measured while creating a grid, and what was chosen.
+
+    Returned by [`GridDesc.autotune_result`][cudecomp.GridDesc.autotune_result] (``None``
+    when ``create_grid`` ran no search); the same on every rank.
+    """
 
     trials: tuple[AutotuneTrial, ...]
+    """Every candidate in the order measured: the transpose search's, then the halo search's
+    (or the other way round with ``AutotuneGridMode.HALO``)."""
     pdims: tuple[int, int]
+    """The chosen process grid."""
     transpose_backend: TransposeCommBackend
+    """The chosen (or configured) transpose backend."""
     halo_backend: HaloCommBackend
+    """The chosen (or configured) halo backend."""
     log: tuple[str, ...]
+    """The search's messages, as rank 0 logged them (logger ``cudecomp``)."""
 
     @classmethod
     def _from_core(

@@ -44,7 +44,15 @@ class PencilInfo:
 
     Arrays are C-contiguous, so their NumPy/CuPy shape lists the slowest axis first:
     allocate them with [`array_shape`][cudecomp.PencilInfo.array_shape] (``shape``
-    reversed), e.g. ``numpy.empty(info.array_shape, numpy.float64)``.
+    reversed), e.g. ``numpy.empty(info.array_shape, numpy.float64)``, or with
+    [`GridDesc.empty_pencil`][cudecomp.GridDesc.empty_pencil].
+    [`interior_slices`][cudecomp.PencilInfo.interior_slices],
+    [`global_slices`][cudecomp.PencilInfo.global_slices] and
+    [`to_global_axes`][cudecomp.PencilInfo.to_global_axes] relate the local array to a
+    global one.
+
+    It prints its fields as tuples, compares with ``==`` and pickles (so
+    ``comm.gather(info)`` works).
     """
 
     @property
@@ -89,21 +97,36 @@ class PencilInfo:
         """
     @property
     def interior_slices(self) -> tuple[slice, slice, slice]:
-        """Slices of the local array selecting the cells this rank owns (no halos, no padding)."""
+        """Slices of the local array selecting the cells this rank owns (no halos, no padding).
+
+        ``local[info.interior_slices]`` is the owned part of an array of shape
+        ``array_shape``, in local axis order.
+        """
     @property
     def global_slices(self) -> tuple[slice, slice, slice]:
-        """Slices of a global array of C shape ``(gdims[2], gdims[1], gdims[0])`` selecting the owned cells."""
+        """Slices of a global array selecting the cells this rank owns.
+
+        The global array has the C shape ``(gdims[2], gdims[1], gdims[0])`` and is indexed
+        ``g[z, y, x]``; see ``to_global_axes`` for the order of the local axes.
+        """
     @property
     def to_global_axes(self) -> tuple[int, int, int]:
-        """Axis permutation with ``global[global_slices] == local[interior_slices].transpose(to_global_axes)``."""
+        """The permutation that puts the local array's axes in global ``(Z, Y, X)`` order.
+
+        ``g[info.global_slices]`` equals ``local[info.interior_slices].transpose(info.to_global_axes)``;
+        ``numpy.argsort(info.to_global_axes)`` is the permutation back.
+        """
 
 class Handle:
     """The library handle: one per MPI communicator, shared by every grid built on it.
 
     Args:
-        mpi_comm: An initialised ``mpi4py.MPI.Comm``; every rank of it must construct the
-            handle (collective). The handle works on a private duplicate of it; keep MPI
-            initialised until ``finalize()``.
+        mpi_comm: An initialised ``mpi4py.MPI.Comm``, an intracommunicator (an
+            intercommunicator, ``MPI.COMM_NULL`` or a finalized MPI raises
+            ``InvalidUsageError``); every rank of it must construct the handle
+            (collective). The handle works on a private duplicate of it; keep MPI
+            initialised until ``finalize()``: after ``MPI.Finalize()`` every method
+            raises ``InvalidUsageError``.
 
     The GPU variant binds the CUDA device that is current when the handle is created
     (select it first, e.g. with ``cupy.cuda.Device(local_rank).use()``) and raises
@@ -112,7 +135,9 @@ class Handle:
     Use it as a context manager (``with cudecomp.Handle(comm) as handle:``) or call
     ``finalize()`` yourself, on every rank, before MPI is finalised. Python's garbage
     collector never runs collective cleanup: a handle collected without ``finalize()``
-    emits a ``ResourceWarning``.
+    emits a ``ResourceWarning``. ``create_grid``, ``destroy`` and ``finalize`` are
+    collective on the handle's communicator: never call them from several threads at
+    once.
     """
 
     def __init__(self, mpi_comm: Any) -> None: ...
@@ -150,8 +175,13 @@ class Handle:
         Raises:
             InvalidUsageError: Invalid configuration (``pdims`` product differs from the
                 number of ranks, partial ``transpose_mem_order``, ``gdims_dist`` larger
-                than ``gdims``, ...), ranks that disagree, or autotuning filters that
-                leave no candidate.
+                than ``gdims``, ...), invalid options of a search that runs
+                (``n_trials < 1``, ``n_warmup_trials < 0``, ``transpose_op_weights``
+                not finite, negative or all zero, ``skip_threshold`` negative or not
+                finite, ``halo_axis`` outside 0-2, negative halos or padding), ranks
+                that disagree (also on ``CUDECOMP_PIPELINE_SLICE_BYTES`` and
+                ``CUDECOMP_CHECK_COLLECTIVES``), bad environment values, or autotuning
+                filters that leave no candidate. Raised on every rank.
             NotSupportedError: A backend this variant or machine cannot run (NVSHMEM
                 family; NCCL in the CPU variant; DIRECT across nodes), or no usable
                 process grid for the autotuner.
@@ -191,9 +221,11 @@ class GridDesc:
     keeps its handle alive. Release it with ``destroy()`` on every rank (collective), or
     use it as a context manager, which destroys it on leaving the block.
 
-    Operations (transposes and halo updates) are collective over the ranks involved:
-    call them on every rank, in the same order. Calls on grids of one handle are
-    serialised by a lock.
+    Operations (transposes and halo updates) are collective: every rank calls the same
+    operations, with the same arguments, in the same order (``CUDECOMP_CHECK_COLLECTIVES=1``
+    makes the ranks check that before each operation). In the CPU variant, operations on
+    distinct grids of one handle may run concurrently from several threads; a GPU handle
+    runs one operation at a time.
     """
 
     @property
@@ -239,7 +271,8 @@ class GridDesc:
         Args:
             axis: 0, 1 or 2 (X-, Y- or Z-pencil).
             dtype: A ``DataType`` member or one of NumPy's ``float32``, ``float64``,
-                ``complex64``, ``complex128``.
+                ``complex64``, ``complex128`` (unlike the operations' ``dtype``, which
+                takes ``DataType`` members only). Anything else raises ``TypeError``.
             halo_extents: Halo cells on both sides of each global axis (``None``: none).
             padding: Padding cells after each global axis (``None``: none).
 
@@ -323,7 +356,7 @@ class GridDesc:
                 ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
-                an explicit one.
+                an explicit one (its size is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
                 from the arrays (float32, float64, complex64, complex128). An explicit
                 value must agree with the arrays and converts nothing; opaque storage
@@ -344,7 +377,9 @@ class GridDesc:
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, or a released grid or handle.
+                overlap or workspace size, a released grid or handle, or MPI already
+                finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
             TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 a list as an array, a host array in the GPU variant).
@@ -391,7 +426,7 @@ class GridDesc:
                 ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
-                an explicit one.
+                an explicit one (its size is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
                 from the arrays (float32, float64, complex64, complex128). An explicit
                 value must agree with the arrays and converts nothing; opaque storage
@@ -412,7 +447,9 @@ class GridDesc:
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, or a released grid or handle.
+                overlap or workspace size, a released grid or handle, or MPI already
+                finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
             TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 a list as an array, a host array in the GPU variant).
@@ -459,7 +496,7 @@ class GridDesc:
                 ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
-                an explicit one.
+                an explicit one (its size is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
                 from the arrays (float32, float64, complex64, complex128). An explicit
                 value must agree with the arrays and converts nothing; opaque storage
@@ -480,7 +517,9 @@ class GridDesc:
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, or a released grid or handle.
+                overlap or workspace size, a released grid or handle, or MPI already
+                finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
             TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 a list as an array, a host array in the GPU variant).
@@ -527,7 +566,7 @@ class GridDesc:
                 ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
-                an explicit one.
+                an explicit one (its size is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
                 from the arrays (float32, float64, complex64, complex128). An explicit
                 value must agree with the arrays and converts nothing; opaque storage
@@ -548,7 +587,9 @@ class GridDesc:
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, or a released grid or handle.
+                overlap or workspace size, a released grid or handle, or MPI already
+                finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
             TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 a list as an array, a host array in the GPU variant).
@@ -580,7 +621,7 @@ class GridDesc:
                 the CPU variant, a CUDA array on the handle's device in the GPU variant).
             halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
-                this rank or either neighbour owns along ``dim``.
+                any rank that exchanges along ``dim`` owns there.
             halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
                 ``None`` means no axis is periodic.
             dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
@@ -589,15 +630,19 @@ class GridDesc:
             work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
                 a writable array of the variant's kind, disjoint from ``input``, of at
                 least ``get_halo_workspace_size(0, halo_extents)`` elements of the dtype.
-                The DIRECT backend runs in the handle's own workspace.
+                The DIRECT backend runs in the handle's own workspace (the size of an
+                explicit one is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
                 infer it from the array (see the transposes).
             stream: GPU variant: the CUDA stream to order the work on (same forms as for
                 the transposes). Ignored by the CPU variant.
 
         Raises:
-            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing
-                or wider than a neighbour's cells, too small a workspace.
+            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing,
+                too small a workspace; on every rank, a halo wider than the cells some
+                exchanging rank owns along ``dim`` (and, with
+                ``CUDECOMP_CHECK_COLLECTIVES=1``, ranks that run different operations or
+                one rank's wrong arguments).
             NotSupportedError: The X-pencil is empty on some rank.
         """
     def update_halos_y(
@@ -627,7 +672,7 @@ class GridDesc:
                 the CPU variant, a CUDA array on the handle's device in the GPU variant).
             halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
-                this rank or either neighbour owns along ``dim``.
+                any rank that exchanges along ``dim`` owns there.
             halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
                 ``None`` means no axis is periodic.
             dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
@@ -636,15 +681,19 @@ class GridDesc:
             work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
                 a writable array of the variant's kind, disjoint from ``input``, of at
                 least ``get_halo_workspace_size(1, halo_extents)`` elements of the dtype.
-                The DIRECT backend runs in the handle's own workspace.
+                The DIRECT backend runs in the handle's own workspace (the size of an
+                explicit one is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
                 infer it from the array (see the transposes).
             stream: GPU variant: the CUDA stream to order the work on (same forms as for
                 the transposes). Ignored by the CPU variant.
 
         Raises:
-            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing
-                or wider than a neighbour's cells, too small a workspace.
+            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing,
+                too small a workspace; on every rank, a halo wider than the cells some
+                exchanging rank owns along ``dim`` (and, with
+                ``CUDECOMP_CHECK_COLLECTIVES=1``, ranks that run different operations or
+                one rank's wrong arguments).
             NotSupportedError: The Y-pencil is empty on some rank.
         """
     def update_halos_z(
@@ -674,7 +723,7 @@ class GridDesc:
                 the CPU variant, a CUDA array on the handle's device in the GPU variant).
             halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
-                this rank or either neighbour owns along ``dim``.
+                any rank that exchanges along ``dim`` owns there.
             halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
                 ``None`` means no axis is periodic.
             dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
@@ -683,15 +732,19 @@ class GridDesc:
             work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
                 a writable array of the variant's kind, disjoint from ``input``, of at
                 least ``get_halo_workspace_size(2, halo_extents)`` elements of the dtype.
-                The DIRECT backend runs in the handle's own workspace.
+                The DIRECT backend runs in the handle's own workspace (the size of an
+                explicit one is checked all the same).
             dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
                 infer it from the array (see the transposes).
             stream: GPU variant: the CUDA stream to order the work on (same forms as for
                 the transposes). Ignored by the CPU variant.
 
         Raises:
-            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing
-                or wider than a neighbour's cells, too small a workspace.
+            InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing,
+                too small a workspace; on every rank, a halo wider than the cells some
+                exchanging rank owns along ``dim`` (and, with
+                ``CUDECOMP_CHECK_COLLECTIVES=1``, ranks that run different operations or
+                one rank's wrong arguments).
             NotSupportedError: The Z-pencil is empty on some rank.
         """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["empty_on_stream"]
+__all__ = ["empty_on_stream", "from_dlpack"]
 
 
 class _StreamRef:
@@ -27,3 +27,10 @@ def empty_on_stream(shape: tuple[int, ...], dtype: str, stream: int) -> Any:
     s = from_external(_StreamRef(stream)) if from_external else cupy.cuda.ExternalStream(stream)
     with s:
         return cupy.empty(shape, dtype)
+
+
+def from_dlpack(obj: Any) -> Any:
+    """Return a zero-copy CuPy view of a CUDA array exported through DLPack (JAX, ...)."""
+    import cupy
+
+    return cupy.from_dlpack(obj)

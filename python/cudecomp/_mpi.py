@@ -19,14 +19,14 @@ def describe(comm: Any) -> tuple[str, int, int, int, int, int, int]:
         raise TypeError(f"mpi_comm: expected an mpi4py communicator, but mpi4py cannot be imported ({e})") from e
     if not isinstance(comm, MPI.Comm):
         raise TypeError(f"mpi_comm: expected an mpi4py.MPI.Comm, got {type(comm).__name__}")
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        raise InvalidUsageError("mpi_comm: MPI must be initialised (and not finalised) while a Handle exists")
     if comm == MPI.COMM_NULL:
         raise InvalidUsageError("mpi_comm: expected a valid communicator, got MPI.COMM_NULL")
     if comm.Is_inter():
         raise InvalidUsageError(
             "mpi_comm: expected an intracommunicator, got an intercommunicator (use Merge() to make one group of both sides)"
         )
-    if not MPI.Is_initialized() or MPI.Is_finalized():
-        raise InvalidUsageError("mpi_comm: MPI must be initialised (and not finalised) while a Handle exists")
     return (
         str(MPI.__file__),
         int(MPI._sizeof(MPI.Comm)),

@@ -18,27 +18,49 @@ use crate::{invalid, unsupported, Error, Result};
 /// `cudecompGridDescAutotuneOptions_t`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AutotuneOptions {
+    /// Untimed rounds run for each candidate before the timed ones.
     pub n_warmup_trials: i32,
+    /// Timed rounds per candidate (at least 1); the candidate's score is their mean.
     pub n_trials: i32,
     /// Halo mode (`AutotuneGridMode.HALO`) chooses the grid by halo time.
     pub grid_mode_halo: bool,
+    /// Element type of the scratch buffers the rounds run on.
     pub dtype: DataType,
+    /// Also try process grids that split a distributed axis unevenly.
     pub allow_uneven_decompositions: bool,
+    /// Leave the MPI backends out of the candidates.
     pub disable_mpi_backends: bool,
+    /// Leave the NCCL backends out of the candidates.
     pub disable_nccl_backends: bool,
+    /// Upstream's NVSHMEM switch: NVSHMEM backends are never tried here; only counts when
+    /// every family is disabled (InvalidUsage).
     pub disable_nvshmem_backends: bool,
+    /// When above 0, a candidate whose first timed round times this factor exceeds the
+    /// best score so far is abandoned.
     pub skip_threshold: f64,
+    /// Search the transpose backend too (otherwise the configured one is timed).
     pub autotune_transpose_backend: bool,
+    /// Per transpose (X→Y, Y→Z, Z→Y, Y→X): run it in place.
     pub transpose_use_inplace_buffers: [bool; 4],
+    /// Per transpose: weight of its mean time in the score (0: not run).
     pub transpose_op_weights: [f64; 4],
+    /// Per transpose: halo extents (X, Y, Z) of its input pencil.
     pub transpose_input_halo_extents: [[i64; 3]; 4],
+    /// Per transpose: halo extents (X, Y, Z) of its output pencil.
     pub transpose_output_halo_extents: [[i64; 3]; 4],
+    /// Per transpose: padding (X, Y, Z) of its input pencil.
     pub transpose_input_padding: [[i64; 3]; 4],
+    /// Per transpose: padding (X, Y, Z) of its output pencil.
     pub transpose_output_padding: [[i64; 3]; 4],
+    /// Search the halo backend too (otherwise the configured one is timed).
     pub autotune_halo_backend: bool,
+    /// Halo extents (X, Y, Z) of the pencil a halo round updates.
     pub halo_extents: [i64; 3],
+    /// Periodic boundaries (X, Y, Z) of a halo round.
     pub halo_periods: [bool; 3],
+    /// Which pencil (0 X, 1 Y, 2 Z) a halo round updates along dimensions 0, 1 and 2.
     pub halo_axis: i64,
+    /// Padding (X, Y, Z) of the pencil a halo round updates.
     pub halo_padding: [i64; 3],
 }
 
@@ -144,6 +166,7 @@ impl AutotuneOptions {
 pub struct Trial {
     /// `"transpose"` or `"halo"`.
     pub mode: &'static str,
+    /// The candidate process grid.
     pub pdims: [i32; 2],
     /// The backend's C value (transpose or halo family, per `mode`).
     pub backend: i32,
@@ -480,20 +503,24 @@ fn usable(grid: &Grid, o: &AutotuneOptions, halo_search: bool) -> bool {
 
 /// Collective: creates a grid from `cfg`, running first the searches `o` asks for
 /// (process grid when `pdims` is `[0, 0]`, transpose and/or halo backends). Returns the
-/// grid and what the search measured.
+/// grid and what the search measured (`None` when the options ask for no search; they
+/// are checked all the same).
 pub fn create_grid(
     handle: &Handle,
     cfg: &GridConfig,
     o: &AutotuneOptions,
-) -> Result<(GridDesc, AutotuneReport)> {
+) -> Result<(GridDesc, Option<AutotuneReport>)> {
     let mut mine = cfg.to_bytes();
     mine.extend(o.to_bytes());
     handle.check_agreement("grid configuration or autotuning options", &mine)?;
     cfg.validate_static()?;
     o.validate()?;
+    if !o.wants_tuning(cfg) {
+        return Ok((handle.create_grid(cfg)?, None));
+    }
     let mut report = AutotuneReport::default();
     let chosen = search(handle, cfg, o, &mut report)?;
-    Ok((handle.create_grid(&chosen)?, report))
+    Ok((handle.create_grid(&chosen)?, Some(report)))
 }
 
 /// Runs the searches and returns the configuration to build (process grid and backends
@@ -743,7 +770,7 @@ mod tests {
                 ..Default::default()
             };
             let (gd, report) = create_grid(&h, &cfg, &options()).unwrap();
-            assert!(!report.trials.is_empty());
+            assert!(report.is_some_and(|r| !r.trials.is_empty()));
             let g = gd.grid().clone();
             gd.destroy().unwrap();
             (g.pdims, g.transpose_backend, g.halo_backend)

@@ -7,13 +7,21 @@ use crate::{invalid, Result};
 /// Transpose communication backends with their C values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TransposeBackend {
+    /// MPI point-to-point: every peer's chunk posted at once (`MPI_Isend`/`MPI_Irecv`).
     MpiP2p = 1,
+    /// MPI point-to-point, pipelined: one peer at a time, unpacking while the next arrives.
     MpiP2pPl = 2,
+    /// One `MPI_Alltoallv` over the sub-communicator.
     MpiA2a = 3,
+    /// NCCL send/receive groups on device memory (GPU variant only).
     Nccl = 4,
+    /// NCCL, pipelined peer by peer on the library's stream (GPU variant only).
     NcclPl = 5,
+    /// Upstream's NVSHMEM all-to-all; not implemented here (`NotSupported`).
     Nvshmem = 6,
+    /// Upstream's pipelined NVSHMEM; not implemented here (`NotSupported`).
     NvshmemPl = 7,
+    /// Upstream's NVSHMEM with SM-driven copies; not implemented here (`NotSupported`).
     NvshmemSm = 8,
     /// Beyond upstream: ranks on one node pack their chunks straight into each other's
     /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine), with no
@@ -130,10 +138,15 @@ impl CommBackend for HaloBackend {
 /// Halo communication backends with their C values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HaloBackend {
+    /// MPI point-to-point, both neighbours' faces in flight at once.
     Mpi = 1,
+    /// MPI point-to-point, one neighbour after the other.
     MpiBlocking = 2,
+    /// NCCL send/receive on device memory (GPU variant only).
     Nccl = 3,
+    /// Upstream's NVSHMEM halo exchange; not implemented here (`NotSupported`).
     Nvshmem = 4,
+    /// Upstream's blocking NVSHMEM variant; not implemented here (`NotSupported`).
     NvshmemBlocking = 5,
     /// Beyond upstream: ranks on one node copy faces straight into their neighbours'
     /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine).
@@ -189,9 +202,13 @@ impl HaloBackend {
 /// Element types with their C values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DataType {
+    /// `f32`, 4 bytes.
     Float = -1,
+    /// `f64`, 8 bytes.
     Double = -2,
+    /// Two `f32` (real, imaginary), 8 bytes.
     FloatComplex = -3,
+    /// Two `f64` (real, imaginary), 16 bytes.
     DoubleComplex = -4,
 }
 
@@ -217,6 +234,16 @@ impl DataType {
         }
     }
 
+    /// Upper-case enum name (`DataType.DOUBLE` is `DOUBLE`), for messages.
+    pub fn enum_name(self) -> &'static str {
+        match self {
+            Self::Float => "FLOAT",
+            Self::Double => "DOUBLE",
+            Self::FloatComplex => "FLOAT_COMPLEX",
+            Self::DoubleComplex => "DOUBLE_COMPLEX",
+        }
+    }
+
     /// One-letter BLAS-style name used in performance reports.
     pub fn short_name(self) -> &'static str {
         match self {
@@ -231,20 +258,34 @@ impl DataType {
 /// Resolved process-grid rank order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RankOrder {
+    /// Rank `r` sits in row `r / P_cols`, column `r % P_cols`.
     RowMajor = 1,
+    /// Rank `r` sits in row `r % P_rows`, column `r / P_rows`.
     ColMajor = 2,
 }
 
 /// The user's grid configuration, field for field `cudecompGridDescConfig_t`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GridConfig {
+    /// Cells of the global grid along X, Y, Z (each at least 1).
     pub gdims: [i32; 3],
+    /// Extents the axes are split as if they had (the rest goes to the last rank); takes
+    /// effect only when all three are non-zero.
     pub gdims_dist: [i32; 3],
+    /// Process grid `[P_rows, P_cols]`, whose product is the number of ranks; `[0, 0]`
+    /// lets the autotuner choose.
     pub pdims: [i32; 2],
+    /// C value of the rank order: 0 default, 1 row-major, 2 column-major ([`RankOrder`]).
     pub rank_order: i32,
+    /// C value of the [`TransposeBackend`].
     pub transpose_comm_backend: i32,
+    /// Per pencil axis: store the pencil's complete axis fastest, the other two following
+    /// cyclically.
     pub transpose_axis_contiguous: [bool; 3],
+    /// Per pencil axis, the global axes in memory order (fastest first); all -1 when
+    /// unset, and then it overrides nothing.
     pub transpose_mem_order: [[i32; 3]; 3],
+    /// C value of the [`HaloBackend`].
     pub halo_comm_backend: i32,
 }
 

@@ -1,5 +1,5 @@
-//! Error type shared by every layer; each variant maps to one `cudecompResult_t` value
-//! and to one Python exception class in the bindings.
+//! Error type shared by every layer. Each variant stands for one `cudecompResult_t`
+//! value (named in its doc); the Python bindings map each variant to an exception class.
 
 use thiserror::Error;
 
@@ -27,21 +27,6 @@ pub enum Error {
     /// NVSHMEM failure (`CUDECOMP_RESULT_NVSHMEM_ERROR`).
     #[error("{0}")]
     Nvshmem(String),
-}
-
-impl Error {
-    /// The matching `cudecompResult_t` value.
-    pub fn result_code(&self) -> i32 {
-        match self {
-            Error::InvalidUsage(_) => 1,
-            Error::NotSupported(_) => 2,
-            Error::Internal(_) => 3,
-            Error::Cuda(_) => 4,
-            Error::Mpi(_) => 6,
-            Error::Nccl(_) => 7,
-            Error::Nvshmem(_) => 8,
-        }
-    }
 }
 
 /// Result alias used throughout the crate.

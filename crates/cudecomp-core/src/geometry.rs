@@ -47,7 +47,9 @@ pub enum CommAxis {
 /// A global-coordinate box: `lo` inclusive start and `len` extent per global axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Box3 {
+    /// First global index along X, Y, Z.
     pub lo: [i64; 3],
+    /// Number of cells along X, Y, Z (0 along any axis: an empty box).
     pub len: [i64; 3],
 }
 
@@ -73,12 +75,19 @@ impl Box3 {
 /// `cudecompPencilInfo_t`: shape/lo/hi in local memory order, halos and padding in global order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PencilInfo {
+    /// Stored extents, halos and padding included, in memory order (fastest first).
     pub shape: [i64; 3],
+    /// First global index of the owned cells, in memory order.
     pub lo: [i64; 3],
+    /// Last global index (inclusive) of the owned cells, in memory order.
     pub hi: [i64; 3],
+    /// The global axis at each memory position, fastest first.
     pub order: [Axis; 3],
+    /// Halo cells on each side, per global axis (X, Y, Z).
     pub halo_extents: [i64; 3],
+    /// Padding cells after the upper halo, per global axis (X, Y, Z).
     pub padding: [i64; 3],
+    /// Number of stored elements (the product of `shape`).
     pub size: i64,
 }
 
@@ -113,13 +122,19 @@ impl PencilInfo {
 /// A validated, resolved decomposition: everything the plans and queries need.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Grid {
+    /// Global extents along X, Y, Z.
     pub gdims: [i64; 3],
+    /// Extents the axes are split as if they had (`gdims` unless all three were set).
     pub gdims_dist: [i64; 3],
+    /// Process grid `[P_rows, P_cols]`.
     pub pdims: [usize; 2],
+    /// How ranks fill the process grid (the default resolved).
     pub rank_order: RankOrder,
     /// Memory order of each pencil orientation (row `a` for the `a`-pencil).
     pub orders: [[Axis; 3]; 3],
+    /// How this grid's transposes exchange data.
     pub transpose_backend: TransposeBackend,
+    /// How this grid's halo updates exchange data.
     pub halo_backend: HaloBackend,
     /// The configuration as the user gave it (reported back unresolved where upstream does).
     pub config: GridConfig,
@@ -285,7 +300,8 @@ impl Grid {
             .filter(|&n| n <= MAX_PENCIL_ELEMS);
         let Some(size) = size else {
             invalid!(
-                "pencil too large: shape {:?} (halos and padding included) holds more than 2^58 elements",
+                "halo_extents {halo:?} and padding {padding:?}: the {}-pencil of shape {:?} (halos and padding included) would hold more than 2^58 elements",
+                ["X", "Y", "Z"][axis],
                 info.shape
             );
         };

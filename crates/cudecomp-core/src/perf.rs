@@ -23,9 +23,15 @@ use crate::Result;
 /// Report settings read from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PerfSettings {
+    /// `CUDECOMP_PERFORMANCE_REPORT_DETAIL`: 0 summary only, 1 also rank 0's samples, 2
+    /// every rank's samples (written as CSV).
     pub detail: u8,
+    /// `CUDECOMP_PERFORMANCE_REPORT_SAMPLES`: most recent samples kept per configuration.
     pub samples: usize,
+    /// `CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES`: first samples of each configuration
+    /// ignored.
     pub warmup: usize,
+    /// `CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR`: where CSV files go (`None`: none written).
     pub write_dir: Option<PathBuf>,
 }
 
@@ -83,13 +89,17 @@ pub struct PerfReport {
 
 /// Measures elapsed milliseconds: wall clock on the host, CUDA events on a stream.
 pub enum Clock {
+    /// Wall clock, for operations that complete on the host.
     Host,
+    /// CUDA events recorded on this stream, for operations enqueued on it.
     Device(Stream),
 }
 
 /// A point in time of a [`Clock`].
 pub enum Mark {
+    /// The wall-clock instant.
     Host(Instant),
+    /// A timing event recorded on the clock's stream.
     Device(Event),
 }
 
@@ -125,8 +135,11 @@ impl Clock {
 
 /// A transport that adds the time spent in each call to a communication total.
 pub struct TimedTransport<'a> {
+    /// The transport that does the work.
     pub inner: &'a dyn Transport,
+    /// What each call is timed with.
     pub clock: &'a Clock,
+    /// Milliseconds spent in calls so far.
     pub comm_ms: Cell<f64>,
 }
 

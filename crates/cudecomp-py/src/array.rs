@@ -25,6 +25,8 @@ pub struct ArrayArg {
     pub readonly: bool,
     /// True for the four supported typestrs and opaque storage.
     pub usable: bool,
+    /// Seen through DLPack (GPU variant): an input only.
+    pub from_dlpack: bool,
 }
 
 impl ArrayArg {
@@ -45,6 +47,15 @@ impl ArrayArg {
 
     /// Fails unless the array can be written.
     pub fn require_writable(&self, py: Python<'_>) -> PyResult<()> {
+        if self.from_dlpack {
+            return Err(invalid(
+                py,
+                format!(
+                    "{}: DLPack arrays are accepted as inputs only (DLPack does not say whether they may be written); pass an array exposing __cuda_array_interface__ (CuPy, PyTorch, Numba)",
+                    self.what
+                ),
+            ));
+        }
         if self.readonly {
             return Err(invalid(
                 py,
@@ -161,6 +172,7 @@ pub fn parse_interface(
         typestr,
         readonly,
         usable: dtype.is_some() || kind == 'V',
+        from_dlpack: false,
     })
 }
 

@@ -4,10 +4,12 @@ use std::sync::{Arc, Mutex};
 
 use cudecomp_core::config::DataType;
 
+use cudecomp_core::engine::Exec;
 use cudecomp_core::geometry;
 use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
+use cudecomp_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 
@@ -17,11 +19,24 @@ use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
 use crate::handle::Handle;
 use crate::variant;
 
-/// Local layout of one pencil (``cudecompPencilInfo_t``).
+/// Where this rank's part of one pencil lives and how it is laid out in memory.
 ///
-/// ``shape``, ``lo`` and ``hi`` are in local memory order (fastest axis first; ``lo``/``hi``
-/// are inclusive global bounds of the owned interior); ``halo_extents`` and ``padding`` in
-/// global order. Arrays holding the pencil have the C-contiguous shape ``array_shape``.
+/// Returned by [`GridDesc.get_pencil_info`][cudecomp.GridDesc.get_pencil_info]; read-only.
+/// ``shape``, ``lo``, ``hi`` and ``order`` are listed in *memory order*, fastest-varying
+/// axis first, exactly as in the C structure ``cudecompPencilInfo_t``; ``halo_extents``
+/// and ``padding`` echo the query in global axis order (X, Y, Z).
+///
+/// Arrays are C-contiguous, so their NumPy/CuPy shape lists the slowest axis first:
+/// allocate them with [`array_shape`][cudecomp.PencilInfo.array_shape] (``shape``
+/// reversed), e.g. ``numpy.empty(info.array_shape, numpy.float64)``, or with
+/// [`GridDesc.empty_pencil`][cudecomp.GridDesc.empty_pencil].
+/// [`interior_slices`][cudecomp.PencilInfo.interior_slices],
+/// [`global_slices`][cudecomp.PencilInfo.global_slices] and
+/// [`to_global_axes`][cudecomp.PencilInfo.to_global_axes] relate the local array to a
+/// global one.
+///
+/// It prints its fields as tuples, compares with ``==`` and pickles (so
+/// ``comm.gather(info)`` works).
 #[pyclass(module = "cudecomp", frozen, eq)]
 #[derive(Clone, PartialEq)]
 pub struct PencilInfo {
@@ -30,48 +45,62 @@ pub struct PencilInfo {
 
 #[pymethods]
 impl PencilInfo {
-    /// Local extents in memory order, halos and padding included.
+    /// Stored extents in memory order (fastest axis first), halos and padding included.
+    ///
+    /// Along global axis ``order[i]`` the extent is ``hi[i] - lo[i] + 1`` owned cells,
+    /// plus ``2 * halo_extents[order[i]]`` halo cells and ``padding[order[i]]`` padding
+    /// cells.
     #[getter]
     fn shape(&self) -> (i64, i64, i64) {
         self.info.shape.into()
     }
-    /// Inclusive global lower bounds of the interior, in memory order.
+    /// First global index of the owned interior along each memory-order axis (inclusive).
     #[getter]
     fn lo(&self) -> (i64, i64, i64) {
         self.info.lo.into()
     }
-    /// Inclusive global upper bounds of the interior, in memory order.
+    /// Last global index of the owned interior along each memory-order axis (inclusive).
+    ///
+    /// ``hi[i] < lo[i]`` on a rank that owns no cells of this pencil (an empty pencil).
     #[getter]
     fn hi(&self) -> (i64, i64, i64) {
         self.info.hi.into()
     }
-    /// Global axis stored at each memory position (fastest first).
+    /// Global axis (0 = X, 1 = Y, 2 = Z) stored at each memory position, fastest first.
+    ///
+    /// ``(0, 1, 2)`` by default; ``(1, 2, 0)`` for a Y-pencil with
+    /// ``transpose_axis_contiguous[1]`` set.
     #[getter]
     fn order(&self) -> (usize, usize, usize) {
         self.info.order.into()
     }
-    /// Halo extents (global order).
+    /// Halo cells on each side of each global axis (X, Y, Z), as queried.
     #[getter]
     fn halo_extents(&self) -> (i64, i64, i64) {
         self.info.halo_extents.into()
     }
-    /// Padding (global order).
+    /// Padding cells after the end of each global axis (X, Y, Z), as queried.
     #[getter]
     fn padding(&self) -> (i64, i64, i64) {
         self.info.padding.into()
     }
-    /// Number of elements (product of ``shape``).
+    /// Number of elements of the stored pencil: the product of ``shape``.
     #[getter]
     fn size(&self) -> i64 {
         self.info.size
     }
-    /// C-contiguous array shape holding this pencil: ``shape`` reversed.
+    /// Shape of the C-contiguous array that holds this pencil: ``shape`` reversed.
+    ///
+    /// Every array handed to a transpose or halo update must have exactly this shape
+    /// (for the same halos and padding); any other shape raises ``InvalidUsageError``.
     #[getter]
     fn array_shape(&self) -> (i64, i64, i64) {
         self.info.array_shape().into()
     }
-    /// Slices of the local array (``array_shape``) selecting the cells this rank owns:
-    /// halos and padding left out.
+    /// Slices of the local array selecting the cells this rank owns (no halos, no padding).
+    ///
+    /// ``local[info.interior_slices]`` is the owned part of an array of shape
+    /// ``array_shape``, in local axis order.
     #[getter]
     fn interior_slices<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let i = &self.info;
@@ -89,8 +118,10 @@ impl PencilInfo {
         PyTuple::new(py, out)
     }
 
-    /// Slices of a global array of C shape ``(gdims[2], gdims[1], gdims[0])`` (Z, Y, X)
-    /// selecting the cells this rank owns; see ``to_global_axes``.
+    /// Slices of a global array selecting the cells this rank owns.
+    ///
+    /// The global array has the C shape ``(gdims[2], gdims[1], gdims[0])`` and is indexed
+    /// ``g[z, y, x]``; see ``to_global_axes`` for the order of the local axes.
     #[getter]
     fn global_slices<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let i = &self.info;
@@ -108,8 +139,10 @@ impl PencilInfo {
         PyTuple::new(py, out)
     }
 
-    /// The axis permutation that brings the local array's axes into the global Z, Y, X
-    /// order: ``global[info.global_slices] = local[info.interior_slices].transpose(info.to_global_axes)``.
+    /// The permutation that puts the local array's axes in global ``(Z, Y, X)`` order.
+    ///
+    /// ``g[info.global_slices]`` equals ``local[info.interior_slices].transpose(info.to_global_axes)``;
+    /// ``numpy.argsort(info.to_global_axes)`` is the permutation back.
     #[getter]
     fn to_global_axes(&self) -> (usize, usize, usize) {
         let p = |j: usize| 2 - self.info.position(2 - j);
@@ -178,7 +211,17 @@ impl PencilInfo {
     }
 }
 
-/// A decomposition created by ``Handle.create_grid`` (not constructible directly).
+/// One decomposition of a 3-D grid over the ranks of a handle.
+///
+/// Created by [`Handle.create_grid`][cudecomp.Handle.create_grid], never directly. It
+/// keeps its handle alive. Release it with ``destroy()`` on every rank (collective), or
+/// use it as a context manager, which destroys it on leaving the block.
+///
+/// Operations (transposes and halo updates) are collective: every rank calls the same
+/// operations, with the same arguments, in the same order (``CUDECOMP_CHECK_COLLECTIVES=1``
+/// makes the ranks check that before each operation). In the CPU variant, operations on
+/// distinct grids of one handle may run concurrently from several threads; a GPU handle
+/// runs one operation at a time.
 #[pyclass(module = "cudecomp", frozen)]
 pub struct GridDesc {
     handle: Py<Handle>,
@@ -255,42 +298,9 @@ impl GridDesc {
         c: TransposeCall<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
-        let explicit = parse_dtype(py, c.dtype)?;
-        let layouts = TransposeLayouts {
-            input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
-            input_padding: int_triple(py, c.input_padding, "input_padding")?,
-            output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
-            output_padding: int_triple(py, c.output_padding, "output_padding")?,
-        };
-        let plan = gd.transpose_plan(direction, &layouts).py(py)?;
-        let input = variant::array(py, &gd, c.input, "input", false)?;
-        let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
-        input.require_shape(
-            py,
-            plan.input.array_shape(),
-            "the input pencil's PencilInfo.array_shape with these halos and padding",
-        )?;
-        let exec = variant::exec(py, c.stream, c.input)?;
-        let out_obj = match c.out.filter(|o| !o.is_none()) {
-            Some(o) => o.clone(),
-            None => {
-                variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?
-            }
-        };
-        let out = variant::array(py, &gd, &out_obj, "out", false)?;
-        resolve_dtype(py, Some(dtype), &[&out])?;
-        out.require_writable(py)?;
-        out.require_shape(
-            py,
-            plan.output.array_shape(),
-            "the output pencil's PencilInfo.array_shape with these halos and padding",
-        )?;
-        let work = work_arg(py, &gd, c.work)?;
-        let op = TransposeOp {
-            direction,
-            layouts,
-            dtype,
-        };
+        let ready = prepare_transpose(py, &gd, direction, &c);
+        let (op, input, out, out_obj, work, exec) =
+            agreed(py, &gd, direction.method_name(), ready)?;
         // SAFETY: the array objects are referenced by the caller for the whole call and
         // were checked to be C-contiguous and of the sizes recorded; device work is ordered
         // on the operation's stream, which the caller keeps alive as documented.
@@ -301,46 +311,132 @@ impl GridDesc {
 
     fn update_halos(&self, py: Python<'_>, axis: usize, c: HaloCall<'_, '_>) -> PyResult<()> {
         let gd = self.live(py)?;
-        let explicit = parse_dtype(py, c.dtype)?;
-        if c.halo_extents.is_none() {
-            return Err(invalid(
-                py,
-                "halo_extents: expected 3 non-negative ints, got None".into(),
-            ));
+        let what = ["update_halos_x", "update_halos_y", "update_halos_z"][axis];
+        let ready = prepare_halo(py, &gd, axis, &c);
+        let (spec, dtype, data, work, exec) = agreed(py, &gd, what, ready)?;
+        // SAFETY: as in `transpose`.
+        let (d, w) = unsafe { (data.buf(), work.as_ref().map(|w| w.buf())) };
+        py.detach(|| gd.update_halos(&spec, dtype, d, w, exec))
+            .py(py)
+    }
+}
+
+/// In checking mode (`CUDECOMP_CHECK_COLLECTIVES=1`), an argument error found here is
+/// shared with the other ranks, which wait in the operation's agreement, so that they
+/// raise too instead of hanging; the error itself is returned unchanged.
+fn agreed<T>(py: Python<'_>, gd: &core::GridDesc, what: &str, ready: PyResult<T>) -> PyResult<T> {
+    if let Err(e) = &ready {
+        if gd.checks_collectives() {
+            let local = Err(Error::InvalidUsage(e.to_string()));
+            // The agreement fails (this rank failed); its own error is the one to raise.
+            let _ = py.detach(|| gd.agree(what, local));
         }
-        let spec = HaloSpec {
-            axis,
-            dim: index_arg(c.dim, "dim")?,
-            halo: int_triple(py, Some(c.halo_extents), "halo_extents")?,
-            periods: bool_triple(py, c.halo_periods, "halo_periods")?,
-            padding: int_triple(py, c.padding, "padding")?,
-        };
-        // Checks `dim` and the extents; `None` when nothing moves.
-        let plan = gd.halo_plan(&spec).py(py)?;
-        let Some(plan) = plan else {
-            // As upstream, nothing to do is no error, whatever the array's shape; the
-            // arguments' types are still checked.
-            variant::array(py, &gd, c.input, "input", true)?;
-            if let Some(w) = c.work.filter(|w| !w.is_none()) {
-                variant::array(py, &gd, w, "work", true)?;
-            }
-            return Ok(());
-        };
-        let data = variant::array(py, &gd, c.input, "input", false)?;
-        let dtype = resolve_dtype(py, explicit, &[&data])?;
+    }
+    ready
+}
+
+type PreparedTranspose<'py> = (
+    TransposeOp,
+    ArrayArg,
+    ArrayArg,
+    Bound<'py, PyAny>,
+    Option<ArrayArg>,
+    Exec,
+);
+
+/// Parses and checks a transpose's arguments (allocating `out` when omitted).
+fn prepare_transpose<'py>(
+    py: Python<'py>,
+    gd: &core::GridDesc,
+    direction: Direction,
+    c: &TransposeCall<'_, 'py>,
+) -> PyResult<PreparedTranspose<'py>> {
+    let explicit = parse_dtype(py, c.dtype)?;
+    let layouts = TransposeLayouts {
+        input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
+        input_padding: int_triple(py, c.input_padding, "input_padding")?,
+        output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
+        output_padding: int_triple(py, c.output_padding, "output_padding")?,
+    };
+    let plan = gd.transpose_plan(direction, &layouts).py(py)?;
+    let input = variant::array(py, gd, c.input, "input", false)?;
+    let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
+    input.require_shape(
+        py,
+        plan.input.array_shape(),
+        "the input pencil's PencilInfo.array_shape with these halos and padding",
+    )?;
+    let exec = variant::exec(py, c.stream, c.input)?;
+    let out_obj = match c.out.filter(|o| !o.is_none()) {
+        Some(o) => o.clone(),
+        None => variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?,
+    };
+    let out = variant::array(py, gd, &out_obj, "out", false)?;
+    resolve_dtype(py, Some(dtype), &[&out])?;
+    out.require_writable(py)?;
+    out.require_shape(
+        py,
+        plan.output.array_shape(),
+        "the output pencil's PencilInfo.array_shape with these halos and padding",
+    )?;
+    let work = work_arg(py, gd, c.work)?;
+    let op = TransposeOp {
+        direction,
+        layouts,
+        dtype,
+    };
+    Ok((op, input, out, out_obj, work, exec))
+}
+
+/// Parses and checks a halo update's arguments. When nothing moves (zero extent along
+/// `dim`, or no neighbour), the array may have any shape, as upstream returns before
+/// looking at it; its type is still checked.
+fn prepare_halo(
+    py: Python<'_>,
+    gd: &core::GridDesc,
+    axis: usize,
+    c: &HaloCall<'_, '_>,
+) -> PyResult<(HaloSpec, DataType, ArrayArg, Option<ArrayArg>, Exec)> {
+    let explicit = parse_dtype(py, c.dtype)?;
+    if c.halo_extents.is_none() {
+        return Err(invalid(
+            py,
+            "halo_extents: expected 3 non-negative ints, got None".into(),
+        ));
+    }
+    let spec = HaloSpec {
+        axis,
+        dim: index_arg(c.dim, "dim")?,
+        halo: int_triple(py, Some(c.halo_extents), "halo_extents")?,
+        periods: bool_triple(py, c.halo_periods, "halo_periods")?,
+        padding: int_triple(py, c.padding, "padding")?,
+    };
+    // Checks `dim` and the extents; `None` when nothing moves.
+    let plan = gd.halo_plan(&spec).py(py)?;
+    let data = variant::array(py, gd, c.input, "input", plan.is_none())?;
+    let dtype = resolve_dtype(py, explicit, &[&data]).or_else(|e| match plan {
+        None => Ok(explicit.unwrap_or(DataType::Double)),
+        Some(_) => Err(e),
+    })?;
+    if let Some(plan) = &plan {
         data.require_writable(py)?;
         data.require_shape(
             py,
             plan.info.array_shape(),
             "the pencil's PencilInfo.array_shape with these halos and padding",
         )?;
-        let work = work_arg(py, &gd, c.work)?;
-        let exec = variant::exec(py, c.stream, c.input)?;
-        // SAFETY: as in `transpose`.
-        let (d, w) = unsafe { (data.buf(), work.as_ref().map(|w| w.buf())) };
-        py.detach(|| gd.update_halos(&spec, dtype, d, w, exec))
-            .py(py)
     }
+    let work = match plan {
+        Some(_) => work_arg(py, gd, c.work)?,
+        None => {
+            if let Some(w) = c.work.filter(|w| !w.is_none()) {
+                variant::array(py, gd, w, "work", true)?;
+            }
+            None
+        }
+    };
+    let exec = variant::exec(py, c.stream, c.input)?;
+    Ok((spec, dtype, data, work, exec))
 }
 
 impl GridDesc {
@@ -380,19 +476,75 @@ fn work_arg(
 }
 
 /// Emits the four transposes and three halo updates from one template each.
+///
+/// Each method's Python docstring (the text of `python/cudecomp/_cudecomp.pyi`) is its
+/// one-line summary (`$tdoc`, `$hdoc`) followed by the shared description and the
+/// Args/Returns/Raises sections; the lines that name the pencils take the pencils'
+/// letters and axes (`$from`/`$fax`, `$to`/`$tax`, `$pencil`/`$axis`).
 macro_rules! grid_methods {
     (
-        transposes { $( $tname:ident => $dir:expr, $tdoc:literal; )* }
-        halos { $( $hname:ident => $axis:expr, $hdoc:literal; )* }
+        transposes { $( $tname:ident => $dir:expr, ($from:literal, $fax:literal) => ($to:literal, $tax:literal), $tdoc:literal; )* }
+        halos { $( $hname:ident => $axis:literal, $pencil:literal, $hdoc:literal; )* }
     ) => {
         #[pymethods]
         impl GridDesc {
             $(
                 #[doc = $tdoc]
-                #[doc = ""]
-                #[doc = "Collective. Returns ``out`` (allocated when omitted). In-place: pass ``out`` sharing"]
-                #[doc = "``input``'s data pointer; the buffer must hold the larger pencil. ``work=None`` uses"]
-                #[doc = "the handle's automatic workspace."]
+                ///
+                #[doc = concat!("Every owned cell of the ", $to, "-pencil receives the value the ", $from, "-pencils hold for the")]
+                /// same global point, bit for bit. Only the owned interior of ``out`` is written:
+                /// its halo and padding cells keep their contents, and so does the whole input
+                /// (unless in place).
+                ///
+                /// Args:
+                #[doc = concat!("    input: The ", $from, "-pencil: a C-contiguous 3-D array of shape")]
+                #[doc = concat!("        ``get_pencil_info(", $fax, ", input_halo_extents, input_padding).array_shape``")]
+                ///         (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ///         ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                ///         Only its interior is read.
+                #[doc = concat!("    out: The ", $to, "-pencil, writable, of shape")]
+                #[doc = concat!("        ``get_pencil_info(", $tax, ", output_halo_extents, output_padding).array_shape``.")]
+                ///         ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                ///         the current device, from CuPy's memory pool on the operation's stream,
+                ///         in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                ///         An allocated output's halo and padding cells are uninitialised.
+                ///         In place: pass an ``out`` that starts at the same address as ``input``
+                ///         (two views of one buffer large enough for the larger pencil); partial
+                ///         overlap raises ``InvalidUsageError``.
+                ///     work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                ///         on first use, grown when an operation needs more, reused, never shrunk).
+                ///         Otherwise a writable C-contiguous array of the variant's kind, any
+                ///         shape and element type, disjoint from the data, of at least
+                ///         ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ///         for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                ///         registered workspace, run in the handle's own workspace and do not use
+                ///         an explicit one (its size is checked all the same).
+                ///     dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                ///         from the arrays (float32, float64, complex64, complex128). An explicit
+                ///         value must agree with the arrays and converts nothing; opaque storage
+                ///         (NumPy ``V<n>``) requires one of the same element size.
+                ///     input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                ///         input's layout; ``None`` means none.
+                ///     output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+                ///     input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                ///         input's layout.
+                ///     output_padding: Padding cells of the output's layout (X, Y, Z).
+                ///     stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                ///         current stream for CuPy inputs, else the default stream 0; an int
+                ///         handle; an object with ``__cuda_stream__``; or an object with an int
+                ///         ``ptr``). The CPU variant accepts and ignores it.
+                ///
+                /// Returns:
+                ///     ``out``, or the newly allocated output.
+                ///
+                /// Raises:
+                ///     InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                ///         overlap or workspace size, a released grid or handle, or MPI already
+                ///         finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                ///         the ranks run different operations or one rank's arguments are wrong.
+                ///     NotSupportedError: A pencil of this transpose is empty on some rank.
+                ///     TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                ///         a list as an array, a host array in the GPU variant).
                 #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None))]
                 #[allow(clippy::too_many_arguments)]
                 fn $tname<'py>(
@@ -417,9 +569,43 @@ macro_rules! grid_methods {
             )*
             $(
                 #[doc = $hdoc]
-                #[doc = ""]
-                #[doc = "Collective; updates the halo cells along global dimension ``dim`` in place."]
-                #[doc = "``halo_periods=None`` means no dimension is periodic."]
+                ///
+                /// The ``halo_extents[dim]`` owned layers next to each end of ``dim`` are copied
+                /// into the neighbouring ranks' halos (or wrapped around locally when this rank is
+                /// its own neighbour). Each face spans the other two dimensions including their
+                /// halo cells, so updating ``dim`` 0, 1 and 2 in turn also fills edges and corners.
+                /// At a non-periodic boundary of the global grid the halo is left as it was;
+                /// padding cells are never touched. The array is updated in place.
+                ///
+                /// Args:
+                #[doc = concat!("    input: The ", $pencil, "-pencil, writable, of shape")]
+                #[doc = concat!("        ``get_pencil_info(", $axis, ", halo_extents, padding).array_shape`` (NumPy in")]
+                ///         the CPU variant, a CUDA array on the handle's device in the GPU variant).
+                ///     halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
+                ///         zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
+                ///         any rank that exchanges along ``dim`` owns there.
+                ///     halo_periods: Per global axis (X, Y, Z), whether the grid wraps around;
+                ///         ``None`` means no axis is periodic.
+                ///     dim: The global dimension to update: 0 (X), 1 (Y) or 2 (Z).
+                ///     padding: Padding cells after the end of each axis (X, Y, Z) of the array's
+                ///         layout; ``None`` means none.
+                ///     work: Workspace. ``None`` uses the handle's automatic workspace; otherwise
+                ///         a writable array of the variant's kind, disjoint from ``input``, of at
+                #[doc = concat!("        least ``get_halo_workspace_size(", $axis, ", halo_extents)`` elements of the dtype.")]
+                ///         The DIRECT backend runs in the handle's own workspace (the size of an
+                ///         explicit one is checked all the same).
+                ///     dtype: The element type, a ``cudecomp.DataType`` member, or ``None`` to
+                ///         infer it from the array (see the transposes).
+                ///     stream: GPU variant: the CUDA stream to order the work on (same forms as for
+                ///         the transposes). Ignored by the CPU variant.
+                ///
+                /// Raises:
+                ///     InvalidUsageError: Wrong array, ``dim`` outside 0-2, ``halo_extents`` missing,
+                ///         too small a workspace; on every rank, a halo wider than the cells some
+                ///         exchanging rank owns along ``dim`` (and, with
+                ///         ``CUDECOMP_CHECK_COLLECTIVES=1``, ranks that run different operations or
+                ///         one rank's wrong arguments).
+                #[doc = concat!("    NotSupportedError: The ", $pencil, "-pencil is empty on some rank.")]
                 #[pyo3(signature = (input, halo_extents, halo_periods, dim, *, padding = None, work = None, dtype = None, stream = None))]
                 #[allow(clippy::too_many_arguments)]
                 fn $hname(
@@ -447,22 +633,25 @@ macro_rules! grid_methods {
 
 grid_methods! {
     transposes {
-        transpose_x_to_y => Direction::XToY, "Global transpose from X-pencils to Y-pencils.";
-        transpose_y_to_z => Direction::YToZ, "Global transpose from Y-pencils to Z-pencils.";
-        transpose_z_to_y => Direction::ZToY, "Global transpose from Z-pencils to Y-pencils.";
-        transpose_y_to_x => Direction::YToX, "Global transpose from Y-pencils to X-pencils.";
+        transpose_x_to_y => Direction::XToY, ("X", 0) => ("Y", 1), "Global transpose from X-pencils to Y-pencils (collective).";
+        transpose_y_to_z => Direction::YToZ, ("Y", 1) => ("Z", 2), "Global transpose from Y-pencils to Z-pencils (collective).";
+        transpose_z_to_y => Direction::ZToY, ("Z", 2) => ("Y", 1), "Global transpose from Z-pencils to Y-pencils (collective).";
+        transpose_y_to_x => Direction::YToX, ("Y", 1) => ("X", 0), "Global transpose from Y-pencils to X-pencils (collective).";
     }
     halos {
-        update_halos_x => 0, "Halo update of an X-pencil array.";
-        update_halos_y => 1, "Halo update of a Y-pencil array.";
-        update_halos_z => 2, "Halo update of a Z-pencil array.";
+        update_halos_x => 0, "X", "Fill the halo cells of an X-pencil along one global dimension (collective).";
+        update_halos_y => 1, "Y", "Fill the halo cells of a Y-pencil along one global dimension (collective).";
+        update_halos_z => 2, "Z", "Fill the halo cells of a Z-pencil along one global dimension (collective).";
     }
 }
 
 #[pymethods]
 impl GridDesc {
-    /// Collective: releases the descriptor. Any later use raises InvalidUsageError. With
-    /// the performance report on, its summary is logged (logger ``cudecomp``) on rank 0.
+    /// Release the descriptor (collective).
+    ///
+    /// With the performance report on, its summary is logged (logger ``cudecomp``) on
+    /// rank 0. Any later use of the descriptor, or a second ``destroy()``, raises
+    /// ``InvalidUsageError``.
     fn destroy(&self, py: Python<'_>) -> PyResult<()> {
         self.handle.get().live(py)?;
         let gd = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -475,8 +664,7 @@ impl GridDesc {
         Ok(())
     }
 
-    /// What the autotuner measured and chose (``cudecomp.AutotuneResult``), or ``None``
-    /// when the grid was created without a search.
+    /// What the autotuner measured and chose, or ``None`` without a search.
     #[getter]
     fn autotune_result(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.autotune.as_ref().map(|r| r.clone_ref(py))
@@ -499,7 +687,21 @@ impl GridDesc {
         self.handle.clone_ref(py)
     }
 
-    /// Local layout of this rank's ``axis``-pencil (0 = X, 1 = Y, 2 = Z).
+    /// Describe this rank's part of the ``axis``-pencil (local; not collective).
+    ///
+    /// Args:
+    ///     axis: Pencil orientation: 0 for X-pencils, 1 for Y-pencils, 2 for Z-pencils.
+    ///     halo_extents: Halo cells added on *both* sides of each global axis (X, Y, Z);
+    ///         ``None`` means none.
+    ///     padding: Padding cells added after the *end* of each global axis (X, Y, Z);
+    ///         ``None`` means none.
+    ///
+    /// Returns:
+    ///     The pencil's layout. Arrays passed to operations with the same halos and
+    ///     padding must have the shape ``array_shape`` of this result.
+    ///
+    /// Raises:
+    ///     InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
     #[pyo3(signature = (axis, halo_extents = None, padding = None))]
     fn get_pencil_info(
         &self,
@@ -516,10 +718,20 @@ impl GridDesc {
         Ok(PencilInfo { info })
     }
 
-    /// A new C-contiguous array of this rank's ``axis``-pencil with the given halos and
-    /// padding (shape ``get_pencil_info(axis, halo_extents, padding).array_shape``),
-    /// uninitialised: a NumPy array (CPU variant) or a CuPy array on the current device.
-    /// ``dtype`` is a ``DataType`` member or one of the four NumPy dtypes.
+    /// Allocate an uninitialised array of this rank's ``axis``-pencil.
+    ///
+    /// Args:
+    ///     axis: 0, 1 or 2 (X-, Y- or Z-pencil).
+    ///     dtype: A ``DataType`` member or one of NumPy's ``float32``, ``float64``,
+    ///         ``complex64``, ``complex128`` (unlike the operations' ``dtype``, which
+    ///         takes ``DataType`` members only). Anything else raises ``TypeError``.
+    ///     halo_extents: Halo cells on both sides of each global axis (``None``: none).
+    ///     padding: Padding cells after each global axis (``None``: none).
+    ///
+    /// Returns:
+    ///     A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
+    ///     padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
+    ///     GPU variant.
     #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
     fn empty_pencil<'py>(
         &self,
@@ -545,12 +757,23 @@ impl GridDesc {
         self.allocate_pencil(py, axis, dtype, halo_extents, padding, true)
     }
 
-    /// Workspace elements the transposes need (multiply by the dtype size for bytes).
+    /// Workspace that transposes need, in *elements* of the operation's dtype.
+    ///
+    /// The same on every rank. Multiply by ``cudecomp.get_data_type_size(dtype)`` for
+    /// bytes.
     fn get_transpose_workspace_size(&self, py: Python<'_>) -> PyResult<i64> {
         self.live(py)?.grid().transpose_workspace_size().py(py)
     }
 
-    /// Workspace elements halo updates of this rank's ``axis``-pencil need.
+    /// Workspace that halo updates of this rank's ``axis``-pencil need, in elements.
+    ///
+    /// Args:
+    ///     axis: Pencil orientation (0 = X, 1 = Y, 2 = Z).
+    ///     halo_extents: The halo extents of the updates (X, Y, Z).
+    ///
+    /// Returns:
+    ///     Elements of the operation's dtype. Computed from this rank's pencil, so it
+    ///     may differ between ranks.
     fn get_halo_workspace_size(
         &self,
         py: Python<'_>,
@@ -569,8 +792,18 @@ impl GridDesc {
         gd.grid().halo_workspace_size(axis, gd.rank(), halo).py(py)
     }
 
-    /// Global rank ``displacement`` steps away along ``dim`` for this rank's
-    /// ``axis``-pencil; -1 when there is no neighbour.
+    /// Global rank of the neighbour ``displacement`` steps away along a dimension.
+    ///
+    /// Args:
+    ///     axis: Pencil orientation (0 = X, 1 = Y, 2 = Z) of the caller's data.
+    ///     dim: Global dimension to step along (0 = X, 1 = Y, 2 = Z).
+    ///     displacement: Number of ranks to step (negative: towards lower indices).
+    ///     periodic: Whether to wrap around at the ends of the dimension.
+    ///
+    /// Returns:
+    ///     The neighbour's rank in the handle's communicator, this rank when the
+    ///     step lands on itself, or ``-1`` when there is no neighbour (non-periodic,
+    ///     beyond the end).
     fn get_shifted_rank(
         &self,
         py: Python<'_>,
@@ -593,12 +826,12 @@ impl GridDesc {
         Ok(r.map_or(-1, |v| v as i64))
     }
 
+    /// Use the descriptor in a ``with`` block; leaving it calls ``destroy()``.
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
-    /// Leaving a ``with`` block destroys the descriptor (collective) unless it was
-    /// destroyed already or its handle was finalized; exceptions propagate.
+    /// Destroy the descriptor (collective) unless already destroyed or its handle finalized.
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         let live = self.state.lock().map(|s| s.is_some()).unwrap_or(false);

@@ -14,10 +14,26 @@ use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
 use crate::grid::GridDesc;
 use crate::variant;
 
-/// Library handle bound to an MPI communicator (collective to create and to finalize).
+/// The library handle: one per MPI communicator, shared by every grid built on it.
 ///
-/// ``Handle(mpi_comm)`` takes an initialised ``mpi4py.MPI.Comm``; the GPU variant binds
-/// the current CUDA device. Use ``finalize()`` (or a ``with`` block) before MPI ends.
+/// Args:
+///     mpi_comm: An initialised ``mpi4py.MPI.Comm``, an intracommunicator (an
+///         intercommunicator, ``MPI.COMM_NULL`` or a finalized MPI raises
+///         ``InvalidUsageError``); every rank of it must construct the handle
+///         (collective). The handle works on a private duplicate of it; keep MPI
+///         initialised until ``finalize()``: after ``MPI.Finalize()`` every method
+///         raises ``InvalidUsageError``.
+///
+/// The GPU variant binds the CUDA device that is current when the handle is created
+/// (select it first, e.g. with ``cupy.cuda.Device(local_rank).use()``) and raises
+/// ``CudaError`` where no CUDA driver is found.
+///
+/// Use it as a context manager (``with cudecomp.Handle(comm) as handle:``) or call
+/// ``finalize()`` yourself, on every rank, before MPI is finalised. Python's garbage
+/// collector never runs collective cleanup: a handle collected without ``finalize()``
+/// emits a ``ResourceWarning``. ``create_grid``, ``destroy`` and ``finalize`` are
+/// collective on the handle's communicator: never call them from several threads at
+/// once.
 #[pyclass(module = "cudecomp", frozen)]
 pub struct Handle {
     state: Mutex<Option<core::Handle>>,
@@ -101,7 +117,7 @@ impl Handle {
         })
     }
 
-    /// This process's rank in the handle's communicator.
+    /// Rank of this process in the handle's communicator.
     #[getter]
     fn rank(&self) -> usize {
         self.rank
@@ -113,7 +129,10 @@ impl Handle {
         self.nranks
     }
 
-    /// Collective: releases the handle. Any later use raises InvalidUsageError.
+    /// Release the handle and its workspaces (collective).
+    ///
+    /// Destroy the handle's grids first. Any later use of the handle, or a second
+    /// ``finalize()``, raises ``InvalidUsageError``.
     fn finalize(&self, py: Python<'_>) -> PyResult<()> {
         mpi_alive(py)?;
         let h = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -122,8 +141,38 @@ impl Handle {
         py.detach(|| h.finalize()).py(py)
     }
 
-    /// Collective: creates a grid descriptor from ``config`` and writes the resolved
-    /// ``pdims``, backends and ``rank_order`` back into ``config``.
+    /// Create a grid descriptor (collective).
+    ///
+    /// Every rank must pass the same configuration and options; a mismatch raises
+    /// ``InvalidUsageError`` on every rank instead of hanging.
+    ///
+    /// Args:
+    ///     config: The decomposition. ``pdims = (0, 0)`` asks the autotuner for the
+    ///         process grid (then ``autotune_options`` is required). On return the
+    ///         resolved ``pdims``, ``transpose_comm_backend``, ``halo_comm_backend``
+    ///         and ``rank_order`` are written back into it, as the C API does.
+    ///     autotune_options: What to search: the process grid (when ``pdims`` is
+    ///         ``(0, 0)``) and/or the transpose and halo backends. ``None`` runs no
+    ///         search.
+    ///
+    /// Returns:
+    ///     The new descriptor. Call its ``destroy()`` (or use it in a ``with`` block)
+    ///     on every rank before finalizing the handle.
+    ///
+    /// Raises:
+    ///     InvalidUsageError: Invalid configuration (``pdims`` product differs from the
+    ///         number of ranks, partial ``transpose_mem_order``, ``gdims_dist`` larger
+    ///         than ``gdims``, ...), invalid options of a search that runs
+    ///         (``n_trials < 1``, ``n_warmup_trials < 0``, ``transpose_op_weights``
+    ///         not finite, negative or all zero, ``skip_threshold`` negative or not
+    ///         finite, ``halo_axis`` outside 0-2, negative halos or padding), ranks
+    ///         that disagree (also on ``CUDECOMP_PIPELINE_SLICE_BYTES`` and
+    ///         ``CUDECOMP_CHECK_COLLECTIVES``), bad environment values, or autotuning
+    ///         filters that leave no candidate. Raised on every rank.
+    ///     NotSupportedError: A backend this variant or machine cannot run (NVSHMEM
+    ///         family; NCCL in the CPU variant; DIRECT across nodes), or no usable
+    ///         process grid for the autotuner.
+    ///     TypeError: ``config`` or ``autotune_options`` of the wrong class.
     #[pyo3(signature = (config, autotune_options = None))]
     fn create_grid(
         slf: &Bound<'_, Self>,
@@ -142,19 +191,11 @@ impl Handle {
             }
             other => other,
         };
-        let tuning = match options {
+        let (gd, report) = match options {
             Some(o) => {
                 let opts = read_autotune_options(o)?;
-                opts.wants_tuning(&cfg).then_some(opts)
-            }
-            None => None,
-        };
-        let (gd, report) = match tuning {
-            Some(opts) => {
-                let (g, r) = py
-                    .detach(|| autotune::create_grid(&h, &cfg, &opts))
-                    .py(py)?;
-                (g, Some(r))
+                py.detach(|| autotune::create_grid(&h, &cfg, &opts))
+                    .py(py)?
             }
             None => (py.detach(|| h.create_grid(&cfg)).py(py)?, None),
         };
@@ -200,8 +241,20 @@ impl Handle {
         Ok(GridDesc::new(slf.clone().unbind(), Arc::new(gd), result))
     }
 
-    /// Collective: allocates ``nbytes`` of workspace suitable for ``grid``'s backends
-    /// (a NumPy uint8 array in the CPU variant).
+    /// Allocate a workspace buffer for ``grid`` (collective).
+    ///
+    /// Args:
+    ///     grid: The descriptor the buffer will serve.
+    ///     nbytes: Size in bytes, greater than zero. A transpose needs
+    ///         ``grid.get_transpose_workspace_size() * cudecomp.get_data_type_size(dtype)``
+    ///         bytes, a halo update ``grid.get_halo_workspace_size(axis, halo_extents)``
+    ///         elements of the same size.
+    ///
+    /// Returns:
+    ///     A NumPy ``uint8`` array of ``nbytes`` zeros in the CPU variant; in the GPU
+    ///     variant a device buffer of the handle's device exposing
+    ///     ``__cuda_array_interface__`` (``ptr`` and ``nbytes`` attributes). Pass it as
+    ///     the ``work`` argument of transposes and halo updates.
     fn malloc<'py>(
         slf: &Bound<'py, Self>,
         grid: &Bound<'py, GridDesc>,
@@ -220,7 +273,12 @@ impl Handle {
         variant::allocate_bytes(py, &h, n as usize)
     }
 
-    /// Collective: releases a buffer from ``malloc`` (``None`` is accepted).
+    /// Release a buffer returned by ``malloc`` (collective; ``None`` is accepted).
+    ///
+    /// The GPU variant synchronises the default stream before releasing the memory
+    /// (finish work on other streams that uses the buffer first); freeing a buffer
+    /// twice raises ``InvalidUsageError``, freeing anything else ``TypeError``. In the
+    /// CPU variant the memory goes when the last reference to the array goes.
     fn free(
         slf: &Bound<'_, Self>,
         grid: &Bound<'_, GridDesc>,

@@ -2,6 +2,11 @@
 //!
 //! A thin layer: argument parsing, array protocols, GIL release and error mapping.
 //! Everything else lives in `cudecomp-core`.
+//!
+//! The doc comments of the Python-visible items are their Python docstrings, the text of
+//! the stub `python/cudecomp/_cudecomp.pyi`; its ``[`name`][cudecomp.Class.member]`` links
+//! are for the documentation site (mkdocstrings), not rustdoc paths.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 mod args;
 mod array;
@@ -13,7 +18,7 @@ mod variant;
 use cudecomp_core::config::{DataType, HaloBackend, TransposeBackend};
 use pyo3::prelude::*;
 
-/// Upstream's display name of a transpose backend value (`"ERROR"` for unknown values).
+/// Display name of a transpose backend value (``"ERROR"`` when unknown).
 #[pyfunction]
 fn transpose_comm_backend_to_string(backend: i64) -> &'static str {
     i32::try_from(backend)
@@ -22,7 +27,7 @@ fn transpose_comm_backend_to_string(backend: i64) -> &'static str {
         .map_or("ERROR", |b| b.display_name())
 }
 
-/// Upstream's display name of a halo backend value (`"ERROR"` for unknown values).
+/// Display name of a halo backend value (``"ERROR"`` when unknown).
 #[pyfunction]
 fn halo_comm_backend_to_string(backend: i64) -> &'static str {
     i32::try_from(backend)
@@ -31,7 +36,7 @@ fn halo_comm_backend_to_string(backend: i64) -> &'static str {
         .map_or("ERROR", |b| b.display_name())
 }
 
-/// Bytes per element of a data type value.
+/// Bytes per element of a ``DataType`` value.
 #[pyfunction]
 fn get_data_type_size(py: Python<'_>, dtype: i64) -> PyResult<usize> {
     i32::try_from(dtype)

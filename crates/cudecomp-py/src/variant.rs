@@ -171,8 +171,20 @@ mod gpu {
         any_dims: bool,
     ) -> PyResult<ArrayArg> {
         let Ok(iface) = v.getattr("__cuda_array_interface__") else {
+            if on_cuda_by_dlpack(v) {
+                // Seen through a zero-copy CuPy view (the caller keeps `v`, hence the
+                // memory, alive). DLPack does not say whether writing is allowed: such
+                // arrays serve as inputs only.
+                let view = py
+                    .import("cudecomp._cupy")?
+                    .call_method1("from_dlpack", (v,))?;
+                let mut arg = device_array(py, gd, &view, what, any_dims)?;
+                arg.readonly = true;
+                arg.from_dlpack = true;
+                return Ok(arg);
+            }
             return Err(PyTypeError::new_err(format!(
-                "{what}: expected a CUDA array exposing __cuda_array_interface__ (CuPy, PyTorch, Numba, ...), got {}; the GPU variant does not accept host (NumPy) arrays",
+                "{what}: expected a CUDA array exposing __cuda_array_interface__ or __dlpack__ (CuPy, PyTorch, JAX, Numba, ...), got {}; the GPU variant does not accept host (NumPy) arrays",
                 v.get_type().name()?
             )));
         };
@@ -219,6 +231,15 @@ mod gpu {
         Ok(Exec::Device(cuda::Stream::from_handle(parse_stream(
             py, stream, input,
         )?)))
+    }
+
+    /// True for an object exporting CUDA device memory through DLPack
+    /// (`__dlpack_device__()` says kDLCUDA, 2, or kDLCUDAManaged, 13).
+    fn on_cuda_by_dlpack(v: &Bound<'_, PyAny>) -> bool {
+        v.hasattr("__dlpack__").unwrap_or(false)
+            && v.call_method0("__dlpack_device__")
+                .and_then(|d| d.get_item(0)?.extract::<i64>())
+                .is_ok_and(|t| t == 2 || t == 13)
     }
 
     fn is_cupy(v: &Bound<'_, PyAny>) -> bool {
@@ -279,7 +300,7 @@ mod gpu {
             .call_method1("empty_on_stream", (shape, numpy_name(dtype), s))
     }
 
-    /// Device memory from `Handle.malloc`, exposing `__cuda_array_interface__` (uint8).
+    /// Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes).
     #[pyclass(module = "cudecomp", frozen)]
     pub struct DeviceBuffer {
         alloc: Mutex<Option<DeviceAlloc>>,
@@ -289,7 +310,7 @@ mod gpu {
 
     #[pymethods]
     impl DeviceBuffer {
-        /// The CUDA array interface (version 3) of the bytes.
+        /// The CUDA array interface (version 3) of the bytes; ``InvalidUsageError`` once freed.
         #[getter]
         fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
             if self.alloc.lock().map(|a| a.is_none()).unwrap_or(true) {
@@ -305,7 +326,7 @@ mod gpu {
             Ok(d)
         }
 
-        /// Device address.
+        /// Device address of the first byte.
         #[getter]
         fn ptr(&self) -> u64 {
             self.ptr

@@ -1,8 +1,27 @@
-//! MPI bound at run time to the library mpi4py already loaded.
+//! MPI bound at run time: no MPI at build time, and the same binary serves MPICH-ABI
+//! (`int` handles: MPICH, Intel MPI, Cray MPICH) and Open MPI (pointer handles).
 //!
-//! The mpi4py extension module is opened with `RTLD_NOLOAD` and symbols are resolved
-//! through it, which also searches its `DT_NEEDED` libmpi: no MPI at build time, and the
-//! same binary serves MPICH-ABI (`int` handles) and Open MPI / MPI-5-ABI (pointer handles).
+//! Two ways in, both ending in [`duplicate`], which takes an [`MpiDescription`]:
+//!
+//! - From Python: mpi4py describes the MPI it loaded (`python/cudecomp/_mpi.py`). Its
+//!   extension module is opened with `RTLD_NOLOAD` and symbols are resolved through it,
+//!   which also searches its `DT_NEEDED` libmpi.
+//! - From Rust: [`MpiSession::init`] opens the MPI library itself (`CUDECOMP_MPI_LIB`, or
+//!   the sonames of Open MPI and MPICH), tells the ABI family apart, initialises MPI if
+//!   nobody has and finalises it when dropped; [`MpiSession::world`] describes
+//!   `MPI_COMM_WORLD`.
+//!
+//! ```no_run
+//! use cudecomp_core::comm::dynmpi::{self, MpiSession};
+//!
+//! # fn main() -> cudecomp_core::Result<()> {
+//! let mpi = MpiSession::init()?; // mpiexec -n 4 ./program
+//! let world = dynmpi::duplicate(&mpi.world())?; // a private duplicate of MPI_COMM_WORLD
+//! println!("rank {} of {}", world.rank(), world.size());
+//! world.free()?; // communicators go before MPI_Finalize (when `mpi` drops)
+//! # Ok(())
+//! # }
+//! ```
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -12,10 +31,12 @@ use libloading::os::unix::Library;
 use super::{Communicator, Request, Transport};
 use crate::{Error, Result};
 
-/// What mpi4py tells us about the MPI it loaded, and the communicator to use.
+/// What the library needs to know about a loaded MPI, and the communicator to use: from
+/// mpi4py (Python) or from [`MpiSession::world`] (Rust).
 #[derive(Clone, Debug)]
 pub struct MpiDescription {
-    /// Path of the loaded `mpi4py.MPI` extension module.
+    /// Path of an already loaded library that resolves the MPI symbols: the `mpi4py.MPI`
+    /// extension module, or the MPI library itself.
     pub library: String,
     /// `sizeof(MPI_Comm)`: 4 for MPICH-ABI handles, 8 for pointer handles.
     pub handle_bytes: usize,
@@ -50,8 +71,8 @@ impl MpiHandle for c_int {
 #[repr(transparent)]
 struct Ptr(*mut c_void);
 
-// SAFETY: an MPI handle is an opaque identifier; MPI (initialised thread-multiple by
-// mpi4py) allows using it from any thread.
+// SAFETY: an MPI handle is an opaque identifier; MPI (initialised with
+// MPI_THREAD_MULTIPLE by mpi4py or `MpiSession`) allows using it from any thread.
 unsafe impl Send for Ptr {}
 // SAFETY: as above.
 unsafe impl Sync for Ptr {}
@@ -107,20 +128,21 @@ fn sym<T: Copy>(lib: &Library, name: &str) -> Result<T> {
         .map(|s| *s)
         .map_err(|e| {
             Error::Mpi(format!(
-                "MPI symbol {name} not found in the library mpi4py loaded: {e}"
+                "MPI symbol {name} not found in the loaded MPI (or mpi4py module): {e}"
             ))
         })
 }
 
 impl<H: MpiHandle> Api<H> {
     fn load(d: &MpiDescription) -> Result<Self> {
-        // SAFETY: RTLD_NOLOAD only returns the module mpi4py already loaded; no
-        // initialisers run.
+        // SAFETY: RTLD_NOLOAD only returns a library that is already loaded (the mpi4py
+        // module or libmpi); no initialisers run.
         let lib = unsafe { Library::open(Some(&d.library), libc::RTLD_LAZY | libc::RTLD_NOLOAD) }
             .map_err(|e| {
             Error::Mpi(format!(
-                "cannot bind to MPI: expected the loaded mpi4py module {}, got: {e}",
-                d.library
+                "cannot bind to MPI: expected {} to be loaded already (the mpi4py module or the MPI library), got: {}",
+                d.library,
+                with_source(&e)
             ))
         })?;
         let cuda_aware =
@@ -405,8 +427,8 @@ fn dup<H: MpiHandle>(d: &MpiDescription) -> Result<Box<dyn Communicator>> {
     Ok(Box::new(MpiComm::wrap(api, out)?))
 }
 
-/// Binds to the MPI mpi4py loaded and returns a private duplicate of the user's
-/// communicator (collective over it), so library traffic never matches user messages.
+/// Binds to the MPI `d` describes and returns a private duplicate of its communicator
+/// (collective over it), so library traffic never matches user messages.
 pub fn duplicate(d: &MpiDescription) -> Result<Box<dyn Communicator>> {
     match d.handle_bytes {
         4 => dup::<c_int>(d),
@@ -415,4 +437,370 @@ pub fn duplicate(d: &MpiDescription) -> Result<Box<dyn Communicator>> {
             "MPI handles of {n} bytes: expected 4 (MPICH ABI) or 8 (pointer handles)"
         ))),
     }
+}
+
+/// The two MPI ABI families [`MpiSession`] binds to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MpiAbi {
+    /// `int` handles with fixed values (`mpi.h` of MPICH, Intel MPI, Cray MPICH;
+    /// `libmpi.so.12`).
+    Mpich,
+    /// Pointer handles: the addresses of Open MPI's predefined objects (`libmpi.so.40`).
+    OpenMpi,
+}
+
+impl MpiAbi {
+    /// Words for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            MpiAbi::Mpich => "MPICH ABI",
+            MpiAbi::OpenMpi => "Open MPI",
+        }
+    }
+}
+
+/// MPICH-ABI handle and constant values, from MPICH's `mpi.h` (the same in Intel MPI and
+/// Cray MPICH, whose ABI is MPICH's).
+mod mpich {
+    /// `MPI_COMM_WORLD`.
+    pub const COMM_WORLD: u64 = 0x4400_0000;
+    /// `MPI_BYTE`.
+    pub const BYTE: u64 = 0x4c00_010d;
+    /// `MPI_REQUEST_NULL`.
+    pub const REQUEST_NULL: u64 = 0x2c00_0000;
+    /// `sizeof(MPI_Status)`: five `int`s.
+    pub const STATUS_BYTES: usize = 20;
+}
+
+/// `sizeof(MPI_Status)` in Open MPI: four `int`s and a `size_t`.
+const OMPI_STATUS_BYTES: usize = 24;
+
+/// `MPI_UNDEFINED` in both families.
+const MPI_UNDEFINED: i32 = -32766;
+
+/// `MPI_THREAD_MULTIPLE` in both families.
+const MPI_THREAD_MULTIPLE: c_int = 3;
+
+/// Environment variable naming the MPI library [`MpiSession::init`] opens.
+pub const MPI_LIB_ENV: &str = "CUDECOMP_MPI_LIB";
+
+/// Sonames tried when [`MPI_LIB_ENV`] is unset, Open MPI's first unless the process was
+/// started by an MPICH-family launcher (which sets `PMI_RANK`).
+fn default_libraries() -> [&'static str; 2] {
+    const OMPI: &str = "libmpi.so.40";
+    const MPICH: &str = "libmpi.so.12";
+    let mpich_launcher = std::env::var_os("PMI_RANK").is_some()
+        && std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none();
+    if mpich_launcher {
+        [MPICH, OMPI]
+    } else {
+        [OMPI, MPICH]
+    }
+}
+
+/// Entry points of MPI's set-up and tear-down.
+#[allow(non_snake_case)]
+struct Lifecycle {
+    Initialized: unsafe extern "C" fn(*mut c_int) -> c_int,
+    Finalized: unsafe extern "C" fn(*mut c_int) -> c_int,
+    Init_thread: unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, *mut c_int) -> c_int,
+    Finalize: unsafe extern "C" fn() -> c_int,
+}
+
+/// MPI opened by this process itself (no mpi4py): initialised when it was not, and
+/// finalised when dropped if this session initialised it.
+///
+/// Drop (or [`MpiSession::finalize`]) it last: every communicator made from
+/// [`MpiSession::world`] must be freed before (`Handle::finalize`, `GridDesc::destroy`).
+pub struct MpiSession {
+    lib: Library,
+    path: String,
+    abi: MpiAbi,
+    life: Lifecycle,
+    /// This session called `MPI_Init_thread`, so it calls `MPI_Finalize`.
+    owns: bool,
+    thread_level: c_int,
+}
+
+impl MpiSession {
+    /// Opens the MPI library named by `CUDECOMP_MPI_LIB` (a path or soname), or else the
+    /// first of `libmpi.so.40` (Open MPI) and `libmpi.so.12` (MPICH ABI) that loads, and
+    /// initialises MPI (`MPI_THREAD_MULTIPLE` requested) unless it already is.
+    pub fn init() -> Result<MpiSession> {
+        match std::env::var(MPI_LIB_ENV) {
+            Ok(path) if !path.trim().is_empty() => MpiSession::init_library(path.trim()),
+            _ => {
+                let mut errors = Vec::new();
+                for name in default_libraries() {
+                    match MpiSession::init_library(name) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                Err(Error::Mpi(format!(
+                    "no MPI library found: set {MPI_LIB_ENV} to the path of libmpi.so (tried {})",
+                    errors.join("; ")
+                )))
+            }
+        }
+    }
+
+    /// As [`MpiSession::init`], with the MPI library at `path` (a path or soname).
+    pub fn init_library(path: &str) -> Result<MpiSession> {
+        // SAFETY: loading libmpi runs its initialisers, which have no preconditions; it is
+        // loaded globally, as Open MPI's components expect.
+        let lib = unsafe { Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
+            .map_err(|e| {
+                Error::Mpi(format!(
+                    "cannot load the MPI library {path}: {}",
+                    with_source(&e)
+                ))
+            })?;
+        let abi = detect_abi(&lib, path)?;
+        let life = Lifecycle {
+            Initialized: sym(&lib, "MPI_Initialized")?,
+            Finalized: sym(&lib, "MPI_Finalized")?,
+            Init_thread: sym(&lib, "MPI_Init_thread")?,
+            Finalize: sym(&lib, "MPI_Finalize")?,
+        };
+        let flag = |f: unsafe extern "C" fn(*mut c_int) -> c_int, what: &str| {
+            let mut v: c_int = 0;
+            // SAFETY: `MPI_Initialized` and `MPI_Finalized` may be called at any time; they
+            // write one int, a local.
+            let rc = unsafe { f(&mut v) };
+            if rc != 0 {
+                return Err(Error::Mpi(format!("{what} failed with error {rc}")));
+            }
+            Ok(v != 0)
+        };
+        if flag(life.Finalized, "MPI_Finalized")? {
+            return Err(Error::Mpi(
+                "MPI is already finalised in this process: it cannot be initialised again".into(),
+            ));
+        }
+        let mut thread_level: c_int = 0;
+        let owns = !flag(life.Initialized, "MPI_Initialized")?;
+        if owns {
+            // SAFETY: MPI is neither initialised nor finalised (checked above); null
+            // argc/argv are allowed; `thread_level` is a local int.
+            let rc = unsafe {
+                (life.Init_thread)(
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    MPI_THREAD_MULTIPLE,
+                    &mut thread_level,
+                )
+            };
+            if rc != 0 {
+                return Err(Error::Mpi(format!(
+                    "MPI_Init_thread ({path}) failed with error {rc}"
+                )));
+            }
+        } else {
+            let query: unsafe extern "C" fn(*mut c_int) -> c_int = sym(&lib, "MPI_Query_thread")?;
+            // SAFETY: MPI is initialised; the call writes one int, a local.
+            let rc = unsafe { query(&mut thread_level) };
+            if rc != 0 {
+                return Err(Error::Mpi(format!(
+                    "MPI_Query_thread failed with error {rc}"
+                )));
+            }
+        }
+        let session = MpiSession {
+            lib,
+            path: path.to_string(),
+            abi,
+            life,
+            owns,
+            thread_level,
+        };
+        session.check_byte()?;
+        Ok(session)
+    }
+
+    /// The ABI family of the loaded MPI.
+    pub fn abi(&self) -> MpiAbi {
+        self.abi
+    }
+
+    /// The library as it was opened (path or soname).
+    pub fn library(&self) -> &str {
+        &self.path
+    }
+
+    /// The thread support MPI provides (`MPI_THREAD_MULTIPLE` is 3).
+    pub fn thread_level(&self) -> i32 {
+        self.thread_level
+    }
+
+    /// `MPI_Get_library_version`: the implementation's own description.
+    pub fn version(&self) -> Result<String> {
+        let f: unsafe extern "C" fn(*mut c_char, *mut c_int) -> c_int =
+            sym(&self.lib, "MPI_Get_library_version")?;
+        // MPI_MAX_LIBRARY_VERSION_STRING is 8192 in both families.
+        let mut buf = vec![0 as c_char; 8192];
+        let mut len: c_int = 0;
+        // SAFETY: the buffer holds MPI_MAX_LIBRARY_VERSION_STRING characters; `len` is a local.
+        let rc = unsafe { f(buf.as_mut_ptr(), &mut len) };
+        if rc != 0 {
+            return Err(Error::Mpi(format!(
+                "MPI_Get_library_version failed with error {rc}"
+            )));
+        }
+        let bytes: Vec<u8> = buf[..len.clamp(0, 8191) as usize]
+            .iter()
+            .map(|&c| c as u8)
+            .collect();
+        Ok(String::from_utf8_lossy(&bytes).trim_end().to_string())
+    }
+
+    /// The description of `MPI_COMM_WORLD`, for [`duplicate`].
+    pub fn world(&self) -> MpiDescription {
+        match self.abi {
+            MpiAbi::Mpich => MpiDescription {
+                library: self.path.clone(),
+                handle_bytes: 4,
+                comm: mpich::COMM_WORLD,
+                byte: mpich::BYTE,
+                request_null: mpich::REQUEST_NULL,
+                status_bytes: mpich::STATUS_BYTES,
+                undefined: MPI_UNDEFINED,
+            },
+            MpiAbi::OpenMpi => MpiDescription {
+                library: self.path.clone(),
+                handle_bytes: 8,
+                comm: self.address("ompi_mpi_comm_world"),
+                byte: self.address("ompi_mpi_byte"),
+                request_null: self.address("ompi_request_null"),
+                status_bytes: OMPI_STATUS_BYTES,
+                undefined: MPI_UNDEFINED,
+            },
+        }
+    }
+
+    /// Address of one of Open MPI's predefined objects (0 when absent: `detect_abi`
+    /// found `ompi_mpi_comm_world`, and the others come with it).
+    fn address(&self, name: &str) -> u64 {
+        let cname = format!("{name}\0");
+        // SAFETY: only the symbol's address is taken, never read through here.
+        unsafe { self.lib.get::<*mut c_void>(cname.as_bytes()) }
+            .map(|s| s.into_raw() as u64)
+            .unwrap_or(0)
+    }
+
+    /// Checks the `MPI_BYTE` handle against the library (`MPI_Type_size` says 1 byte), so
+    /// that a wrong family fails here with a message rather than in a transfer.
+    fn check_byte(&self) -> Result<()> {
+        let d = self.world();
+        let mut size: c_int = 0;
+        let rc = match d.handle_bytes {
+            4 => {
+                let f: unsafe extern "C" fn(c_int, *mut c_int) -> c_int =
+                    sym(&self.lib, "MPI_Type_size")?;
+                // SAFETY: MPI is initialised; the handle is MPICH's `MPI_BYTE` value.
+                unsafe { f(c_int::from_bits(d.byte), &mut size) }
+            }
+            _ => {
+                let f: unsafe extern "C" fn(Ptr, *mut c_int) -> c_int =
+                    sym(&self.lib, "MPI_Type_size")?;
+                // SAFETY: MPI is initialised; the handle is the address of `ompi_mpi_byte`.
+                unsafe { f(Ptr::from_bits(d.byte), &mut size) }
+            }
+        };
+        if rc != 0 || size != 1 || d.comm == 0 || d.request_null == 0 {
+            return Err(Error::Mpi(format!(
+                "{}: the {} handles do not fit this MPI (MPI_Type_size(MPI_BYTE) returned {rc}, size {size})",
+                self.path,
+                self.abi.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `MPI_Abort` on `MPI_COMM_WORLD` with `code`: ends every process of the job, for a
+    /// failure on one rank that would leave the others waiting in a collective. Exits the
+    /// process should MPI return.
+    pub fn abort(&self, code: i32) -> ! {
+        let world = self.world().comm;
+        // Nothing to do with a failure to abort: the process exits either way.
+        let _ = match self.abi {
+            MpiAbi::Mpich => {
+                sym::<unsafe extern "C" fn(c_int, c_int) -> c_int>(&self.lib, "MPI_Abort")
+                    // SAFETY: MPI is initialised; the handle is MPICH's `MPI_COMM_WORLD` value.
+                    .map(|f| unsafe { f(c_int::from_bits(world), code) })
+            }
+            MpiAbi::OpenMpi => {
+                sym::<unsafe extern "C" fn(Ptr, c_int) -> c_int>(&self.lib, "MPI_Abort")
+                    // SAFETY: MPI is initialised; the handle is the address of
+                    // `ompi_mpi_comm_world`.
+                    .map(|f| unsafe { f(Ptr::from_bits(world), code) })
+            }
+        };
+        std::process::exit(code)
+    }
+
+    /// Finalises MPI now if this session initialised it, reporting a failure.
+    pub fn finalize(mut self) -> Result<()> {
+        self.finalize_once()
+    }
+
+    fn finalize_once(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.owns) {
+            return Ok(());
+        }
+        let mut done: c_int = 0;
+        // SAFETY: may be called at any time; writes one int, a local.
+        let rc = unsafe { (self.life.Finalized)(&mut done) };
+        if rc != 0 || done != 0 {
+            return Ok(());
+        }
+        // SAFETY: this session initialised MPI and nobody finalised it (checked above);
+        // the owner freed its communicators first (the type's contract).
+        let rc = unsafe { (self.life.Finalize)() };
+        if rc != 0 {
+            return Err(Error::Mpi(format!("MPI_Finalize failed with error {rc}")));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MpiSession {
+    fn drop(&mut self) {
+        // A failure cannot be reported from here; `finalize` reports it.
+        let _ = self.finalize_once();
+    }
+}
+
+/// A loader error with its cause (libloading keeps `dlerror`'s text there).
+fn with_source(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
+/// Tells the ABI family of `lib` apart: Open MPI exports its predefined objects; an MPI
+/// that reports a standard-ABI version (MPI 5, `libmpi_abi.so`) has other handle values
+/// and is refused; anything else is taken for the MPICH ABI.
+fn detect_abi(lib: &Library, path: &str) -> Result<MpiAbi> {
+    // SAFETY: only the symbol's presence is checked.
+    if unsafe { lib.get::<*mut c_void>(b"ompi_mpi_comm_world\0") }.is_ok() {
+        return Ok(MpiAbi::OpenMpi);
+    }
+    if let Ok(f) =
+        sym::<unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int>(lib, "MPI_Abi_get_version")
+    {
+        let (mut major, mut minor) = (-1, -1);
+        // SAFETY: callable before MPI_Init (MPI 5); writes two ints, locals.
+        let rc = unsafe { f(&mut major, &mut minor) };
+        if rc == 0 && major >= 1 {
+            return Err(Error::NotSupported(format!(
+                "{path} implements the MPI standard ABI (version {major}.{minor}), whose handles differ: expected an Open MPI or MPICH-ABI library (libmpi.so.40 or libmpi.so.12)"
+            )));
+        }
+    }
+    if sym::<unsafe extern "C" fn() -> c_int>(lib, "MPI_Init_thread").is_err() {
+        return Err(Error::Mpi(format!("{path} is not an MPI library")));
+    }
+    Ok(MpiAbi::Mpich)
 }

@@ -253,36 +253,6 @@ impl Transport for MockComm {
                 .unwrap_or_else(|e| e.into_inner());
         }
     }
-
-    unsafe fn alltoallv(
-        &self,
-        send: *const u8,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: *mut u8,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        let mut reqs = Vec::new();
-        for peer in 0..self.size() {
-            // SAFETY: the caller guarantees the described regions.
-            unsafe {
-                reqs.push(self.irecv(
-                    recv.add(recv_displs[peer]),
-                    recv_counts[peer],
-                    peer,
-                    TAG_COLLECTIVE - 1,
-                )?);
-                reqs.push(self.isend(
-                    send.add(send_displs[peer]),
-                    send_counts[peer],
-                    peer,
-                    TAG_COLLECTIVE - 1,
-                )?);
-            }
-        }
-        self.wait_all(&mut reqs)
-    }
 }
 
 #[cfg(test)]
@@ -299,5 +269,37 @@ mod tests {
         });
         assert_eq!(out[0], (2, vec![4, 2, 0]));
         assert_eq!(out[5], (0, vec![5, 3, 1]));
+    }
+
+    /// The default all-to-all: uneven counts, empty ones skipped, displacements out of
+    /// order.
+    #[test]
+    fn default_alltoallv() {
+        let n = 3;
+        // Rank r sends (r + p) % 3 bytes of value 10 r + p to rank p.
+        let len = |r: usize, p: usize| (r + p) % 3;
+        let out = run(n, |c| {
+            let r = c.rank();
+            let sc: Vec<usize> = (0..n).map(|p| len(r, p)).collect();
+            let rc: Vec<usize> = (0..n).map(|p| len(p, r)).collect();
+            // Blocks stored in reverse peer order.
+            let displs = |counts: &[usize]| -> Vec<usize> {
+                (0..n).map(|p| counts[p + 1..].iter().sum()).collect()
+            };
+            let (sd, rd) = (displs(&sc), displs(&rc));
+            let mut send = vec![0u8; sc.iter().sum()];
+            for p in 0..n {
+                send[sd[p]..sd[p] + sc[p]].fill((10 * r + p) as u8);
+            }
+            let mut recv = vec![0xffu8; rc.iter().sum()];
+            // SAFETY: both vectors outlive the call and are sized by the counts.
+            unsafe { c.alltoallv(send.as_ptr(), &sc, &sd, recv.as_mut_ptr(), &rc, &rd) }.unwrap();
+            (0..n).all(|p| {
+                recv[rd[p]..rd[p] + rc[p]]
+                    .iter()
+                    .all(|&b| b == (10 * p + r) as u8)
+            })
+        });
+        assert_eq!(out, vec![true; n]);
     }
 }

@@ -4,11 +4,12 @@
 pub mod dynmpi;
 pub mod mock;
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// An outstanding non-blocking operation. `Null` is a completed (or never started) one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Request {
+    /// Nothing outstanding: completed, or never started.
     #[default]
     Null,
     /// Backend-specific bits of the request handle.
@@ -18,6 +19,11 @@ pub enum Request {
 /// Largest single message handed to the transport; longer messages go in pieces so
 /// that element counts never overflow MPI's `int`.
 pub const MAX_PIECE_BYTES: usize = 1 << 30;
+
+/// First tag of the messages of the default [`Transport::alltoallv`] (piece `i` uses
+/// `ALLTOALLV_TAG + i`): apart from the transposes' and halos' tags, and below 32767, the
+/// least upper bound on tags MPI guarantees.
+pub const ALLTOALLV_TAG: i32 = 1 << 14;
 
 /// Point-to-point and all-to-all byte movement between the ranks of a group; what engines
 /// use. MPI communicators implement it directly; device transports (NCCL, host-staged
@@ -41,10 +47,18 @@ pub trait Transport {
     /// Completes one request and returns its index, or `None` when all are `Null`.
     fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>>;
 
-    /// `MPI_Alltoallv` with byte counts and displacements (each below `i32::MAX`).
+    /// `MPI_Alltoallv` with byte counts and displacements, one entry per rank: sends
+    /// `send_counts[p]` bytes at `send + send_displs[p]` to rank `p` and receives
+    /// `recv_counts[p]` bytes from it at `recv + recv_displs[p]`. Collective.
+    ///
+    /// The default posts every non-empty receive, then every non-empty send, as
+    /// point-to-point messages (cut as [`post_pieces`] does, with tags from
+    /// [`ALLTOALLV_TAG`]) and waits for all of them. Transports with a native all-to-all
+    /// (MPI's, limited to counts and displacements below `i32::MAX`) override it.
     ///
     /// # Safety
-    /// Every described region must be valid for the call's duration.
+    /// Every described region must be valid for the call's duration, the received ones
+    /// written by nothing else.
     unsafe fn alltoallv(
         &self,
         send: *const u8,
@@ -53,7 +67,50 @@ pub trait Transport {
         recv: *mut u8,
         recv_counts: &[usize],
         recv_displs: &[usize],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let n = send_counts.len();
+        if [send_displs.len(), recv_counts.len(), recv_displs.len()] != [n; 3] {
+            return Err(Error::Internal(format!(
+                "alltoallv: expected one count and displacement per rank, got {n} send counts, {} send displacements, {} receive counts, {} receive displacements",
+                send_displs.len(),
+                recv_counts.len(),
+                recv_displs.len()
+            )));
+        }
+        let mut reqs = Vec::new();
+        for p in (0..n).filter(|&p| recv_counts[p] > 0) {
+            // SAFETY: the caller vouches for `recv + recv_displs[p]` .. `+ recv_counts[p]`
+            // until this call returns, after the wait below.
+            unsafe {
+                let at = recv.add(recv_displs[p]);
+                post_pieces(
+                    self,
+                    Way::Receive,
+                    at,
+                    recv_counts[p],
+                    p,
+                    ALLTOALLV_TAG,
+                    &mut reqs,
+                )?;
+            }
+        }
+        for p in (0..n).filter(|&p| send_counts[p] > 0) {
+            // SAFETY: as above, for the send region (only read: `Way::Send`).
+            unsafe {
+                let at = send.add(send_displs[p]).cast_mut();
+                post_pieces(
+                    self,
+                    Way::Send,
+                    at,
+                    send_counts[p],
+                    p,
+                    ALLTOALLV_TAG,
+                    &mut reqs,
+                )?;
+            }
+        }
+        self.wait_all(&mut reqs)
+    }
 
     /// True when the transport accepts CUDA device pointers.
     fn cuda_aware(&self) -> bool {
@@ -83,7 +140,9 @@ pub trait Communicator: Transport + Send + Sync {
 /// Direction of a point-to-point message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Way {
+    /// Bytes leave this rank.
     Send,
+    /// Bytes arrive at this rank.
     Receive,
 }
 
@@ -92,8 +151,8 @@ pub enum Way {
 ///
 /// # Safety
 /// As [`Transport::isend`] / [`Transport::irecv`].
-pub unsafe fn post_pieces(
-    comm: &dyn Transport,
+pub unsafe fn post_pieces<T: Transport + ?Sized>(
+    comm: &T,
     way: Way,
     buf: *mut u8,
     len: usize,

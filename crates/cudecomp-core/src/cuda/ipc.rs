@@ -47,8 +47,8 @@ impl IpcPeers {
     /// peer's, reopening only those whose allocation changed since the last call.
     pub fn exchange(&mut self, comm: &dyn Communicator, ptr: u64, len: u64) -> Result<()> {
         let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
-        // SAFETY: `ptr` is the base of a live cuMemAlloc allocation of this process.
         check(
+            // SAFETY: `ptr` is the base of a live cuMemAlloc allocation of this process.
             unsafe { sys::cuIpcGetMemHandle(&mut handle, ptr) }.result(),
             "cuIpcGetMemHandle",
         )?;

@@ -173,6 +173,13 @@ unsafe impl Sync for Kernels {}
 static CACHE: OnceLock<Mutex<HashMap<i32, Arc<Kernels>>>> = OnceLock::new();
 
 impl Kernels {
+    /// The kernels of `device` if they are loaded already.
+    pub fn loaded(device: &Device) -> Option<Arc<Kernels>> {
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        let map = cache.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&device.ordinal).cloned()
+    }
+
     /// The kernels of `device`, compiled and loaded on first use.
     pub fn for_device(device: &Device) -> Result<Arc<Kernels>> {
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
@@ -218,7 +225,9 @@ fn background_blocks(sms: u32) -> u32 {
 
 /// Enqueues strided copies on one stream.
 pub struct DeviceMover<'a> {
+    /// The copy kernels of the current device.
     pub kernels: &'a Kernels,
+    /// The stream every copy is enqueued on.
     pub stream: Stream,
     /// Copies run beside NCCL's kernels (see [`Mover::background`]).
     pub background: AtomicBool,
@@ -261,7 +270,9 @@ impl Mover for DeviceMover<'_> {
             let e = elem as u64;
             let s = src.ptr() as u64 + c.src_offset as u64 * e;
             let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
-            return super::copy_device(d, s, n as usize * elem, self.stream);
+            // SAFETY: `check_copy` found both ranges inside `src` and `dst`, buffers whose
+            // creators vouch for them for the whole operation (`Buf::new`).
+            return unsafe { super::copy_device(d, s, n as usize * elem, self.stream) };
         }
         let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
         let ext = c.extent;
@@ -284,9 +295,8 @@ impl Mover for DeviceMover<'_> {
         let mut ss: [i64; 3] = order.map(|g| c.src_strides[g]);
         let mut ds: [i64; 3] = order.map(|g| c.dst_strides[g]);
         // Beside NCCL, copies keep to half the SMs, in blocks of 1024 threads (256 along the
-        // row, 4 rows) to keep enough loads in flight: a 12 GiB copy on all SMs stretched a
-        // 4 GiB NCCL exchange on 2xH200 from 12.1 to 16.1 ms; on 66 of the 132 it took
-        // 13.0 ms and the copy 13.1 ms beside it.
+        // row, 4 rows) to keep enough loads in flight: a copy on all SMs stretches the NCCL
+        // exchange beside it far more than it gains (measured: bench/RESULTS.md).
         let background = self.background.load(Ordering::Relaxed);
         let rows: i64 = if background { 4 } else { 1 };
         let (f, grid, block) = if tiled {

@@ -93,8 +93,8 @@ impl Device {
         let dev = match check(cu::ctx::get_current(), "cuCtxGetCurrent")? {
             Some(_) => {
                 let mut dev: sys::CUdevice = 0;
-                // SAFETY: a context is current; the call writes one int.
                 check(
+                    // SAFETY: a context is current; the call writes one int.
                     unsafe { sys::cuCtxGetDevice(&mut dev) }.result(),
                     "cuCtxGetDevice",
                 )?;
@@ -260,14 +260,14 @@ impl OwnedStream {
     /// Creates the stream in the bound context.
     pub fn new() -> Result<OwnedStream> {
         let (mut least, mut greatest) = (0, 0);
-        // SAFETY: writes two ints.
         check(
+            // SAFETY: the query writes two ints, both locals that outlive the call.
             unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }.result(),
             "cuCtxGetStreamPriorityRange",
         )?;
         let mut s: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: creates a stream in the current context; destroyed in Drop.
         check(
+            // SAFETY: creates a stream in the current context; destroyed in Drop.
             unsafe {
                 sys::cuStreamCreateWithPriority(
                     &mut s,
@@ -299,8 +299,8 @@ unsafe impl Send for OwnedStream {}
 // SAFETY: as above.
 unsafe impl Sync for OwnedStream {}
 
-/// A CUDA event without timing, used to order work across streams (and, exported through
-/// CUDA IPC, across processes).
+/// A CUDA event, used to order work across streams (and, exported through CUDA IPC,
+/// across processes) and, when created with timing, to time work on a stream.
 pub struct Event(sys::CUevent);
 
 // SAFETY: events may be recorded and waited on from any thread.
@@ -309,7 +309,9 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    /// A new event.
+    /// A new event in the bound context. With `timing`, [`Event::elapsed_ms`] can measure
+    /// between two of them; without, it is created with `CU_EVENT_DISABLE_TIMING`, which
+    /// is cheaper to record and wait on and serves ordering only.
     pub fn new(timing: bool) -> Result<Event> {
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
@@ -324,8 +326,8 @@ impl Event {
         let flags = sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32
             | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         let mut e: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: creates an event in the current context; destroyed in Drop.
         check(
+            // SAFETY: creates an event in the current context; destroyed in Drop.
             unsafe { sys::cuEventCreate(&mut e, flags) }.result(),
             "cuEventCreate(INTERPROCESS)",
         )?;
@@ -335,8 +337,8 @@ impl Event {
     /// The 64-byte handle another process passes to [`Event::open_ipc`].
     pub fn ipc_handle(&self) -> Result<[u8; 64]> {
         let mut h = sys::CUipcEventHandle_st { reserved: [0; 64] };
-        // SAFETY: valid interprocess event; writes the handle.
         check(
+            // SAFETY: valid interprocess event; writes the handle.
             unsafe { sys::cuIpcGetEventHandle(&mut h, self.0) }.result(),
             "cuIpcGetEventHandle",
         )?;
@@ -350,8 +352,8 @@ impl Event {
             reserved: handle.map(|b| b as std::ffi::c_char),
         };
         let mut e: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: the handle was exported by a live process for a live event.
         check(
+            // SAFETY: the handle was exported by a live process for a live event.
             unsafe { sys::cuIpcOpenEventHandle(&mut e, h) }.result(),
             "cuIpcOpenEventHandle",
         )?;
@@ -408,6 +410,16 @@ impl Drop for Event {
     }
 }
 
+/// True when `stream` is being captured into a CUDA graph (an invalidated capture counts:
+/// every call on it would fail).
+pub fn capturing(stream: Stream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream handle comes from the caller; the status is a plain output.
+    let rc = unsafe { sys::cuStreamIsCapturing(stream.0, &mut status) };
+    check(rc.result(), "cuStreamIsCapturing")?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// Blocks until `stream` is idle.
 pub fn synchronize(stream: Stream) -> Result<()> {
     // SAFETY: the stream handle comes from the caller and is alive during the call.
@@ -446,8 +458,13 @@ pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Strea
 }
 
 /// Device-to-device copy on `stream`.
-pub fn copy_device(dst: u64, src: u64, len: usize, stream: Stream) -> Result<()> {
-    // SAFETY: both ranges are device memory the caller owns for the operation.
+///
+/// # Safety
+/// `src..src+len` and `dst..dst+len` must be device memory (or memory mapped into this
+/// context) that stays valid until the copy completes, with nothing else writing `dst`
+/// or `src` meanwhile.
+pub unsafe fn copy_device(dst: u64, src: u64, len: usize, stream: Stream) -> Result<()> {
+    // SAFETY: the caller vouches for both ranges until the copy completes.
     check(
         unsafe { cu::memcpy_dtod_async(dst, src, len, stream.0) },
         "cuMemcpyDtoDAsync",

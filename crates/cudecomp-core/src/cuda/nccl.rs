@@ -178,10 +178,9 @@ impl Nccl {
 
 /// Device memory from `ncclMemAlloc`, registered with a communicator: NCCL then moves
 /// point-to-point messages between registered buffers of GPUs joined by NVLink without
-/// staging them through its own buffers, and with fewer SMs (2 GiB in 8 groups between two
-/// H200s: 6.15 ms against 7.05 ms unregistered, and 6.62 against 7.89 ms beside a copy
-/// kernel; `bench/probes/nccl_register.py`). Deregistered and freed on drop, which must
-/// precede [`Nccl::destroy`].
+/// staging them through its own buffers, and with fewer SMs (measured with
+/// `bench/probes/nccl_register.py`: bench/RESULTS.md). Deregistered and freed on drop,
+/// which must precede [`Nccl::destroy`].
 pub struct RegisteredAlloc {
     nccl: Arc<Nccl>,
     device: Arc<Device>,
@@ -206,8 +205,8 @@ impl RegisteredAlloc {
             .Register
             .ok_or_else(|| Error::Nccl("this NCCL cannot register buffers".into()))?;
         let mut ptr = std::ptr::null_mut();
-        // SAFETY: writes one device pointer.
         api.check(
+            // SAFETY: writes one device pointer.
             unsafe { (reg.MemAlloc)(&mut ptr, bytes.max(1)) },
             "ncclMemAlloc",
         )?;
@@ -276,10 +275,10 @@ impl<'a> NcclTransport<'a> {
 
     fn open(&self) -> Result<()> {
         if !self.group_open.get() {
-            // SAFETY: no arguments.
-            self.nccl
-                .api
-                .check(unsafe { (self.nccl.api.GroupStart)() }, "ncclGroupStart")?;
+            // SAFETY: `ncclGroupStart` takes no arguments; it only opens a group on this
+            // thread, which `close` ends.
+            let rc = unsafe { (self.nccl.api.GroupStart)() };
+            self.nccl.api.check(rc, "ncclGroupStart")?;
             self.group_open.set(true);
         }
         Ok(())
@@ -287,10 +286,10 @@ impl<'a> NcclTransport<'a> {
 
     fn close(&self) -> Result<()> {
         if self.group_open.replace(false) {
-            // SAFETY: balances `open`; enqueues the group on the stream.
-            self.nccl
-                .api
-                .check(unsafe { (self.nccl.api.GroupEnd)() }, "ncclGroupEnd")?;
+            // SAFETY: balances the `ncclGroupStart` of `open` (`group_open` was set); enqueues
+            // the group's operations, whose buffers the callers keep alive, on the stream.
+            let rc = unsafe { (self.nccl.api.GroupEnd)() };
+            self.nccl.api.check(rc, "ncclGroupEnd")?;
         }
         Ok(())
     }
@@ -351,30 +350,6 @@ impl Transport for NcclTransport<'_> {
         };
         reqs[i] = Request::Null;
         Ok(Some(i))
-    }
-
-    unsafe fn alltoallv(
-        &self,
-        send: *const u8,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: *mut u8,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        let mut reqs = Vec::new();
-        for p in 0..self.members.len() {
-            // SAFETY: the caller guarantees the described device ranges.
-            unsafe {
-                if recv_counts[p] > 0 {
-                    reqs.push(self.irecv(recv.add(recv_displs[p]), recv_counts[p], p, 0)?);
-                }
-                if send_counts[p] > 0 {
-                    reqs.push(self.isend(send.add(send_displs[p]), send_counts[p], p, 0)?);
-                }
-            }
-        }
-        self.wait_all(&mut reqs)
     }
 
     fn cuda_aware(&self) -> bool {

@@ -1,12 +1,11 @@
 //! What a GPU handle's operations run with: the bound device, NCCL (created with the first
-//! grid that needs it), whether MPI takes device pointers, and the library's second stream.
+//! grid that needs it) and whether MPI takes device pointers.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::Communicator;
 use crate::cuda::nccl::Nccl;
 use crate::cuda::Device;
-use crate::engine::streamed::Pipe;
 use crate::Result;
 
 /// The GPU side of a handle.
@@ -17,9 +16,6 @@ pub struct DeviceState {
     nccl: Mutex<Option<Arc<Nccl>>>,
     /// MPI reads device memory directly; otherwise messages are staged through the host.
     pub mpi_cuda_aware: bool,
-    /// The library's second stream (pipelined NCCL and DIRECT transposes), made on first
-    /// use. Locked before the workspace.
-    pipe: Mutex<Option<Pipe>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -34,21 +30,7 @@ impl DeviceState {
             nccl_path,
             nccl: Mutex::new(None),
             mpi_cuda_aware,
-            pipe: Mutex::new(None),
         }
-    }
-
-    /// The pipe, created on first use, with room for `npeers` peers.
-    pub(crate) fn pipe(&self, npeers: usize) -> Result<MutexGuard<'_, Option<Pipe>>> {
-        let mut g = lock(&self.pipe);
-        if g.is_none() {
-            self.device.bind()?;
-            *g = Some(Pipe::new()?);
-        }
-        if let Some(p) = g.as_mut() {
-            p.reserve(npeers)?;
-        }
-        Ok(g)
     }
 
     /// Collective on first use: the NCCL communicator over `comm` (the handle's).

@@ -16,29 +16,24 @@ use crate::mem::Buf;
 use crate::{Error, Result};
 
 /// Slice size of host DIRECT transposes and halos copied by one thread: slices stay in the
-/// cache between the writer's stores and the reader's loads (16 ranks on a 16-core Xeon,
-/// 256³ complex128 X→Y through rings of 4 places: 5.7–9.4 ms in 128 KiB slices, 6.9–8.4
-/// in 64 KiB, 7.4–8.8 in 32 KiB).
+/// cache between the writer's stores and the reader's loads (chosen by measurement on 16
+/// ranks: bench/RESULTS.md).
 const HOST_SLICE_BYTES: i64 = 128 << 10;
 
 /// Most bytes the rings of all writers take in one receiver's workspace: with many peers
-/// slices shrink so that the rings stay in cache (16×1 grid of the figures above: 8.4 ms
-/// in 64 KiB slices, 9.4 ms in 128 KiB).
+/// slices shrink so that the rings stay in cache (measured: bench/RESULTS.md).
 const HOST_RING_BYTES: i64 = 4 << 20;
 
 /// Ranks copying with several threads cut large slices unless a receiver's rings would
 /// then hold more than this many: with many peers, small single-threaded slices that stay
-/// in cache win (16 ranks × 2 threads on 32 cores, 256³ complex128 X→Y: 8×2 and 16×1
-/// 8.1–8.5 ms in 64–146 KiB slices, 9.2–10.4 ms in 256 KiB to 2 MiB; 2×8 and 4×4 5.5–8.7
-/// ms with threads, 7.0–7.7 without; 4 ranks × 8 threads: 2×2 and 4×1 5.7–7.9 ms in 8
-/// MiB slices, 6.3–8.8 in 1 MiB).
+/// in cache win; with few peers, large threaded slices do (measured: bench/RESULTS.md).
 const HOST_THREADED_RING_SLOTS: usize = 16;
 
 /// Smallest host slice: below this the per-slice signalling costs more than cache misses.
 const HOST_MIN_SLICE_BYTES: i64 = 32 << 10;
 
 /// Slice bytes per thread when a rank copies with several: waking the threads must pay
-/// (4 ranks × 4 threads, same grid: 9.2–11.6 ms in 4 MiB slices, 15.6–21.2 ms in 256 KiB).
+/// (measured: bench/RESULTS.md).
 const HOST_THREAD_SLICE_BYTES: i64 = 1 << 20;
 
 /// Most slices per chunk (signals encode the slice number below bit 20).
@@ -50,6 +45,7 @@ const WAIT_LIMIT: Duration = Duration::from_secs(300);
 /// Host slices: packing writes into the peers' shared workspaces; a signal per slice in
 /// the receiver's workspace says it is complete.
 pub struct SharedSlices<'a> {
+    /// The handle's node-shared workspaces (this rank's and its peers', mapped).
     pub workspaces: &'a SharedWorkspaces,
     /// Handle rank of each peer of the plan's sub-communicator.
     pub members: &'a [usize],
@@ -243,6 +239,7 @@ pub const HOST_RING_PLACES: usize = 4;
 
 /// Host halo faces: copied into the neighbours' shared workspaces, one signal each.
 pub struct SharedFaces<'a> {
+    /// The handle's node-shared workspaces (this rank's and its neighbours', mapped).
     pub workspaces: &'a SharedWorkspaces,
     /// This rank's handle rank.
     pub rank: usize,

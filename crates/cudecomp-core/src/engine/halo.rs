@@ -10,11 +10,17 @@ use crate::{unsupported, Result};
 /// Buffers and means of one halo update.
 #[derive(Clone, Copy)]
 pub struct HaloRun<'a> {
+    /// What to copy and exchange.
     pub plan: &'a HaloPlan,
+    /// The grid's halo backend (blocking or not; DIRECT runs through [`HaloRun::direct`]).
     pub backend: HaloBackend,
+    /// Bytes per element.
     pub elem: usize,
+    /// Copies faces between the array and the workspace (host or device).
     pub mover: &'a dyn Mover,
+    /// The user's array holding the pencil, halos included; updated in place.
     pub data: Buf,
+    /// Workspace for packed faces (send slots, then receive slots).
     pub work: Buf,
 }
 
@@ -102,8 +108,7 @@ impl HaloRun<'_> {
         let p = self.plan;
         let e = self.elem as i64;
         // Dense faces go whole: with no packing to overlap, slices only add copies and
-        // signals (1024^3 complex128, extent 8, on 2xH200: 0.84 ms whole, 0.86-0.90 ms in
-        // 4-8 slices; packed faces 0.87 ms in 4 slices, 0.94 ms whole).
+        // signals; packed faces gain from slices (measured: bench/RESULTS.md).
         let n = if p.faces_dense() {
             1
         } else {
@@ -213,7 +218,7 @@ mod tests {
             peer: usize,
             _tag: i32,
         ) -> Result<Request> {
-            // SAFETY: forwarded.
+            // SAFETY: this method's contract is `isend`'s, passed on unchanged.
             unsafe { self.0.isend(buf, len, peer, 0) }
         }
         unsafe fn irecv(
@@ -223,7 +228,7 @@ mod tests {
             peer: usize,
             _tag: i32,
         ) -> Result<Request> {
-            // SAFETY: forwarded.
+            // SAFETY: this method's contract is `irecv`'s, passed on unchanged.
             unsafe { self.0.irecv(buf, len, peer, 0) }
         }
         fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
@@ -241,7 +246,7 @@ mod tests {
             rc: &[usize],
             rd: &[usize],
         ) -> Result<()> {
-            // SAFETY: forwarded.
+            // SAFETY: this method's contract is `alltoallv`'s, passed on unchanged.
             unsafe { self.0.alltoallv(send, sc, sd, recv, rc, rd) }
         }
     }

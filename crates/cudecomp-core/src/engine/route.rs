@@ -13,19 +13,29 @@ pub enum Route {
     /// Host memory through MPI (point-to-point or all-to-all), completing on the host.
     HostMpi,
     /// Host DIRECT: chunks or faces copied into peers' node-shared workspaces, signalled
-    /// through shared memory; `sliced`: cut into slices that are unpacked as they land.
-    HostShared { sliced: bool },
-    /// Device memory through NCCL on the handle's communicator; `sliced`: as a pipeline
-    /// whose exchange runs on the library's stream.
-    Nccl { sliced: bool },
+    /// through shared memory.
+    HostShared {
+        /// Cut into slices unpacked as they land (transposes with peers; halo faces).
+        sliced: bool,
+    },
+    /// Device memory through NCCL on the handle's communicator.
+    Nccl {
+        /// Run as a pipeline of slices on the library's stream.
+        sliced: bool,
+    },
     /// Device memory handed straight to a CUDA-aware MPI.
     CudaAwareMpi,
-    /// Device memory staged through page-locked host memory for MPI; `sliced`: each slice
-    /// goes down, through MPI and back up on the library's stream.
-    StagedMpi { sliced: bool },
+    /// Device memory staged through page-locked host memory for MPI.
+    StagedMpi {
+        /// Each slice goes down to the host, through MPI and back up on the library's stream.
+        sliced: bool,
+    },
     /// Device DIRECT: the copy engine writes into peers' workspaces mapped with CUDA IPC,
-    /// signalled with interprocess events; `sliced` as for `HostShared`.
-    Ipc { sliced: bool },
+    /// signalled with interprocess events.
+    Ipc {
+        /// Cut into slices, each signalled with its own event.
+        sliced: bool,
+    },
 }
 
 /// The route of a transpose; `mpi_cuda_aware` says whether MPI takes device pointers.

@@ -3,14 +3,13 @@
 //! and records a performance-report sample when the report is on.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 
 use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::NcclTransport;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
-use crate::cuda::Stream;
+use crate::cuda::{self, Stream};
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::direct::{SharedFaces, SharedSlices, HOST_RING_PLACES};
 use crate::engine::exchange::SliceExchange;
@@ -19,7 +18,7 @@ use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
-use crate::engine::workspace::Workspace;
+use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
@@ -27,17 +26,18 @@ use crate::perf::{
     TimedTransport,
 };
 use crate::plan::{HaloPlan, TransposePlan};
-use crate::{invalid, Error, Result};
+use crate::{invalid, unsupported, Error, Result};
 
-/// What operations of one grid run with: the handle's communicator and workspace, the
+/// What operations of one grid run with: the grid's communicator, a workspace slot, the
 /// GPU state of a GPU handle, the grid's performance report and tuning.
 pub struct Runtime<'a> {
-    /// The handle's communicator (halo neighbours are its ranks; DIRECT maps its members).
+    /// The grid's duplicate of the handle's communicator (halo neighbours are its ranks;
+    /// DIRECT maps its members; handle ranks and its ranks are the same).
     pub world: &'a dyn Communicator,
     /// This rank in `world`.
     pub rank: usize,
-    /// The handle's workspace; its lock serialises the handle's operations.
-    pub workspace: &'a Mutex<Workspace>,
+    /// The workspace and stream slot lent to this operation.
+    pub slot: &'a Slot,
     /// The GPU state (`None` on a host handle).
     pub device: Option<&'a DeviceState>,
     /// The grid's performance report, when enabled.
@@ -50,15 +50,19 @@ pub struct Runtime<'a> {
 
 /// One transpose: its plan and buffers.
 pub struct TransposeCall<'a> {
+    /// This rank's plan of the transpose.
     pub plan: &'a TransposePlan,
+    /// The grid's transpose backend.
     pub backend: TransposeBackend,
     /// The plan's sub-communicator (its ranks are the plan's peer indices).
     pub group: &'a dyn Communicator,
     /// Elements of the grid's transpose workspace (`get_transpose_workspace_size()`).
     pub workspace_elems: i64,
+    /// Element type of both arrays.
     pub dtype: DataType,
-    /// Input and output; the same start address means in-place.
+    /// The input pencil; the same start address as `output` means in place.
     pub input: Buf,
+    /// The output pencil.
     pub output: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
@@ -66,11 +70,15 @@ pub struct TransposeCall<'a> {
 
 /// One halo update: its plan and buffers.
 pub struct HaloCall<'a> {
+    /// This rank's plan of the update.
     pub plan: &'a HaloPlan,
+    /// The grid's halo backend.
     pub backend: HaloBackend,
     /// Elements of this rank's halo workspace (`get_halo_workspace_size()`).
     pub workspace_elems: i64,
+    /// Element type of the array.
     pub dtype: DataType,
+    /// The pencil whose halos are updated, in place.
     pub data: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
@@ -141,6 +149,8 @@ struct DeviceExchange<'a> {
     /// Staging bytes for MPI without CUDA support.
     staging: usize,
     sample: Sample<'a>,
+    /// The stream is being captured into a CUDA graph.
+    capturing: bool,
 }
 
 const TRANSPOSE_QUERY: &str = "get_transpose_workspace_size()";
@@ -172,11 +182,42 @@ impl Runtime<'_> {
         self.device.is_some_and(|d| d.mpi_cuda_aware)
     }
 
-    /// The device state with its device bound to this thread and its copy kernels loaded.
-    fn bound_device(&self) -> Result<(&DeviceState, std::sync::Arc<Kernels>)> {
+    /// The device state with its device bound to this thread and its copy kernels loaded
+    /// (inside a capture they must be loaded already).
+    fn bound_device(&self, capturing: bool) -> Result<(&DeviceState, std::sync::Arc<Kernels>)> {
         let d = self.device()?;
         d.device.bind()?;
-        Ok((d, Kernels::for_device(&d.device)?))
+        let kernels = match capturing {
+            true => Kernels::loaded(&d.device).ok_or_else(|| {
+                Error::NotSupported("CUDA graph capture: the copy kernels are compiled by the first operation, which cannot happen inside a capture: run the operation once before capturing it".into())
+            })?,
+            false => Kernels::for_device(&d.device)?,
+        };
+        Ok((d, kernels))
+    }
+
+    /// Whether `exec`'s stream is being captured into a CUDA graph; if so, NotSupported
+    /// unless `route` can be captured (NCCL: stream-ordered, no host synchronisation) and
+    /// the performance report is off.
+    fn capture_check(&self, exec: Exec, route: Route, backend: &str) -> Result<bool> {
+        let Exec::Device(stream) = exec else {
+            return Ok(false);
+        };
+        if !cuda::capturing(stream)? {
+            return Ok(false);
+        }
+        if self.perf.is_some() {
+            unsupported!("CUDA graph capture with the performance report on (CUDECOMP_ENABLE_PERFORMANCE_REPORT=1): it times each operation by synchronising its stream; turn the report off while capturing");
+        }
+        match route {
+            Route::Nccl { .. } => Ok(true),
+            Route::Ipc { .. } => unsupported!(
+                "{backend} cannot be captured into a CUDA graph: DIRECT signals its peers through interprocess events after a host barrier; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
+            ),
+            _ => unsupported!(
+                "{backend} cannot be captured into a CUDA graph: MPI runs on the host and synchronises the stream; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
+            ),
+        }
     }
 
     /// Runs a transpose (host: synchronously; device: enqueued on the stream, MPI routes
@@ -191,9 +232,10 @@ impl Runtime<'_> {
             bytes: transpose_bytes(plan, elem),
         };
         let route = transpose_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
+        let capturing = self.capture_check(exec, route, c.backend.enum_name())?;
         match (route, exec) {
             (Route::HostMpi, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // SAFETY: the workspace stays locked, and not grown again, until the end.
                 let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
@@ -203,7 +245,7 @@ impl Runtime<'_> {
                 })
             }
             (Route::HostShared { sliced }, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // Always the handle's shared workspace: peers write into it.
                 let work = ws.shared.exchange(self.world, need)?;
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
@@ -244,6 +286,7 @@ impl Runtime<'_> {
                     query: TRANSPOSE_QUERY,
                     staging: (plan.input.size + plan.output.size) as usize * elem,
                     sample,
+                    capturing,
                 },
                 |mover, work, transport, slices| {
                     let r = c.run(mover, work);
@@ -278,13 +321,14 @@ impl Runtime<'_> {
     ) -> Result<()> {
         let plan = c.plan;
         let elem = c.dtype.size();
-        let (dev, kernels) = self.bound_device()?;
+        let (dev, kernels) = self.bound_device(false)?;
         let mover = DeviceMover::new(&kernels, stream);
-        let pipe = dev.pipe(plan.npeers())?;
+        let pipe = self.slot.pipe(&dev.device, plan.npeers(), false)?;
         let pipe = pipe
             .as_ref()
             .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
-        let mut ws = lock(self.workspace);
+        let mut ws = lock(&self.slot.ws);
+        ws.begin(false);
         // SAFETY: the workspace stays locked, and not grown again, until `release`.
         let work = unsafe { ws.device(&dev.device, need, stream)? };
         let run = TransposeRun {
@@ -337,9 +381,10 @@ impl Runtime<'_> {
             bytes: halo_bytes(plan, self.rank, elem),
         };
         let route = halo_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
+        let capturing = self.capture_check(exec, route, c.backend.enum_name())?;
         match (route, exec) {
             (Route::HostMpi, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // SAFETY: the workspace stays locked, and not grown again, until the end.
                 let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
                 let mover = HostMover::new(self.host_threads);
@@ -349,7 +394,7 @@ impl Runtime<'_> {
                 })
             }
             (Route::HostShared { .. }, _) => {
-                let mut ws = lock(self.workspace);
+                let mut ws = lock(&self.slot.ws);
                 // Always the handle's shared workspace: neighbours write into it.
                 let work = ws.shared.exchange(self.world, need)?;
                 let mover = HostMover::new(self.host_threads);
@@ -386,6 +431,7 @@ impl Runtime<'_> {
                         query: HALO_QUERY,
                         staging: plan.workspace_elems() as usize * elem,
                         sample,
+                        capturing,
                     },
                     |mover, work, transport, _| c.run(mover, work).run(transport),
                 )
@@ -406,13 +452,14 @@ impl Runtime<'_> {
         stream: Stream,
         sample: Sample<'_>,
     ) -> Result<()> {
-        let (dev, kernels) = self.bound_device()?;
+        let (dev, kernels) = self.bound_device(false)?;
         let mover = DeviceMover::new(&kernels, stream);
-        let pipe = dev.pipe(1)?;
+        let pipe = self.slot.pipe(&dev.device, 1, false)?;
         let pipe = pipe
             .as_ref()
             .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
-        let mut ws = lock(self.workspace);
+        let mut ws = lock(&self.slot.ws);
+        ws.begin(false);
         // SAFETY: the workspace stays locked, and not grown again, until `release`.
         let work = unsafe { ws.device(&dev.device, need, stream)? };
         let run = HaloRun {
@@ -451,14 +498,17 @@ impl Runtime<'_> {
         ex: DeviceExchange<'_>,
         f: impl FnOnce(&dyn Mover, Buf, &dyn Transport, Option<&dyn SliceExchange>) -> Result<()>,
     ) -> Result<()> {
-        let (dev, kernels) = self.bound_device()?;
+        let (dev, kernels) = self.bound_device(ex.capturing)?;
         let mover = DeviceMover::new(&kernels, stream);
         let sliced = matches!(
             ex.route,
             Route::Nccl { sliced: true } | Route::StagedMpi { sliced: true }
         );
         let pipe = if sliced {
-            Some(dev.pipe(ex.members.len())?)
+            Some(
+                self.slot
+                    .pipe(&dev.device, ex.members.len(), ex.capturing)?,
+            )
         } else {
             None
         };
@@ -467,15 +517,22 @@ impl Runtime<'_> {
             Route::Nccl { .. } => Some(dev.nccl(self.world)?),
             _ => None,
         };
-        let mut ws = lock(self.workspace);
+        let mut ws = lock(&self.slot.ws);
+        ws.begin(ex.capturing);
         let need = check_work(work, ex.work_elems, ex.elem, ex.query)?;
         // NCCL exchanges between workspaces on every rank use the handle's registered one
         // (a `work` argument is still checked); others the given or the automatic one.
         let registered = match (&nccl, ex.registrable) {
             (Some(n), Some(elems)) if n.registers() => {
                 let total = elems.max(ex.work_elems).max(0) as usize * ex.elem;
-                // SAFETY: the workspace stays locked, and not grown again, until `release`.
-                unsafe { ws.registered(n, &dev.device, self.world, total, stream)? }
+                // A graph holds a smaller registered buffer: the caller's `work` serves,
+                // unregistered (the same on every rank, as captures and `work` are).
+                if work.is_some() && ws.registered_frozen_short(total) {
+                    None
+                } else {
+                    // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                    unsafe { ws.registered(n, &dev.device, self.world, total, stream)? }
+                }
             }
             _ => None,
         };

@@ -49,6 +49,11 @@ impl Pipe {
         self.side.stream()
     }
 
+    /// True when the units of a pipeline over `npeers` peers have their events.
+    pub fn has_room(&self, npeers: usize) -> bool {
+        self.done.len() >= npeers * MAX_SLICES
+    }
+
     /// Makes room for the units of a pipeline over `npeers` peers.
     pub fn reserve(&mut self, npeers: usize) -> Result<()> {
         let n = npeers * MAX_SLICES;
@@ -97,8 +102,11 @@ const NCCL_SLICE_BYTES: [i64; 2] = [256 << 20, 128 << 20];
 /// Slices through a stream-ordered transport (NCCL) bound to the pipe's stream: one group
 /// per unit.
 pub struct TransportSlices<'a> {
+    /// The stream-ordered transport (NCCL), enqueuing on the pipe's side stream.
     pub transport: &'a dyn Transport,
+    /// The side stream and the events ordering it against `main`.
     pub pipe: &'a Pipe,
+    /// The user's stream, on which slices are packed and unpacked.
     pub main: Stream,
     /// Slices move between buffers registered with NCCL.
     pub registered: bool,
@@ -109,8 +117,8 @@ impl SliceExchange for TransportSlices<'_> {
         true
     }
 
-    /// 8 × 512 MiB measured 14.9 ms and 16 × 256 MiB 17.5 ms for a 1024³ complex128 X→Y on
-    /// 2×H200 (NCCL's kernels share the SMs with the packing).
+    /// More slices measured slower: NCCL's kernels share the SMs with the packing, and
+    /// every group has a fixed cost (bench/RESULTS.md).
     fn max_slices(&self) -> usize {
         8
     }
@@ -119,11 +127,9 @@ impl SliceExchange for TransportSlices<'_> {
         true
     }
 
-    /// Each NCCL group between unregistered buffers costs about 0.25 ms on top of its bytes
-    /// on 2×H200 (a raw exchange of 256 MiB takes 0.98 ms, of 512 MiB 1.72 ms), between
-    /// registered ones about 0.02 ms. X→Y of 1024³ float64 took 6.86 ms unregistered in 8
-    /// slices of 128–256 MiB against 7.0 ms in 4 of 512 MiB; registered, 512³ float64 took
-    /// 1.05 ms in two slices of 128 MiB against 1.20 ms whole.
+    /// Each NCCL group between unregistered buffers costs far more on top of its bytes
+    /// than one between registered buffers, so unregistered slices are larger (the
+    /// sizes were chosen by measurement: bench/RESULTS.md).
     fn slice_bytes(&self) -> i64 {
         NCCL_SLICE_BYTES[usize::from(self.registered)]
     }
@@ -174,7 +180,11 @@ fn wait_peers_free(
 
 /// Copies `len` bytes at device address `src` into rank `r`'s mapped workspace at byte
 /// `at` on the copy stream, then records `r`'s signal `k`.
-fn copy_to_peer(
+///
+/// # Safety
+/// `src..src+len` must be device memory that stays valid until the operation's pipe
+/// finishes (the main stream waits for the copy stream then).
+unsafe fn copy_to_peer(
     peers: &IpcPeers,
     pipe: &Pipe,
     r: usize,
@@ -191,15 +201,21 @@ fn copy_to_peer(
             "DIRECT: copy of {at}+{len} bytes beyond rank {r}'s workspace of {size} bytes"
         )));
     }
-    copy_device(base + at, src, len, pipe.side())?;
+    // SAFETY: the destination lies inside rank `r`'s mapped workspace (checked above),
+    // which stays mapped while the operation holds the workspace lock; the caller vouches
+    // for the source.
+    unsafe { copy_device(base + at, src, len, pipe.side())? };
     peers.sent(r, k)?.record(pipe.side())
 }
 
 /// Slices copied by the copy engine straight into peers' workspaces (DIRECT backend),
 /// each followed by an interprocess event the receiver waits on.
 pub struct IpcSlices<'a> {
+    /// The side stream the copy engine's writes are enqueued on, and its events.
     pub pipe: &'a Pipe,
+    /// The user's stream, on which slices are packed and unpacked.
     pub main: Stream,
+    /// The peers' workspaces mapped through CUDA IPC, and their interprocess events.
     pub peers: &'a IpcPeers,
     /// Handle rank of each peer of the plan's sub-communicator.
     pub members: &'a [usize],
@@ -237,7 +253,9 @@ impl SliceExchange for IpcSlices<'_> {
         for s in sends {
             let at = self.slots[s.peer] + s.rel as u64;
             let r = self.members[s.peer];
-            copy_to_peer(self.peers, self.pipe, r, at, s.ptr as u64, s.len, k)?;
+            // SAFETY: the piece lies inside one of the operation's buffers (checked when it
+            // was cut), which outlive the operation.
+            unsafe { copy_to_peer(self.peers, self.pipe, r, at, s.ptr as u64, s.len, k)? };
         }
         Ok(())
     }
@@ -264,8 +282,11 @@ impl SliceExchange for IpcSlices<'_> {
 /// Halo faces copied by the copy engine into neighbours' workspaces mapped through CUDA
 /// IPC, each followed by an interprocess event (numbered by the sender's side).
 pub struct IpcFaces<'a> {
+    /// The side stream the copy engine's writes are enqueued on, and its events.
     pub pipe: &'a Pipe,
+    /// The user's stream, on which faces are packed and unpacked.
     pub main: Stream,
+    /// The neighbours' workspaces mapped through CUDA IPC, and their interprocess events.
     pub peers: &'a IpcPeers,
     /// Handle ranks of the neighbours (left, right).
     pub neighbours: [Option<usize>; 2],
@@ -290,7 +311,9 @@ impl FaceExchange for IpcFaces<'_> {
     fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()> {
         let at = u64::try_from(at).map_err(|_| Error::Internal(format!("DIRECT: face at {at}")))?;
         let src = part.ptr() as u64;
-        copy_to_peer(self.peers, self.pipe, to, at, src, part.len(), signal)
+        // SAFETY: `part` is a checked slice of the operation's array or workspace, which
+        // outlive the operation.
+        unsafe { copy_to_peer(self.peers, self.pipe, to, at, src, part.len(), signal) }
     }
 
     fn posted(&self) -> Result<()> {

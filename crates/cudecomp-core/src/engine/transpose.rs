@@ -43,12 +43,19 @@ impl Ring {
 /// Buffers and means of one transpose. `input == output` (same start address) means in-place.
 #[derive(Clone, Copy)]
 pub struct TransposeRun<'a> {
+    /// What to pack, exchange and unpack.
     pub plan: &'a TransposePlan,
+    /// The grid's transpose backend (picks all at once, pipelined or all-to-all).
     pub backend: TransposeBackend,
+    /// Bytes per element.
     pub elem: usize,
+    /// Packs and unpacks (host or device).
     pub mover: &'a dyn Mover,
+    /// The user's input pencil.
     pub input: Buf,
+    /// The user's output pencil (the input's memory when in place).
     pub output: Buf,
+    /// Workspace: packed send chunks from 0, packed receive chunks from `plan.recv_base`.
     pub work: Buf,
 }
 
@@ -70,11 +77,14 @@ impl TransposeRun<'_> {
         )
     }
 
-    fn send_direct(&self) -> bool {
+    /// Chunks leave straight from the input, unpacked (dense there, and not in place).
+    fn sends_from_input(&self) -> bool {
         self.plan.send_from_input && !self.in_place()
     }
 
-    fn recv_direct(&self) -> bool {
+    /// Chunks land straight in the output, needing no unpacking (dense there, and not an
+    /// in-place pipeline, whose receives are posted before all the input is packed).
+    fn lands_in_output(&self) -> bool {
         self.plan.recv_into_output && !(self.in_place() && self.pipelined())
     }
 
@@ -84,7 +94,7 @@ impl TransposeRun<'_> {
 
     /// Where `peer`'s outgoing chunk lives: `(buffer, byte offset)`.
     fn send_slot(&self, peer: usize) -> (Buf, i64) {
-        if self.send_direct() {
+        if self.sends_from_input() {
             (self.input, self.plan.send_offset_in_input(peer) * self.e())
         } else {
             (self.work, self.plan.sends[peer].offset * self.e())
@@ -93,7 +103,7 @@ impl TransposeRun<'_> {
 
     /// Where `peer`'s incoming chunk lands: `(buffer, byte offset)`.
     fn recv_slot(&self, peer: usize) -> (Buf, i64) {
-        if self.recv_direct() {
+        if self.lands_in_output() {
             (
                 self.output,
                 self.plan.recv_offset_in_output(peer) * self.e(),
@@ -107,7 +117,7 @@ impl TransposeRun<'_> {
     }
 
     fn pack(&self, peer: usize) -> Result<()> {
-        if self.send_direct() || self.plan.sends[peer].count == 0 {
+        if self.sends_from_input() || self.plan.sends[peer].count == 0 {
             return Ok(());
         }
         self.mover
@@ -115,7 +125,7 @@ impl TransposeRun<'_> {
     }
 
     fn unpack(&self, peer: usize) -> Result<()> {
-        if self.recv_direct() || self.plan.recvs[peer].count == 0 {
+        if self.lands_in_output() || self.plan.recvs[peer].count == 0 {
             return Ok(());
         }
         self.mover.copy(
@@ -276,19 +286,20 @@ impl TransposeRun<'_> {
         units
     }
 
-    /// The piece of slice `part` of `peer`'s chunk, sent (`Way::Send`) or received; `at`
-    /// overrides its element offset inside the chunk (a ring's place).
+    /// The piece of slice `part` of `peer`'s chunk, sent (`Way::Send`) or received; with
+    /// `unpacked` it lies in the input (sent) or output (received) rather than the
+    /// workspace. `at` overrides its element offset inside the chunk (a ring's place).
     fn piece(
         &self,
         way: Way,
         peer: usize,
         part: &Box3,
-        direct: bool,
+        unpacked: bool,
         at: Option<i64>,
     ) -> Result<Piece> {
         let plan = self.plan;
         let e = self.e();
-        let (chunk, (buf, base)) = match (way, direct) {
+        let (chunk, (buf, base)) = match (way, unpacked) {
             (Way::Send, true) => (
                 &plan.sends[peer],
                 (self.input, plan.send_offset_in_input(peer)),
@@ -332,8 +343,8 @@ impl TransposeRun<'_> {
             max: x.max_slices(),
         };
         let in_place = self.in_place();
-        let send_direct = self.send_direct();
-        let recv_direct = plan.recv_into_output && !in_place && x.lands_in_output();
+        let sends_from_input = self.sends_from_input();
+        let lands_in_output = plan.recv_into_output && !in_place && x.lands_in_output();
         let np = plan.npeers();
         let send_parts: Vec<Vec<Box3>> = (0..np)
             .map(|p| plan.send_slices(p, self.elem, &cut))
@@ -347,7 +358,7 @@ impl TransposeRun<'_> {
         // first, nor when slices land in the output. A writer waits for the place of slice
         // `k - places`, which the reader frees only after packing its unit `k - places +
         // lag - 1`: fewer places than `lag` would deadlock.
-        let places = if lag == usize::MAX || recv_direct {
+        let places = if lag == usize::MAX || lands_in_output {
             None
         } else {
             x.ring().filter(|&p| p >= lag)
@@ -367,7 +378,7 @@ impl TransposeRun<'_> {
                     .filter_map(|&(_, from)| recv_parts[from].get(*k).map(|b| (from, b)))
                     .map(|(from, b)| {
                         let at = recv_rings[from].map(|r| r.place(*k));
-                        self.piece(Way::Receive, from, b, recv_direct, at)
+                        self.piece(Way::Receive, from, b, lands_in_output, at)
                     })
                     .collect::<Result<Vec<_>>>()
             })
@@ -410,7 +421,7 @@ impl TransposeRun<'_> {
                     // Nothing travels beside the last unpacking.
                     self.mover.background(false);
                 }
-                if !recv_direct {
+                if !lands_in_output {
                     for r in recvs {
                         let part = &recv_parts[r.peer][k];
                         let mut c = plan.unpack_part(r.peer, plan.recv_base, part);
@@ -435,15 +446,15 @@ impl TransposeRun<'_> {
             let mut sends = Vec::new();
             for &(to, _) in pairs {
                 if let Some(b) = send_parts[to].get(*k) {
-                    sends.push(self.pack_slice(x, to, b, send_direct, send_rings[to], *k)?);
+                    sends.push(self.pack_slice(x, to, b, sends_from_input, send_rings[to], *k)?);
                 }
             }
             x.ready(u)?;
             x.exchange(u, *k, &sends, &incoming[u])?;
             if u == 0 && x.shares_sms() {
-                // From now on a transfer runs beside every copy but the last unpacking
-                // (X->Y 1024^3 complex128 over NCCL on 2xH200: 14.1 ms with copies on all
-                // SMs, 13.5 ms in the background; only the own cells' copy there: 14.1 ms).
+                // From now on a transfer runs beside every copy but the last unpacking, so
+                // copies keep to part of the SMs and leave the rest to it (measured:
+                // bench/RESULTS.md).
                 self.mover.background(true);
             }
             // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.
@@ -475,7 +486,7 @@ impl TransposeRun<'_> {
         x: &dyn SliceExchange,
         peer: usize,
         part: &Box3,
-        send_direct: bool,
+        sends_from_input: bool,
         ring: Option<Ring>,
         k: usize,
     ) -> Result<Piece> {
@@ -503,7 +514,7 @@ impl TransposeRun<'_> {
                 rel: (rel * self.e()) as usize,
             });
         }
-        if !send_direct {
+        if !sends_from_input {
             self.mover.copy(
                 self.elem,
                 self.input,
@@ -511,7 +522,7 @@ impl TransposeRun<'_> {
                 &plan.pack_part(peer, part),
             )?;
         }
-        self.piece(Way::Send, peer, part, send_direct, None)
+        self.piece(Way::Send, peer, part, sends_from_input, None)
     }
 
     fn alltoallv(&self, comm: &dyn Transport) -> Result<()> {

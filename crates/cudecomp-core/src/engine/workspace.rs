@@ -2,12 +2,15 @@
 //! buffer, page-locked staging, and the peers' mapped workspaces of the DIRECT backends.
 //! Grown on demand and never shrunk; one operation at a time uses them (the handle's lock).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::Communicator;
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::nccl::{Nccl, RegisteredAlloc};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
+use crate::engine::device::lock;
+use crate::engine::streamed::Pipe;
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
 use crate::{Error, Result};
@@ -35,6 +38,25 @@ pub struct Workspace {
     ipc: IpcPeers,
     /// Node-shared host workspaces of the DIRECT backend (this rank's and its peers').
     pub(crate) shared: SharedWorkspaces,
+    /// The current operation is being captured into a CUDA graph: nothing may grow, and
+    /// the ordering events of eager operations are left alone.
+    capturing: bool,
+    /// A captured graph uses the device buffers: they may never be replaced again.
+    frozen: bool,
+}
+
+/// What a capture needs that only an eager run can set up.
+fn warm_up_first(what: &str) -> Error {
+    Error::NotSupported(format!(
+        "CUDA graph capture: {what} is set up by the operation's first run, which cannot happen inside a capture: run the operation once (same grid, dtype, halos and padding) before capturing it"
+    ))
+}
+
+/// A captured graph keeps using the workspace.
+fn frozen_error(bytes: usize, have: usize) -> Error {
+    Error::NotSupported(format!(
+        "the handle's workspace is used by a captured CUDA graph and cannot grow from {have} to {bytes} bytes: pass a `work` array of at least {bytes} bytes, or run the larger operation before capturing"
+    ))
 }
 
 impl Workspace {
@@ -72,6 +94,19 @@ impl Workspace {
         Ok(())
     }
 
+    /// Starts an operation on the device: `capturing` when its stream is being captured
+    /// into a CUDA graph (the buffers it gets are then frozen for good).
+    pub(crate) fn begin(&mut self, capturing: bool) {
+        self.capturing = capturing;
+        self.frozen |= capturing;
+    }
+
+    /// True when a captured graph uses this workspace and the registered buffer holds
+    /// fewer than `bytes`: it cannot grow, so NCCL exchanges through the caller's `work`.
+    pub(crate) fn registered_frozen_short(&self, bytes: usize) -> bool {
+        self.frozen && self.registered.as_ref().map_or(0, RegisteredAlloc::bytes) < bytes
+    }
+
     /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
     ///
     /// # Safety
@@ -83,8 +118,18 @@ impl Workspace {
         bytes: usize,
         stream: Stream,
     ) -> Result<Buf> {
-        if let Some(e) = &self.last_use {
-            e.wait_on(stream)?;
+        let have = self.device.as_ref().map_or(0, DeviceAlloc::bytes);
+        if (self.capturing || self.frozen) && have < bytes {
+            return Err(if have == 0 && self.capturing {
+                warm_up_first("the workspace")
+            } else {
+                frozen_error(bytes, have)
+            });
+        }
+        if !self.capturing {
+            if let Some(e) = &self.last_use {
+                e.wait_on(stream)?;
+            }
         }
         let d = grow(
             &mut self.device,
@@ -118,8 +163,18 @@ impl Workspace {
         if self.unregistered {
             return Ok(None);
         }
-        if let Some(e) = &self.last_use {
-            e.wait_on(stream)?;
+        let have = self.registered.as_ref().map_or(0, RegisteredAlloc::bytes);
+        if (self.capturing || self.frozen) && have < bytes {
+            return Err(if have == 0 && self.capturing {
+                warm_up_first("the NCCL-registered workspace")
+            } else {
+                frozen_error(bytes, have)
+            });
+        }
+        if !self.capturing {
+            if let Some(e) = &self.last_use {
+                e.wait_on(stream)?;
+            }
         }
         if self.registered.as_ref().is_none_or(|r| r.bytes() < bytes) {
             quiesce(&self.last_use)?;
@@ -179,8 +234,12 @@ impl Workspace {
             .exchange(comm, work.ptr() as u64, work.len() as u64)
     }
 
-    /// Marks the end of a device operation on `stream`.
+    /// Marks the end of a device operation on `stream` (not of a captured one: its work
+    /// runs when the graph is launched, ordered by the caller).
     pub fn release(&mut self, stream: Stream) -> Result<()> {
+        if std::mem::take(&mut self.capturing) {
+            return Ok(());
+        }
         if self.last_use.is_none() {
             self.last_use = Some(Event::new(false)?);
         }
@@ -214,4 +273,95 @@ fn grow<'a, T>(
     }
     slot.as_ref()
         .ok_or_else(|| Error::Internal("workspace allocation".into()))
+}
+
+/// Everything one running operation stages data in: a workspace and the library's second
+/// stream. A handle keeps one slot per operation running at once: one, unless threads run
+/// operations on distinct grids together, which then never wait for each other's memory.
+#[derive(Default)]
+pub struct Slot {
+    /// The workspace.
+    pub(crate) ws: Mutex<Workspace>,
+    /// The library's stream and events (pipelined device operations), made on first use.
+    pipe: Mutex<Option<Pipe>>,
+    busy: AtomicBool,
+}
+
+impl Slot {
+    /// The pipe, created on first use (on `device`), with room for `npeers` peers; inside
+    /// a capture (`capturing`) it must exist already.
+    pub(crate) fn pipe(
+        &self,
+        device: &Device,
+        npeers: usize,
+        capturing: bool,
+    ) -> Result<MutexGuard<'_, Option<Pipe>>> {
+        let mut g = lock(&self.pipe);
+        if capturing && g.as_ref().is_none_or(|p| !p.has_room(npeers)) {
+            return Err(warm_up_first("the library's stream"));
+        }
+        if g.is_none() {
+            device.bind()?;
+            *g = Some(Pipe::new()?);
+        }
+        if let Some(p) = g.as_mut() {
+            p.reserve(npeers)?;
+        }
+        Ok(g)
+    }
+}
+
+/// A handle's slots.
+#[derive(Default)]
+pub struct Pool {
+    slots: Mutex<Vec<Arc<Slot>>>,
+}
+
+/// A slot lent to one operation; given back when dropped.
+pub struct Lease {
+    slot: Arc<Slot>,
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.slot.busy.store(false, Ordering::Release);
+    }
+}
+
+impl Pool {
+    /// A slot no other operation uses now (a new one when all are in use).
+    pub fn lease(&self) -> Lease {
+        let mut slots = lock(&self.slots);
+        let free = slots.iter().find(|s| {
+            s.busy
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        let slot = match free {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(Slot::default());
+                s.busy.store(true, Ordering::Release);
+                slots.push(s.clone());
+                s
+            }
+        };
+        Lease { slot }
+    }
+
+    /// Runs `f` on every slot's workspace (waiting for operations using it).
+    pub fn each(&self, mut f: impl FnMut(&mut Workspace) -> Result<()>) -> Result<()> {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
+        for s in slots {
+            f(&mut lock(&s.ws))?;
+        }
+        Ok(())
+    }
 }

@@ -23,23 +23,59 @@ pub(crate) struct Capabilities {
     host_threads: Mutex<Option<usize>>,
 }
 
-/// The name of the node this rank runs on: every "same node?" question asks this.
-pub(crate) fn node_name(comm: &dyn Communicator) -> Result<String> {
-    comm.host_name()
+/// The node this rank runs on: every "same node?" question asks this (through
+/// [`gather_nodes`]). For testing and simulating several nodes on one machine,
+/// `CUDECOMP_NODE_ID` (per rank, any text) or `CUDECOMP_SIMULATE_NODES=k` (the ranks of
+/// `comm` in k contiguous blocks) replace the host name. A bad setting is reported as
+/// `Err(message)`, for [`gather_nodes`] to raise on every rank.
+fn node_name(comm: &dyn Communicator) -> Result<std::result::Result<String, String>> {
+    if let Ok(id) = std::env::var("CUDECOMP_NODE_ID") {
+        return Ok(Ok(format!("cudecomp-node-id-{}", id.trim())));
+    }
+    if let Ok(v) = std::env::var("CUDECOMP_SIMULATE_NODES") {
+        let n = comm.size();
+        return Ok(
+            match v.trim().parse::<usize>().ok().filter(|&k| (1..=n).contains(&k)) {
+                Some(k) => Ok(format!("cudecomp-simulated-node-{}", comm.rank() * k / n)),
+                None => Err(format!(
+                    "CUDECOMP_SIMULATE_NODES: expected a number of nodes from 1 to the {n} ranks, got {v:?}"
+                )),
+            },
+        );
+    }
+    comm.host_name().map(Ok)
+}
+
+/// Collective: this rank's node name followed by `extra`, and every rank's. Fails on every
+/// rank, without hanging, when some rank's node setting is bad.
+fn gather_nodes(comm: &dyn Communicator, extra: &[u8]) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+    let name = node_name(comm)?;
+    let mut mine = vec![u8::from(name.is_err())];
+    match &name {
+        Ok(n) => mine.extend(n.as_bytes()),
+        Err(e) => mine.extend(e.as_bytes()),
+    }
+    mine.extend(extra);
+    let all = allgather_bytes(comm, &mine)?;
+    if let Err(e) = name {
+        invalid!("{e}");
+    }
+    if let Some(r) = all.iter().position(|v| v.first() != Some(&0)) {
+        invalid!("rank {r} has a bad CUDECOMP_SIMULATE_NODES setting");
+    }
+    Ok((mine, all))
 }
 
 /// Collective: true when every rank runs on this rank's node.
 pub(crate) fn one_node(comm: &dyn Communicator) -> Result<bool> {
-    let node = node_name(comm)?;
-    let all = allgather_bytes(comm, node.as_bytes())?;
-    Ok(all.iter().all(|h| *h == node.as_bytes()))
+    let (mine, all) = gather_nodes(comm, &[])?;
+    Ok(all.iter().all(|h| *h == mine))
 }
 
 /// Collective: true when every rank drives its own GPU (what NCCL requires); ranks
 /// sharing a GPU can still use the MPI backends.
 pub(crate) fn one_gpu_per_rank(comm: &dyn Communicator, device: &Device) -> Result<bool> {
-    let mine = format!("{}#{}", node_name(comm)?, device.ordinal);
-    let all = allgather_bytes(comm, mine.as_bytes())?;
+    let (_, all) = gather_nodes(comm, format!("#{}", device.ordinal).as_bytes())?;
     let mut sorted = all.clone();
     sorted.sort();
     sorted.dedup();
@@ -60,9 +96,7 @@ impl Capabilities {
             .ok()
             .map(|v| v.trim().parse::<usize>().ok().filter(|&t| t > 0).ok_or(v));
         // The node name, then whether this rank's setting parses.
-        let mut mine = node_name(comm)?.into_bytes();
-        mine.push(u8::from(!matches!(set, Some(Err(_)))));
-        let all = allgather_bytes(comm, &mine)?;
+        let (mine, all) = gather_nodes(comm, &[u8::from(!matches!(set, Some(Err(_))))])?;
         let bad: Vec<usize> = (0..all.len())
             .filter(|&r| all[r].last() == Some(&0))
             .collect();

@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::comm::Communicator;
+use crate::comm::{allgather_bytes, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
 use crate::engine::run::{HaloCall, Runtime, TransposeCall};
+use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::geometry::{CommAxis, Grid};
 use crate::handle::Handle;
@@ -23,8 +24,11 @@ use crate::{invalid, Error, Result};
 /// One transpose request: direction, halos and padding of both pencils, element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TransposeOp {
+    /// Which of the four transposes.
     pub direction: Direction,
+    /// Halos and padding of the input and output pencils.
     pub layouts: TransposeLayouts,
+    /// Element type of both arrays.
     pub dtype: DataType,
 }
 
@@ -33,6 +37,10 @@ pub struct GridDesc {
     handle: Handle,
     grid: Grid,
     rank: usize,
+    /// The grid's own duplicate of the handle's communicator: halos, DIRECT and the
+    /// checking mode's agreements use it, so that operations on distinct grids (from
+    /// several threads) never share a communicator.
+    comm: Box<dyn Communicator>,
     /// Indexed by [`CommAxis`]: column then row communicator.
     subcomms: [Box<dyn Communicator>; 2],
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
@@ -43,6 +51,58 @@ pub struct GridDesc {
     slice_bytes: Option<i64>,
     /// Threads of host copies (see [`Handle::host_threads`]).
     host_threads: usize,
+    /// Number of this grid among the handle's (the same on every rank).
+    serial: u64,
+    /// `CUDECOMP_CHECK_COLLECTIVES=1`: ranks agree on each operation before moving data.
+    check_collectives: bool,
+}
+
+/// `CUDECOMP_CHECK_COLLECTIVES`: `1` turns the per-operation agreement on, `0` or unset
+/// leaves it off.
+pub(crate) fn check_collectives_from_env() -> Result<bool> {
+    match std::env::var("CUDECOMP_CHECK_COLLECTIVES")
+        .as_deref()
+        .map(str::trim)
+    {
+        Err(_) | Ok("0") | Ok("") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(v) => invalid!("CUDECOMP_CHECK_COLLECTIVES: expected 0 or 1, got {v:?}"),
+    }
+}
+
+/// The canonical text of a transpose, compared across ranks in checking mode.
+fn transpose_signature(
+    serial: u64,
+    op: &TransposeOp,
+    in_place: bool,
+    explicit_work: bool,
+) -> String {
+    let l = &op.layouts;
+    format!(
+        "grid {serial}: {}(dtype {}, input_halo_extents {:?}, output_halo_extents {:?}, input_padding {:?}, output_padding {:?}, {}, {} workspace)",
+        op.direction.method_name(),
+        op.dtype.enum_name(),
+        l.input_halo,
+        l.output_halo,
+        l.input_padding,
+        l.output_padding,
+        if in_place { "in-place" } else { "out-of-place" },
+        if explicit_work { "explicit" } else { "automatic" },
+    )
+}
+
+/// The canonical text of a halo update, compared across ranks in checking mode.
+fn halo_signature(serial: u64, spec: &HaloSpec, dtype: DataType, explicit_work: bool) -> String {
+    format!(
+        "grid {serial}: update_halos_{}(dtype {}, halo_extents {:?}, halo_periods {:?}, dim {}, padding {:?}, {} workspace)",
+        ["x", "y", "z"][spec.axis.min(2)],
+        dtype.enum_name(),
+        spec.halo,
+        spec.periods,
+        spec.dim,
+        spec.padding,
+        if explicit_work { "explicit" } else { "automatic" },
+    )
 }
 
 /// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined transposes and DIRECT
@@ -102,6 +162,22 @@ fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
     Ok(())
 }
 
+/// InvalidUsage unless the caller's workspace, if any, holds `elems` elements of `elem`
+/// bytes (checked before the operation's agreement, so that every rank hears of it).
+fn check_work_len(work: Option<Buf>, elems: i64, elem: usize, query: &str) -> Result<()> {
+    let Some(w) = work else {
+        return Ok(());
+    };
+    let need = bytes_of("work", elems, elem)?;
+    if w.len() < need {
+        invalid!(
+            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
+            w.len()
+        );
+    }
+    Ok(())
+}
+
 /// InvalidUsage when the caller's workspace shares memory with a data buffer.
 fn check_work_apart(work: Option<Buf>, data: &[Buf]) -> Result<()> {
     if let Some(w) = work {
@@ -120,8 +196,11 @@ impl GridDesc {
         grid: Grid,
         slice_bytes: Option<i64>,
         host_threads: usize,
+        check_collectives: bool,
     ) -> Result<GridDesc> {
+        let serial = handle.next_grid_serial();
         let rank = handle.rank();
+        let comm = handle.comm().split(0, rank as i32)?;
         let [row, col] = grid.coords(rank);
         let col_comm = handle.comm().split(col as i32, row as i32)?;
         let row_comm = handle.comm().split(row as i32, col as i32)?;
@@ -129,13 +208,56 @@ impl GridDesc {
             handle,
             grid,
             rank,
+            comm,
             subcomms: [col_comm, row_comm],
             plans: Mutex::new(HashMap::new()),
             halo_plans: Mutex::new(HashMap::new()),
             perf: PerfSettings::from_env().map(PerfReport::new),
             slice_bytes,
             host_threads,
+            serial,
+            check_collectives,
         })
+    }
+
+    /// True when ranks agree on every operation before moving data
+    /// (`CUDECOMP_CHECK_COLLECTIVES=1` at grid creation).
+    pub fn checks_collectives(&self) -> bool {
+        self.check_collectives
+    }
+
+    /// Checking mode: collective over the handle's communicator. Every rank passes the
+    /// text of the operation it is about to run, or the error that stops it locally;
+    /// unless all passed the same text, every rank fails (a rank that failed locally with
+    /// its own error, the others with InvalidUsage naming it) instead of hanging or moving
+    /// wrong data. Without checking mode, just returns `local`.
+    pub fn agree(&self, what: &str, local: Result<()>) -> Result<()> {
+        if !self.check_collectives {
+            return local;
+        }
+        let mut mine = vec![u8::from(local.is_err())];
+        match &local {
+            Ok(()) => mine.extend(what.as_bytes()),
+            Err(e) => mine.extend(format!("{what}: {e}").as_bytes()),
+        }
+        let all = allgather_bytes(self.comm.as_ref(), &mine)?;
+        local?;
+        let text = |v: &Vec<u8>| String::from_utf8_lossy(v.get(1..).unwrap_or(&[])).into_owned();
+        if let Some((r, v)) = all.iter().enumerate().find(|(_, v)| v.first() != Some(&0)) {
+            invalid!(
+                "rank {r} failed before the collective operation: {}",
+                text(v)
+            );
+        }
+        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
+        if let Some(&r) = differing.first() {
+            invalid!(
+                "ranks disagree on the collective operation: rank 0 runs {}, but rank(s) {differing:?} run {}",
+                text(&all[0]),
+                text(&all[r])
+            );
+        }
+        Ok(())
     }
 
     /// The resolved grid.
@@ -191,11 +313,11 @@ impl GridDesc {
         })
     }
 
-    fn runtime(&self) -> Runtime<'_> {
+    fn runtime<'a>(&'a self, slot: &'a Slot) -> Runtime<'a> {
         Runtime {
-            world: self.handle.comm(),
+            world: self.comm.as_ref(),
             rank: self.rank,
-            workspace: self.handle.workspace(),
+            slot,
             device: self.handle.device().ok(),
             perf: self.perf.as_ref(),
             slice_bytes: self.slice_bytes,
@@ -232,16 +354,13 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
-        self.check_exec(exec)?;
-        let plan = self.transpose_plan(op.direction, &op.layouts)?;
-        let elem = op.dtype.size();
-        check_len("input", input, plan.input.size, elem)?;
-        check_len("output", output, plan.output.size, elem)?;
-        if input.ptr() != output.ptr() && input.overlaps(&output) {
-            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
-        }
-        check_work_apart(work, &[input, output])?;
-        self.runtime().transpose(
+        let what =
+            transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
+        let plan = self.checked_transpose_plan(op, input, output, work, exec);
+        self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
+        let plan = plan?;
+        let (_turn, slot) = self.handle.lease();
+        self.runtime(&slot).transpose(
             &TransposeCall {
                 plan: &plan,
                 backend: self.grid.transpose_backend,
@@ -256,6 +375,56 @@ impl GridDesc {
         )
     }
 
+    /// The plan of a transpose after the caller's side of the contract is checked.
+    fn checked_transpose_plan(
+        &self,
+        op: &TransposeOp,
+        input: Buf,
+        output: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+    ) -> Result<Arc<TransposePlan>> {
+        self.check_exec(exec)?;
+        let plan = self.transpose_plan(op.direction, &op.layouts)?;
+        let elem = op.dtype.size();
+        check_len("input", input, plan.input.size, elem)?;
+        check_len("output", output, plan.output.size, elem)?;
+        if input.ptr() != output.ptr() && input.overlaps(&output) {
+            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
+        }
+        check_work_apart(work, &[input, output])?;
+        check_work_len(
+            work,
+            self.grid.transpose_workspace_size()?,
+            elem,
+            "get_transpose_workspace_size()",
+        )?;
+        Ok(plan)
+    }
+
+    /// The plan of a halo update (`None`: nothing moves) after the caller's side of the
+    /// contract is checked.
+    fn checked_halo_plan(
+        &self,
+        spec: &HaloSpec,
+        dtype: DataType,
+        data: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+    ) -> Result<Option<Arc<HaloPlan>>> {
+        self.check_exec(exec)?;
+        check_work_apart(work, &[data])?;
+        let plan = self.halo_plan(spec)?;
+        if let Some(p) = &plan {
+            check_len("input", data, p.info.size, dtype.size())?;
+            let elems = self
+                .grid
+                .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+            check_work_len(work, elems, dtype.size(), "get_halo_workspace_size()")?;
+        }
+        Ok(plan)
+    }
+
     /// Collective: one halo update of this rank's `spec.axis`-pencil in `data`, along
     /// `spec.dim`. `work` as for [`GridDesc::transpose`], with
     /// `get_halo_workspace_size()` elements.
@@ -267,14 +436,14 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
-        self.check_exec(exec)?;
-        check_work_apart(work, &[data])?;
-        let Some(plan) = self.halo_plan(spec)? else {
+        let what = halo_signature(self.serial, spec, dtype, work.is_some());
+        let plan = self.checked_halo_plan(spec, dtype, data, work, exec);
+        self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
+        let Some(plan) = plan? else {
             return Ok(());
         };
-        let elem = dtype.size();
-        check_len("input", data, plan.info.size, elem)?;
-        self.runtime().update_halos(
+        let (_turn, slot) = self.handle.lease();
+        self.runtime(&slot).update_halos(
             &HaloCall {
                 plan: &plan,
                 backend: self.grid.halo_backend,
@@ -295,10 +464,10 @@ impl GridDesc {
     /// report on, returns its summary on rank 0 (and writes its CSV files if asked).
     pub fn destroy(&self) -> Result<Option<String>> {
         let summary = match &self.perf {
-            Some(p) => p.finish(&self.grid, self.handle.comm())?,
+            Some(p) => p.finish(&self.grid, self.comm.as_ref())?,
             None => None,
         };
-        for c in &self.subcomms {
+        for c in self.subcomms.iter().chain([&self.comm]) {
             c.free()?;
         }
         Ok(summary)

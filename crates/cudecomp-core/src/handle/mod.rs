@@ -6,13 +6,14 @@
 pub mod capabilities;
 pub mod grid;
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{allgather_bytes, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::Device;
 use crate::engine::device::{lock, DeviceState};
-use crate::engine::workspace::Workspace;
+use crate::engine::workspace::{Lease, Pool, Workspace};
 use crate::geometry::Grid;
 use crate::{invalid, unsupported, Error, Result};
 use capabilities::Capabilities;
@@ -21,7 +22,12 @@ pub use grid::GridDesc;
 
 struct Shared {
     comm: Box<dyn Communicator>,
-    workspace: Mutex<Workspace>,
+    /// Grids created so far (numbers them alike on every rank).
+    grids: AtomicU64,
+    pool: Pool,
+    /// GPU handles run one operation at a time (their DIRECT signals and NCCL
+    /// communicator are shared): this lock orders them.
+    device_ops: Mutex<()>,
     col_major_default: bool,
     device: Option<DeviceState>,
     caps: Capabilities,
@@ -62,7 +68,9 @@ impl Handle {
         Handle {
             shared: Arc::new(Shared {
                 comm,
-                workspace: Mutex::new(Workspace::default()),
+                grids: AtomicU64::new(0),
+                pool: Pool::default(),
+                device_ops: Mutex::new(()),
                 col_major_default,
                 device,
                 caps: Capabilities::default(),
@@ -103,8 +111,16 @@ impl Handle {
         self.shared.col_major_default
     }
 
-    pub(crate) fn workspace(&self) -> &Mutex<Workspace> {
-        &self.shared.workspace
+    pub(crate) fn next_grid_serial(&self) -> u64 {
+        self.shared.grids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A workspace slot for one operation (see [`Pool`]). Host handles lend concurrent
+    /// operations (threads on distinct grids) slots of their own; a GPU handle's
+    /// operations take turns.
+    pub(crate) fn lease(&self) -> (Option<MutexGuard<'_, ()>>, Lease) {
+        let turn = self.is_gpu().then(|| lock(&self.shared.device_ops));
+        (turn, self.shared.pool.lease())
     }
 
     /// Collective: true when every rank runs on this rank's node.
@@ -153,14 +169,21 @@ impl Handle {
         let token = slice_bytes.as_ref().map_or(-1, |b| b.unwrap_or(0));
         self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &token.to_le_bytes())?;
         let slice_bytes = slice_bytes?;
+        let check = grid::check_collectives_from_env();
+        let token = check.as_ref().map_or(2, |&c| u8::from(c));
+        self.check_agreement("CUDECOMP_CHECK_COLLECTIVES", &[token])?;
+        let check = check?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
+        // Grids whose pencils the library cannot address are refused now, not at the
+        // first query (the same on every rank).
+        grid.max_pencil_sizes()?;
         self.check_backends(&grid)?;
         let host_threads = if self.is_gpu() {
             1
         } else {
             self.host_threads()?
         };
-        GridDesc::new(self.clone(), grid, slice_bytes, host_threads)
+        GridDesc::new(self.clone(), grid, slice_bytes, host_threads, check)
     }
 
     /// Collective: `NotSupported` on every rank unless this handle can run the grid's
@@ -211,9 +234,7 @@ impl Handle {
                     unsupported!("{what} DIRECT needs every rank's GPU in one node (CUDA IPC)");
                 }
             } else if !self.host_direct_ok()? {
-                unsupported!(
-                    "{what} DIRECT needs every rank on one node, sharing memory through /dev/shm"
-                );
+                unsupported!("{what} DIRECT needs every rank on one node, sharing memory");
             }
         }
         Ok(())
@@ -223,7 +244,7 @@ impl Handle {
     pub fn finalize(&self) -> Result<()> {
         if let Some(dev) = &self.shared.device {
             // Deregistered while the communicator lives.
-            lock(&self.shared.workspace).drop_registered()?;
+            self.shared.pool.each(Workspace::drop_registered)?;
             dev.destroy_nccl()?;
         }
         self.comm().free()

@@ -56,7 +56,14 @@ impl Mover for HostMover {
         }
         let stream = self.streamed.is_some_and(|o| o.ptr() == dst.ptr());
         let bytes = c.cells() as usize * elem;
-        let parts = (bytes / PART_MIN_BYTES).clamp(1, self.threads);
+        // Parts run concurrently: only where what the copy reads and what it writes lie in
+        // separate byte ranges, so that no thread can read what another one writes even
+        // when the caller breaks the disjointness contract (see `copy3`).
+        let parts = if spans_meet(elem, src, dst, c) {
+            1
+        } else {
+            (bytes / PART_MIN_BYTES).clamp(1, self.threads)
+        };
         if parts == 1 {
             return copy_checked(elem, src, dst, c, stream);
         }
@@ -94,8 +101,23 @@ fn streaming_allowed() -> bool {
     *ON.get_or_init(|| std::env::var("CUDECOMP_HOST_STREAMING").map_or(true, |v| v.trim() != "0"))
 }
 
+/// True when the byte range `c` reads from `src` and the one it writes in `dst` meet.
+fn spans_meet(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> bool {
+    let e = elem as i64;
+    let span = |b: Buf, lo: i64, hi: i64| (b.ptr() as i64 + lo * e, b.ptr() as i64 + hi * e);
+    let (s0, s1) = span(src, c.src_start(), c.src_end());
+    let (d0, d1) = span(dst, c.dst_start(), c.dst_end());
+    s0 < d1 && d0 < s1
+}
+
 /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`,
 /// after checking that every touched element lies inside both buffers.
+///
+/// `src` and `dst` may be the same buffer: the contract is that the elements `c` reads
+/// and the elements it writes are disjoint, as in a periodic halo wrap, which copies
+/// interior cells into the halo of the same array. Where they are not, the values written
+/// are unspecified (the copy order is), but memory safety holds: rows are moved with
+/// overlap-tolerant copies, and [`HostMover`] runs such copies on one thread.
 pub fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
     if !super::check_copy(elem, src, dst, c)? {
         return Ok(());
@@ -105,9 +127,10 @@ pub fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
 
 /// [`copy3`] after the bounds check; `stream` writes long dense rows around the cache.
 fn copy_checked(elem: usize, src: Buf, dst: Buf, c: &Copy3, stream: bool) -> Result<()> {
-    // SAFETY: all touched elements are inside the buffers (checked by the caller); sources
-    // and destinations of one copy never overlap (plans route in-place work through the
-    // workspace), and parts of one split copy write disjoint cells.
+    // SAFETY: all touched elements are inside the buffers (checked by the caller), which
+    // their creators keep valid for the operation (`Buf::new`); the kernel tolerates reads
+    // and writes of the same bytes, and concurrent parts (`HostMover::copy`) write
+    // disjoint cells and never read the byte range any part writes.
     unsafe {
         match elem {
             4 => kernel::<u32>(src.ptr(), dst.ptr(), c, stream),
@@ -124,8 +147,10 @@ fn copy_checked(elem: usize, src: Buf, dst: Buf, c: &Copy3, stream: bool) -> Res
 const TILE: i64 = 32;
 
 /// # Safety
-/// Every element described by `c` must be inside the allocations at `src` and `dst`,
-/// which must not overlap.
+/// Every element described by `c` must be inside the allocations at `src` and `dst`, valid
+/// for reads and writes, with no other thread writing what this copy reads or touching
+/// what it writes. The two may be the same allocation; where written elements are also
+/// read, the values written depend on the copy order.
 unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool) {
     let e = std::mem::size_of::<T>() as isize;
     let ext = c.extent;
@@ -134,7 +159,9 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool)
     let inner = ax[0];
     let ss = c.src_strides.map(|s| s as isize * e);
     let ds = c.dst_strides.map(|s| s as isize * e);
-    // SAFETY (whole body): offsets stay within the extents checked by the caller.
+    // SAFETY: (whole body) every offset stays within the extents the caller checked; all
+    // accesses go through raw pointers, unaligned, and rows are moved with overlap-tolerant
+    // copies, so reads and writes of the same bytes are well defined.
     unsafe {
         let sp = src.offset(c.src_offset as isize * e);
         let dp = dst.offset(c.dst_offset as isize * e);
@@ -156,7 +183,7 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool)
                     if dense && stream {
                         copy_streaming(s, d, n as usize * e as usize);
                     } else if dense {
-                        std::ptr::copy_nonoverlapping(s, d, n as usize * e as usize);
+                        std::ptr::copy(s, d, n as usize * e as usize);
                     } else {
                         for i in 0..n as isize {
                             let v = std::ptr::read_unaligned(s.offset(i * ss[inner]).cast::<T>());
@@ -205,24 +232,24 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool)
 }
 
 /// Rows shorter than a cache line are copied through the cache even in streaming mode.
-/// Short rows still stream well when they fill whole lines: 16 ranks on a 16-core Xeon,
-/// 256³ complex128 X→Y (rows of 256 B to 2 KiB) took 7.1–12.4 ms streaming rows of 64 B
-/// and more, 8.0–14.7 ms streaming only rows of 1 KiB and more.
+/// Short rows still stream well when they fill whole lines (measured: bench/RESULTS.md).
 const STREAM_MIN_ROW: i64 = 64;
 
 /// Copies `n` bytes with stores that bypass the cache (no read-for-ownership of the
 /// destination lines).
 ///
 /// # Safety
-/// `s..s+n` must be readable, `d..d+n` writable, and the two must not overlap.
+/// `s..s+n` must be readable and `d..d+n` writable, with no other thread writing the one
+/// or touching the other. Where the two overlap, the bytes written depend on the copy
+/// order.
 #[cfg(target_arch = "x86_64")]
 unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     let head = d.align_offset(16).min(n);
-    // SAFETY: every access stays inside the ranges the caller vouches for; the streamed
-    // stores are 16-byte aligned (after `head`).
+    // SAFETY: every access stays inside the ranges the caller vouches for, through raw
+    // pointers (unaligned loads; the streamed stores are 16-byte aligned after `head`).
     unsafe {
-        std::ptr::copy_nonoverlapping(s, d, head);
+        std::ptr::copy(s, d, head);
         let mut i = head;
         while i + 64 <= n {
             let v0 = _mm_loadu_si128(s.add(i).cast::<__m128i>());
@@ -242,7 +269,7 @@ unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
             );
             i += 16;
         }
-        std::ptr::copy_nonoverlapping(s.add(i), d.add(i), n - i);
+        std::ptr::copy(s.add(i), d.add(i), n - i);
     }
 }
 
@@ -252,8 +279,8 @@ unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
 /// As for the x86-64 version.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
-    // SAFETY: as vouched for by the caller.
-    unsafe { std::ptr::copy_nonoverlapping(s, d, n) }
+    // SAFETY: the caller vouches for both ranges; `copy` tolerates their overlap.
+    unsafe { std::ptr::copy(s, d, n) }
 }
 
 #[cfg(test)]
@@ -361,6 +388,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A periodic wrap's shape: the left half of every row copied onto its right half,
+    /// within one buffer (interleaved spans), threads offered.
+    #[test]
+    fn copies_within_one_buffer() {
+        let (w, h) = (128i64, 1024i64);
+        let b = Box3 {
+            lo: [0; 3],
+            len: [w / 2, h, 1],
+        };
+        let l = Layout::packed(
+            &Box3 {
+                lo: [0; 3],
+                len: [w, h, 1],
+            },
+            [0, 1, 2],
+            0,
+        );
+        let c = Copy3::between(&b, &l, &l.shifted([w / 2, 0, 0]));
+        let mut v: Vec<u64> = (0..(w * h) as u64).collect();
+        let buf = crate::mem::test_buf(bytemuck_u8(&mut v));
+        HostMover::new(4).copy(8, buf, buf, &c).unwrap();
+        for y in 0..h {
+            for x in 0..w {
+                let from = if x < w / 2 { x } else { x - w / 2 };
+                assert_eq!(v[(y * w + x) as usize], (y * w + from) as u64);
+            }
+        }
+    }
+
+    fn bytemuck_u8(v: &mut [u64]) -> &mut [u8] {
+        let n = std::mem::size_of_val(v);
+        // SAFETY: u64 has no padding and any byte pattern is a valid u8; the length covers
+        // exactly the vector's elements, borrowed mutably for the result's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n) }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Node-shared host memory for the DIRECT backend: each rank's workspace lives in a POSIX
-//! shared-memory object that every other rank of the node maps, so packing writes each
+//! Node-shared host memory for the DIRECT backend: each rank's workspace lives in a
+//! shared-memory object (an anonymous memory file, or a named POSIX object where peers
+//! cannot open memory files) that every other rank of the node maps, so packing writes each
 //! chunk straight into the receiving rank's workspace with plain stores: no MPI message,
 //! no system call per transfer, one pass over the data on each side.
 
@@ -36,59 +37,52 @@ fn os_error(what: &str, name: &str) -> String {
     format!("{what} {name}: {}", std::io::Error::last_os_error())
 }
 
-/// Opens (creating when `create`) the object `name` of `len` bytes and maps it.
-fn map(name: &str, len: usize, create: bool) -> std::result::Result<Mapping, String> {
-    let c = CString::new(name).map_err(|e| e.to_string())?;
-    let flags = if create {
-        libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
-    } else {
-        libc::O_RDWR
-    };
-    // SAFETY: plain libc calls on a NUL-terminated name; the descriptor is closed below
-    // (the mapping keeps the object alive).
-    unsafe {
-        let fd = libc::shm_open(c.as_ptr(), flags, 0o600);
-        if fd < 0 {
-            return Err(os_error("shm_open", name));
+/// Maps `len` bytes of the open descriptor `fd`; `fresh` reserves the pages first (a full
+/// /dev/shm or memory limit then fails here, not with SIGBUS later). Closes `fd` unless
+/// `keep`.
+///
+/// # Safety
+/// `fd` must be an open descriptor of a shared-memory object this process may map.
+unsafe fn map_fd(
+    fd: libc::c_int,
+    len: usize,
+    fresh: bool,
+    what: &str,
+) -> std::result::Result<Mapping, String> {
+    let mut err = None;
+    if fresh {
+        // SAFETY: `fd` is open (caller); plain libc call.
+        let rc = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+        if rc != 0 {
+            err = Some(format!(
+                "reserving {len} bytes for {what}: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
         }
-        let mut err = None;
-        if create {
-            // Reserve the pages now: a full /dev/shm then fails here, not with SIGBUS later.
-            let rc = libc::posix_fallocate(fd, 0, len as libc::off_t);
-            if rc != 0 {
-                err = Some(format!(
-                    "reserving {len} bytes for {name}: {}",
-                    std::io::Error::from_raw_os_error(rc)
-                ));
-            }
-        }
-        let ptr = if err.is_none() {
-            let p = libc::mmap(
+    }
+    let mut ptr = libc::MAP_FAILED;
+    if err.is_none() {
+        // SAFETY: a fresh shared mapping of `len` bytes of `fd`; checked below.
+        ptr = unsafe {
+            libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd,
                 0,
-            );
-            if p == libc::MAP_FAILED {
-                err = Some(os_error("mmap", name));
-            }
-            p
-        } else {
-            libc::MAP_FAILED
+            )
         };
-        libc::close(fd);
-        if let Some(e) = err {
-            if create {
-                libc::shm_unlink(c.as_ptr());
-            }
-            return Err(e);
+        if ptr == libc::MAP_FAILED {
+            err = Some(os_error("mmap", what));
         }
-        Ok(Mapping {
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(Mapping {
             ptr: ptr.cast(),
             len,
-        })
+        }),
     }
 }
 
@@ -96,6 +90,137 @@ fn unlink(name: &str) {
     if let Ok(c) = CString::new(name) {
         // SAFETY: removes the name only; mappings stay valid.
         unsafe { libc::shm_unlink(c.as_ptr()) };
+    }
+}
+
+/// How a rank's workspace object is found by its peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// An anonymous memory file (`memfd_create`), opened by peers through
+    /// `/proc/<pid>/fd/<fd>` while its creator keeps the descriptor: it has no name in
+    /// /dev/shm, so nothing is left behind when a job is killed.
+    Memfd = 1,
+    /// A named POSIX shared-memory object, unlinked once every peer has mapped it (the
+    /// fallback where peers cannot open each other's descriptors).
+    Named = 2,
+}
+
+/// This rank's own workspace object.
+struct Own {
+    /// What peers compare to notice a new object (unique within the job).
+    id: String,
+    /// What peers open.
+    path: String,
+    map: Mapping,
+    /// The memory file's descriptor (memfd), kept until every peer has mapped it.
+    fd: Option<libc::c_int>,
+    /// The name to unlink (named objects), until every peer has mapped it.
+    name: Option<String>,
+}
+
+impl Own {
+    fn create(kind: Kind, len: usize) -> std::result::Result<Own, String> {
+        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        match kind {
+            Kind::Memfd => {
+                // The raw system call: glibc's wrapper is newer than the oldest glibc the
+                // wheels support.
+                // SAFETY: memfd_create with a NUL-terminated name and MFD_CLOEXEC (1).
+                let fd = unsafe {
+                    libc::syscall(libc::SYS_memfd_create, c"cudecomp-workspace".as_ptr(), 1)
+                } as libc::c_int;
+                if fd < 0 {
+                    return Err(os_error("memfd_create", "workspace"));
+                }
+                // SAFETY: `fd` was just created.
+                match unsafe { map_fd(fd, len, true, "a memory file") } {
+                    Ok(map) => Ok(Own {
+                        id: format!("memfd:{pid}:{serial}"),
+                        path: format!("/proc/{pid}/fd/{fd}"),
+                        map,
+                        fd: Some(fd),
+                        name: None,
+                    }),
+                    Err(e) => {
+                        // SAFETY: our descriptor.
+                        unsafe { libc::close(fd) };
+                        Err(e)
+                    }
+                }
+            }
+            Kind::Named => {
+                let name = format!("/cudecomp-{pid}-{serial}");
+                let c = CString::new(name.clone()).map_err(|e| e.to_string())?;
+                // SAFETY: plain libc call on a NUL-terminated name.
+                let fd = unsafe {
+                    libc::shm_open(
+                        c.as_ptr(),
+                        libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                        0o600,
+                    )
+                };
+                if fd < 0 {
+                    return Err(os_error("shm_open", &name));
+                }
+                // SAFETY: `fd` was just opened; the mapping keeps the object alive.
+                let mapped = unsafe { map_fd(fd, len, true, &name) };
+                // SAFETY: our descriptor.
+                unsafe { libc::close(fd) };
+                match mapped {
+                    Ok(map) => Ok(Own {
+                        id: format!("named:{name}"),
+                        path: name.clone(),
+                        map,
+                        fd: None,
+                        name: Some(name),
+                    }),
+                    Err(e) => {
+                        unlink(&name);
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Once every peer has mapped a named object, its name can go: the memory lives on in
+    /// the mappings. A memory file's descriptor stays open while the object lives, as a
+    /// peer may map it later (threads on several grids pair workspaces differently); it
+    /// dies with the process, so nothing is left behind.
+    fn release_name(&mut self) {
+        if let Some(name) = self.name.take() {
+            unlink(&name);
+        }
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        if let Some(fd) = self.fd.take() {
+            // SAFETY: our descriptor; the mapping does not need it.
+            unsafe { libc::close(fd) };
+        }
+        self.release_name();
+    }
+}
+
+/// Opens and maps a peer's object of `kind` at `path` (`len` bytes).
+fn map_peer(kind: Kind, path: &str, len: usize) -> std::result::Result<Mapping, String> {
+    let c = CString::new(path).map_err(|e| e.to_string())?;
+    // SAFETY: plain libc calls on a NUL-terminated path; the descriptor is closed after
+    // mapping (the mapping keeps the object alive).
+    unsafe {
+        let fd = match kind {
+            Kind::Memfd => libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC),
+            Kind::Named => libc::shm_open(c.as_ptr(), libc::O_RDWR, 0o600),
+        };
+        if fd < 0 {
+            return Err(os_error("open", path));
+        }
+        let m = map_fd(fd, len, false, path);
+        libc::close(fd);
+        m
     }
 }
 
@@ -111,7 +236,8 @@ const AREAS: usize = 2;
 /// peer's second area what it has taken from what that peer delivered.
 #[derive(Default)]
 pub struct SharedWorkspaces {
-    own: Option<(String, Mapping)>,
+    own: Option<Own>,
+    /// Peers' objects as mapped here, with their ids.
     peers: Vec<Option<(String, Mapping)>>,
     ranks: usize,
     ops: u64,
@@ -122,79 +248,103 @@ impl SharedWorkspaces {
     /// object replaces a smaller one) and maps every peer's that changed. Fails on every
     /// rank when one rank cannot get its memory. Doubles as a barrier: when it returns,
     /// every rank has finished its previous operation on these workspaces.
+    ///
+    /// New objects are anonymous memory files; when some peer cannot open them, every
+    /// rank that made one makes a named object instead and all map again.
     pub fn exchange(&mut self, comm: &dyn Communicator, bytes: usize) -> Result<Buf> {
-        let mut failure = None;
-        let mut fresh = false;
         self.ranks = comm.size();
-        self.ops += 1;
         let bytes = bytes.div_ceil(SLOT) * SLOT + self.tail();
-        if self.own.as_ref().is_none_or(|(_, m)| m.len < bytes) {
-            let name = format!(
-                "/cudecomp-{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            );
-            match map(&name, bytes.max(8), true) {
-                Ok(m) => {
-                    self.own = Some((name, m));
-                    fresh = true;
+        let grow = self.own.as_ref().is_none_or(|o| o.map.len < bytes);
+        let mut kind = Kind::Memfd;
+        loop {
+            let mut failure = None;
+            if grow {
+                self.own = None;
+                match Own::create(kind, bytes.max(8)) {
+                    Ok(o) => self.own = Some(o),
+                    Err(e) => failure = Some(e),
                 }
-                Err(e) => failure = Some(e),
             }
-        }
-        let mut mine = vec![u8::from(failure.is_some()), u8::from(fresh)];
-        if let Some((name, m)) = &self.own {
-            mine.extend((m.len as u64).to_le_bytes());
-            mine.extend(name.as_bytes());
-        }
-        let all = allgather_bytes(comm, &mine)?;
-        if let Some(r) = all.iter().position(|v| v.first() != Some(&0)) {
-            return Err(Error::NotSupported(format!(
-                "DIRECT backend: rank {r} could not get {bytes} bytes of node-shared memory{}; enlarge /dev/shm or choose an MPI backend",
-                failure.map(|e| format!(" ({e})")).unwrap_or_default()
-            )));
-        }
-        self.peers.resize_with(all.len(), || None);
-        let mut mapped = Ok(());
-        for (r, v) in all.iter().enumerate() {
-            if r == comm.rank() || v.len() < 10 {
-                continue;
+            // Record: failed, fresh, kind, operations so far, length, then "id\npath".
+            let mut mine = vec![u8::from(failure.is_some()), u8::from(grow), kind as u8];
+            mine.extend(self.ops.to_le_bytes());
+            if let Some(o) = &self.own {
+                mine.extend((o.map.len as u64).to_le_bytes());
+                mine.extend(format!("{}\n{}", o.id, o.path).as_bytes());
             }
-            let len = u64::from_le_bytes(v[2..10].try_into().unwrap_or([0; 8])) as usize;
-            let name = String::from_utf8_lossy(&v[10..]).into_owned();
-            if self.peers[r].as_ref().is_some_and(|(n, _)| *n == name) {
-                continue;
+            let all = allgather_bytes(comm, &mine)?;
+            if let Some(r) = all.iter().position(|v| v.first() != Some(&0)) {
+                self.own = None;
+                return Err(Error::NotSupported(format!(
+                    "DIRECT backend: rank {r} could not get {bytes} bytes of node-shared memory{}; raise the memory limit (or enlarge /dev/shm, which named objects use) or choose an MPI backend",
+                    failure.map(|e| format!(" ({e})")).unwrap_or_default()
+                )));
             }
-            self.peers[r] = None;
-            match map(&name, len, false) {
-                Ok(m) => self.peers[r] = Some((name, m)),
-                Err(e) => mapped = Err(e),
+            // Every rank numbers this operation alike, past what any of the workspaces
+            // taking part has seen (threads on several grids may pair different ones), so
+            // signals of earlier operations never read as this one's.
+            let word = |v: &Vec<u8>, at: usize| {
+                v.get(at..at + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes)
+            };
+            self.ops = all.iter().map(|v| word(v, 3)).max().unwrap_or(0) + 1;
+            self.peers.resize_with(all.len(), || None);
+            let mut mapped = Ok(());
+            for (r, v) in all.iter().enumerate() {
+                if r == comm.rank() || v.len() < 19 {
+                    continue;
+                }
+                let peer_kind = if v[2] == Kind::Named as u8 {
+                    Kind::Named
+                } else {
+                    Kind::Memfd
+                };
+                let len = word(v, 11) as usize;
+                let text = String::from_utf8_lossy(&v[19..]).into_owned();
+                let (id, path) = text.split_once('\n').unwrap_or((&text, ""));
+                if self.peers[r].as_ref().is_some_and(|(i, _)| i == id) {
+                    continue;
+                }
+                self.peers[r] = None;
+                match map_peer(peer_kind, path, len) {
+                    Ok(m) => self.peers[r] = Some((id.to_owned(), m)),
+                    Err(e) => mapped = Err(e),
+                }
             }
-        }
-        if all.iter().any(|v| v.get(1) == Some(&1)) {
-            // Some rank published a new object. Once everybody has tried to open it (this
-            // gather), its name can go: the memory lives on in the mappings.
+            if !all.iter().any(|v| v.get(1) == Some(&1)) {
+                break;
+            }
+            // Some rank published a new object: once everybody has tried to open it (this
+            // gather), a name can go.
             let flags = allgather_bytes(comm, &[u8::from(mapped.is_err())])?;
-            if fresh {
-                if let Some((name, _)) = &self.own {
-                    unlink(name);
+            if grow {
+                if let Some(o) = self.own.as_mut() {
+                    o.release_name();
                 }
             }
-            if let Some(r) = flags.iter().position(|f| f.first() != Some(&0)) {
+            let Some(r) = flags.iter().position(|f| f.first() != Some(&0)) else {
+                break;
+            };
+            if kind == Kind::Named {
                 return Err(Error::NotSupported(format!(
                     "DIRECT backend: rank {r} could not map a peer's shared workspace{}; all ranks must share one node",
                     mapped.err().map(|e| format!(" ({e})")).unwrap_or_default()
                 )));
             }
+            // Some peer cannot open memory files (e.g. /proc restrictions): the ranks that
+            // made one make a named object instead, everyone again.
+            kind = Kind::Named;
         }
         self.own_buf()
     }
 
     fn own_buf(&self) -> Result<Buf> {
-        let (_, m) = self
+        let m = &self
             .own
             .as_ref()
-            .ok_or_else(|| Error::Internal("shared workspace missing".into()))?;
+            .ok_or_else(|| Error::Internal("shared workspace missing".into()))?
+            .map;
         // SAFETY: the mapping is owned here and outlives the operation holding the lock;
         // the signal slots at its end are left out.
         Ok(unsafe { Buf::new(m.ptr, m.len - self.tail()) })
@@ -205,9 +355,9 @@ impl SharedWorkspaces {
         SLOT * self.ranks * AREAS
     }
 
-    /// Number of the current operation (counts `exchange` calls, which every rank makes
-    /// alike): signals carry it so that a stale value from an earlier operation never
-    /// reads as a delivery.
+    /// Number of the current operation (agreed in each `exchange`, the same on every
+    /// rank and increasing in every workspace): signals carry it so that a stale value
+    /// from an earlier operation never reads as a delivery.
     pub fn op(&self) -> u64 {
         self.ops
     }
@@ -226,7 +376,7 @@ impl SharedWorkspaces {
     fn slot(&self, r: usize, area: usize, who: usize) -> Option<&AtomicU64> {
         let m = match self.peers.get(r).and_then(|p| p.as_ref()) {
             Some((_, m)) => m,
-            None => &self.own.as_ref()?.1,
+            None => &self.own.as_ref()?.map,
         };
         if who >= self.ranks || m.len < self.tail() {
             return None;

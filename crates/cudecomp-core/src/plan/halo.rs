@@ -14,8 +14,11 @@ pub struct HaloSpec {
     pub axis: Axis,
     /// Global dimension whose halos are updated.
     pub dim: Axis,
+    /// Halo extents of the pencil per global axis (X, Y, Z); `halo[dim]` cells move.
     pub halo: [i64; 3],
+    /// Periodic boundaries per global axis: the first and last ranks are neighbours.
     pub periods: [bool; 3],
+    /// Padding of the pencil per global axis, never exchanged.
     pub padding: [i64; 3],
 }
 
@@ -51,8 +54,11 @@ impl HaloSide {
 /// Everything one rank needs to execute a halo update.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HaloPlan {
+    /// The update this plan executes.
     pub spec: HaloSpec,
+    /// This rank's pencil, halos and padding included.
     pub info: PencilInfo,
+    /// Where each global cell of the pencil sits in the array.
     pub layout: Layout,
     /// Neighbour global ranks (`None` at a non-periodic boundary).
     pub neighbours: [Option<usize>; 2],
@@ -115,12 +121,18 @@ impl HaloPlan {
             return Ok(None);
         }
         let own = grid.axis_range(spec.axis, rank, d).1;
-        for r in [Some(rank), neighbours[0], neighbours[1]]
-            .into_iter()
-            .flatten()
-        {
+        // Checked over every rank that exchanges, not just this one's neighbours: the
+        // geometry is the same everywhere, so all ranks refuse alike instead of some
+        // waiting for a face that a refusing rank never sends.
+        for r in 0..grid.nranks() {
+            let exchanges = [-1, 1].into_iter().any(|disp| {
+                matches!(
+                    grid.shifted_rank(spec.axis as i64, r, d as i64, disp, periodic),
+                    Ok(Some(_))
+                )
+            });
             let len = grid.axis_range(spec.axis, r, d).1;
-            if h > len {
+            if exchanges && h > len {
                 invalid!(
                     "halo_extents[{d}] = {h} exceeds the {len} cells rank {r} owns along dimension {d}: a halo may not span more than the nearest neighbour"
                 );

@@ -89,10 +89,15 @@ impl Layout {
 /// One strided 3-D copy, axes in global order: `extent[g]` cells along global axis `g`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Copy3 {
+    /// Element offset of the first cell in the source.
     pub src_offset: i64,
+    /// Element stride of each global axis in the source.
     pub src_strides: [i64; 3],
+    /// Element offset of the first cell in the destination.
     pub dst_offset: i64,
+    /// Element stride of each global axis in the destination.
     pub dst_strides: [i64; 3],
+    /// Cells copied along each global axis.
     pub extent: [i64; 3],
 }
 

@@ -76,9 +76,13 @@ pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64, max: usize) -> usi
 /// The four global transposes; the discriminant is upstream's operation index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
+    /// X-pencils to Y-pencils, within each process-grid column.
     XToY = 0,
+    /// Y-pencils to Z-pencils, within each process-grid row.
     YToZ = 1,
+    /// Z-pencils to Y-pencils, within each process-grid row.
     ZToY = 2,
+    /// Y-pencils to X-pencils, within each process-grid column.
     YToX = 3,
 }
 
@@ -128,9 +132,13 @@ impl Direction {
 /// Halos and padding of a transpose's input and output, global order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TransposeLayouts {
+    /// Halo cells on each side of the input pencil (left as they are).
     pub input_halo: [i64; 3],
+    /// Padding after the input pencil's cells (never read).
     pub input_padding: [i64; 3],
+    /// Halo cells on each side of the output pencil (not written).
     pub output_halo: [i64; 3],
+    /// Padding after the output pencil's cells (not written).
     pub output_padding: [i64; 3],
 }
 
@@ -148,11 +156,17 @@ pub struct Chunk {
 /// Everything a rank needs to execute one transpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransposePlan {
+    /// Which transpose.
     pub direction: Direction,
+    /// This rank's input pencil.
     pub input: PencilInfo,
+    /// This rank's output pencil.
     pub output: PencilInfo,
+    /// Where each global cell of the input sits in its array.
     pub in_layout: Layout,
+    /// Where each global cell of the output sits in its array.
     pub out_layout: Layout,
+    /// The sub-communicator the chunks travel through.
     pub comm: CommAxis,
     /// Global ranks of the exchanging sub-communicator, by sub-communicator rank.
     pub members: Vec<usize>,
