@@ -105,8 +105,9 @@ def stream() -> Iterator[Any]:
 
 @pytest.mark.parametrize("pdims", factor_pairs(NRANKS), ids=lambda p: f"{p[0]}x{p[1]}")
 @pytest.mark.parametrize("backend", [TransposeCommBackend.NCCL, TransposeCommBackend.NCCL_PL], ids=lambda b: b.name)
-def test_capture_and_replay(handle: cudecomp.Handle, stream: Any, backend: TransposeCommBackend, pdims: tuple[int, int]) -> None:
-    with handle.create_grid(config(backend, HaloCommBackend.NCCL, pdims)) as grid:
+def test_capture_and_replay(comm: MPI.Comm, stream: Any, backend: TransposeCommBackend, pdims: tuple[int, int]) -> None:
+    # A handle of its own: a capture freezes the handle's workspace at its size.
+    with cudecomp.Handle(comm) as h, h.create_grid(config(backend, HaloCommBackend.NCCL, pdims)) as grid:
         seq = Sequence7(grid, stream)
         seq.load(1.0)
         seq.run()  # warm-up: workspace, library stream and kernels set up eagerly

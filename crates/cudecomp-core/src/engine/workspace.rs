@@ -41,8 +41,10 @@ pub struct Workspace {
     /// The current operation is being captured into a CUDA graph: nothing may grow, and
     /// the ordering events of eager operations are left alone.
     capturing: bool,
-    /// A captured graph uses the device buffers: they may never be replaced again.
-    frozen: bool,
+    /// A captured graph uses the device buffer: it may never be replaced again.
+    device_frozen: bool,
+    /// A captured graph uses the registered buffer: likewise.
+    registered_frozen: bool,
 }
 
 /// What a capture needs that only an eager run can set up.
@@ -95,16 +97,15 @@ impl Workspace {
     }
 
     /// Starts an operation on the device: `capturing` when its stream is being captured
-    /// into a CUDA graph (the buffers it gets are then frozen for good).
+    /// into a CUDA graph (the buffers it then gets are frozen for good).
     pub(crate) fn begin(&mut self, capturing: bool) {
         self.capturing = capturing;
-        self.frozen |= capturing;
     }
 
     /// True when a captured graph uses this workspace and the registered buffer holds
     /// fewer than `bytes`: it cannot grow, so NCCL exchanges through the caller's `work`.
     pub(crate) fn registered_frozen_short(&self, bytes: usize) -> bool {
-        self.frozen && self.registered.as_ref().map_or(0, RegisteredAlloc::bytes) < bytes
+        self.registered_frozen && self.registered.as_ref().map_or(0, RegisteredAlloc::bytes) < bytes
     }
 
     /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
@@ -119,13 +120,14 @@ impl Workspace {
         stream: Stream,
     ) -> Result<Buf> {
         let have = self.device.as_ref().map_or(0, DeviceAlloc::bytes);
-        if (self.capturing || self.frozen) && have < bytes {
-            return Err(if have == 0 && self.capturing {
+        if (self.capturing || self.device_frozen) && have < bytes {
+            return Err(if self.capturing && !self.device_frozen {
                 warm_up_first("the workspace")
             } else {
                 frozen_error(bytes, have)
             });
         }
+        self.device_frozen |= self.capturing;
         if !self.capturing {
             if let Some(e) = &self.last_use {
                 e.wait_on(stream)?;
@@ -164,13 +166,14 @@ impl Workspace {
             return Ok(None);
         }
         let have = self.registered.as_ref().map_or(0, RegisteredAlloc::bytes);
-        if (self.capturing || self.frozen) && have < bytes {
-            return Err(if have == 0 && self.capturing {
+        if (self.capturing || self.registered_frozen) && have < bytes {
+            return Err(if self.capturing && !self.registered_frozen {
                 warm_up_first("the NCCL-registered workspace")
             } else {
                 frozen_error(bytes, have)
             });
         }
+        self.registered_frozen |= self.capturing;
         if !self.capturing {
             if let Some(e) = &self.last_use {
                 e.wait_on(stream)?;
