@@ -178,6 +178,7 @@ def relabel_wheel(wheel_directory: str, filename: str, label: str) -> str:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zout:
             for info, data in contents:
                 zout.writestr(info, record if info.filename == record_name else data)
+        shutil.copymode(src, tmp)  # mkstemp made it private
         os.replace(tmp, os.path.join(wheel_directory, new_filename))
     except BaseException:
         os.unlink(tmp)
