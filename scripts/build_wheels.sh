@@ -70,7 +70,7 @@ setup_rust_web() {
     libstd=$(apt-cache show "libstd-rust-web-dev=$ver" | sed -n 's/^Depends:.*\(libstd-rust-web-[0-9][0-9.]*\) .*/\1/p' | head -n 1)
     llvm=$(apt-cache show "$libstd=$ver" | grep -o 'libllvm[0-9]*' | head -n 1)
     debs=$(mktemp -d)
-    chmod 755 "$debs"  # apt's sandbox user writes there
+    chmod 777 "$debs"  # apt-get download writes there as its sandbox user (_apt)
     (cd "$debs" && apt-get download -q "rustc-web=$ver" "$libstd=$ver" "libstd-rust-web-dev=$ver" \
         "libstd-rust-web-dev:arm64=$ver" "$llvm")
     rm -rf "$RUST_WEB"
