@@ -58,7 +58,7 @@ setup_rust_web() {
         || die "no aarch64 Rust standard library: run 'rustup target add aarch64-unknown-linux-gnu' (or install Debian's libstd-rust-web-dev:arm64)"
     log "aarch64 standard library from Debian's Rust (rustc-web + libstd-rust-web-dev:arm64, unpacked into .venv/rust-web)"
     local sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
-    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    if ! grep -qx arm64 <<<"$(dpkg --print-foreign-architectures)"; then
         $sudo dpkg --add-architecture arm64
         $sudo apt-get update -q
     elif ! apt-cache show libstd-rust-web-dev:arm64 >/dev/null 2>&1; then
@@ -162,11 +162,18 @@ for whl in "$OUT"/cudecomp-*.whl; do
     else
         echo "  FAIL $name: $report"; fail=1
     fi
+    meta=$(unzip -p "$whl" '*.dist-info/METADATA')
     case $name in
-        *+cpu-*) unzip -p "$whl" '*.dist-info/METADATA' | grep -qx 'Version: [0-9.]*+cpu' || { echo "  FAIL $name: METADATA lacks +cpu"; fail=1; } ;;
-        *) unzip -p "$whl" '*.dist-info/METADATA' | grep -qx 'Version: [0-9.]*' || { echo "  FAIL $name: METADATA version"; fail=1; } ;;
+        *+cpu-*) grep -qx 'Version: [0-9.]*+cpu' <<<"$meta" || { echo "  FAIL $name: METADATA lacks +cpu"; fail=1; } ;;
+        *) grep -qx 'Version: [0-9.]*' <<<"$meta" || { echo "  FAIL $name: METADATA version"; fail=1; } ;;
     esac
 done
-[ "$fail" = 0 ] || die "a wheel failed its checks"
+sdist=$(ls "$OUT"/cudecomp-*.tar.gz)
+listing=$(tar tzf "$sdist")
+for f in pyproject.toml build_backend/cudecomp_build.py LICENSE README.md Cargo.lock crates/cudecomp-py/build.rs; do
+    grep -q "^cudecomp-[^/]*/$f\$" <<<"$listing" || { echo "  FAIL $(basename "$sdist") lacks $f"; fail=1; }
+done
+[ "$fail" = 0 ] && echo "  ok   $(basename "$sdist"): has the build backend, LICENSE, README, Cargo.lock"
+[ "$fail" = 0 ] || die "a wheel or the sdist failed its checks"
 log "dist/"
 ls -l "$OUT"/cudecomp-*
