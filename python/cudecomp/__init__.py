@@ -27,12 +27,13 @@ from ._log import log_to_root
 CPU_ONLY: bool = bool(_cudecomp.CPU_ONLY)
 """True in the CPU variant (NumPy arrays), False in the GPU variant (CUDA arrays)."""
 
-#: The version of the distribution, as its metadata has it (``importlib.metadata.version``):
-#: Cargo.toml's version, with the local label ``+cpu`` in the CPU variant — the label the
-#: build backend (build_backend/cudecomp_build.py) gives the CPU variant's wheel, from the
-#: same ``CUDECOMP_BUILD_CPU_ONLY`` that compiled this module (tests/test_packaging.py checks both agree).
 __version__: str = _cudecomp.VERSION + ("+cpu" if CPU_ONLY else "")
-"""The package version; the CPU variant's ends in ``+cpu``."""
+"""The package version; the CPU variant's ends in ``+cpu``.
+
+Equal to the installed distribution's ``importlib.metadata.version("cudecomp")``: both are
+Cargo.toml's version, and the build backend gives the CPU variant's wheel the same ``+cpu``
+label from the same ``CUDECOMP_BUILD_CPU_ONLY`` that compiled this module.
+"""
 
 
 def transpose_comm_backend_to_string(backend: TransposeCommBackend) -> str:
