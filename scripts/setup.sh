@@ -49,6 +49,8 @@ build_wheel() {
     rm -rf "$out"
     if [ "$variant" = cpu ]; then
         (cd "$ROOT" && CUDECOMP_BUILD_CPU_ONLY=ON "$VENVS/mpich/bin/maturin" build --release -q -o "$out")
+        # The CPU variant's wheel carries the +cpu local version, as `pip install .` makes it.
+        "$VENVS/mpich/bin/python" "$ROOT/build_backend/cudecomp_build.py" relabel-wheel "$out"/*.whl cpu >/dev/null
     else
         (cd "$ROOT" && env -u CUDECOMP_BUILD_CPU_ONLY "$VENVS/mpich/bin/maturin" build --release -q -o "$out")
     fi

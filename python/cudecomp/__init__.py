@@ -29,7 +29,12 @@ CPU_ONLY: bool = bool(_cudecomp.CPU_ONLY)
 """True in the CPU variant (NumPy arrays), False in the GPU variant (CUDA arrays)."""
 
 __version__: str = _cudecomp.VERSION + ("+cpu" if CPU_ONLY else "")
-"""The package version; the CPU variant's ends in ``+cpu``."""
+"""The package version; the CPU variant's ends in ``+cpu``.
+
+Equal to the installed distribution's ``importlib.metadata.version("cudecomp")``: both are
+Cargo.toml's version, and the build backend gives the CPU variant's wheel the same ``+cpu``
+label from the same ``CUDECOMP_BUILD_CPU_ONLY`` that compiled this module.
+"""
 
 
 def transpose_comm_backend_to_string(backend: TransposeCommBackend) -> str:

@@ -1,8 +1,18 @@
-"""Finding the CUDA libraries the GPU variant loads at run time (NVRTC, NCCL).
+"""Finding the CUDA libraries the GPU variant loads at run time (NVRTC, NCCL; NVSHMEM later).
 
-Order: an environment override (``CUDECOMP_NVRTC_LIB``, ``CUDECOMP_NCCL_LIB``), NVIDIA's
-PyPI wheels in site-packages, a CUDA toolkit under ``/usr/local/cuda*``, then the bare
-soname for the system loader.
+Order, for each library:
+
+1. an environment override (``CUDECOMP_NVRTC_LIB``, ``CUDECOMP_NCCL_LIB``,
+   ``CUDECOMP_NVSHMEM_LIB``): a path or a soname, used as given;
+2. NVIDIA's locator ``cuda-pathfinder`` (``cuda.pathfinder``), where it is installed
+   (``pip install cudecomp[cu13]``): NVIDIA's PyPI wheels in site-packages, conda,
+   ``CUDA_PATH``/``CUDA_HOME``, then the system loader; it loads the library it finds (or
+   reports the one already loaded in the process, by CuPy for example);
+3. otherwise, or where it finds nothing, our own search: NVIDIA's PyPI wheels in every
+   site-packages directory (same ``nvidia/*/lib`` layout on x86_64 and aarch64), a CUDA
+   toolkit under ``/usr/local/cuda*`` (``lib64`` and ``targets/{x86_64,sbsa}-linux/lib``)
+   and the distribution's multiarch library directory;
+4. the bare soname, for the system loader (``LD_LIBRARY_PATH``, ``ld.so.cache``).
 """
 
 from __future__ import annotations
@@ -15,20 +25,25 @@ import sys
 
 __all__ = ["find", "preload_nvrtc", "prepare"]
 
-_ENV = {"nccl": "CUDECOMP_NCCL_LIB", "nvrtc": "CUDECOMP_NVRTC_LIB"}
+_ENV = {"nccl": "CUDECOMP_NCCL_LIB", "nvrtc": "CUDECOMP_NVRTC_LIB", "nvshmem": "CUDECOMP_NVSHMEM_LIB"}
+#: cuda-pathfinder's names of our libraries.
+_PATHFINDER = {"nccl": "nccl", "nvrtc": "nvrtc", "nvshmem": "nvshmem_host"}
 _WHEEL_PATHS = {
     "nccl": ["nvidia/nccl/lib/libnccl.so.2"],
     "nvrtc": ["nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"],
+    "nvshmem": ["nvidia/nvshmem/lib/libnvshmem_host.so.3"],
 }
-_SYSTEM_GLOBS = {
-    "nccl": ["/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/local/cuda*/lib64/libnccl.so.2"],
-    "nvrtc": [
-        "/usr/local/cuda/lib64/libnvrtc.so.1[23]",
-        "/usr/local/cuda*/lib64/libnvrtc.so.1[23]",
-        "/usr/lib/x86_64-linux-gnu/libnvrtc.so.1[23]",
-    ],
-}
-_SONAMES = {"nccl": "libnccl.so.2", "nvrtc": "libnvrtc.so.13"}
+_TOOLKIT_DIRS = [
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/local/cuda/targets/sbsa-linux/lib",
+    "/usr/local/cuda*/lib64",
+    "/usr/local/cuda*/targets/x86_64-linux/lib",
+    "/usr/local/cuda*/targets/sbsa-linux/lib",
+]
+_SYSTEM_DIRS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64"]
+_FILES = {"nccl": ["libnccl.so.2"], "nvrtc": ["libnvrtc.so.1[23]"], "nvshmem": ["libnvshmem_host.so.3"]}
+_SONAMES = {"nccl": "libnccl.so.2", "nvrtc": "libnvrtc.so.13", "nvshmem": "libnvshmem_host.so.3"}
 
 
 def _search_dirs() -> list[str]:
@@ -42,21 +57,39 @@ def _search_dirs() -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def find(name: str) -> str:
-    """Path (or soname) of library ``name`` ("nccl" or "nvrtc")."""
-    override = os.environ.get(_ENV[name])
-    if override:
-        return override
+def _pathfinder(name: str) -> str | None:
+    """Where cuda-pathfinder finds (and loads) ``name``; None when it is absent or finds nothing."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+    except ImportError:
+        return None
+    try:
+        path = load_nvidia_dynamic_lib(_PATHFINDER[name]).abs_path
+    except Exception:  # not found, unsupported here, or a loader error: fall back to our search
+        return None
+    return path if path and os.path.isabs(path) else None
+
+
+def _own_search(name: str) -> str | None:
     for d in _search_dirs():
         for rel in _WHEEL_PATHS[name]:
             p = os.path.join(d, rel)
             if os.path.exists(p):
                 return p
-    for pattern in _SYSTEM_GLOBS[name]:
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    return _SONAMES[name]
+    for d in _TOOLKIT_DIRS + _SYSTEM_DIRS:
+        for f in _FILES[name]:
+            hits = sorted(glob.glob(os.path.join(d, f)))
+            if hits:
+                return hits[-1]
+    return None
+
+
+def find(name: str) -> str:
+    """Path (or soname) of library ``name`` ("nccl", "nvrtc" or "nvshmem")."""
+    override = os.environ.get(_ENV[name])
+    if override:
+        return override
+    return _pathfinder(name) or _own_search(name) or _SONAMES[name]
 
 
 def preload_nvrtc() -> str:
