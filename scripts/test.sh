@@ -22,7 +22,7 @@ timeout 900 cargo test -p cudecomp-core -q 2>&1 | tail -n 4
 RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 log "Python: lint"
-"$VENVS/mpich/bin/ruff" check python tests examples docs
+"$VENVS/mpich/bin/ruff" check python tests examples docs build_backend
 
 log "building the CPU variant"
 build_wheel cpu
