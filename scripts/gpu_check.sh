@@ -34,7 +34,7 @@ if [ "$G" -ge 2 ]; then on gpu2 && { run gpu2 2 || rc=1; }; else on gpu2 && { ru
 # faces into slices of 32 MiB: tiny slices make the suite's small arrays take the
 # multi-slice paths too.
 if on sliced; then
-    CUDECOMP_PIPELINE_SLICE_BYTES=64 K="NCCL or DIRECT or MPI_P2P or halo_reference" \
+    CUDECOMP_PIPELINE_SLICE_BYTES=64 K="NCCL or DIRECT or MPI_P2P or NVSHMEM or halo_reference" \
         run sliced 2 "tests/test_transpose.py tests/test_halo.py" || rc=1
 fi
 # NCCL transposes exchange through workspaces registered with NCCL by default; this run

@@ -85,6 +85,29 @@ def direct_usable() -> bool:
     return _DIRECT[0]
 
 
+_NVSHMEM: list[bool] = []
+
+
+def nvshmem_usable() -> bool:
+    """Collective (first call): whether the NVSHMEM backends work here (GPU variant, one GPU
+    per rank, NVSHMEM's host library)."""
+    from mpi4py import MPI
+
+    if not _NVSHMEM:
+        ok = nccl_usable()
+        if ok:
+            with cudecomp.Handle(MPI.COMM_WORLD) as h:
+                cfg = cudecomp.GridDescConfig()
+                cfg.gdims, cfg.pdims = (4, 4, 4), (MPI.COMM_WORLD.size, 1)
+                cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.NVSHMEM
+                try:
+                    h.create_grid(cfg).destroy()
+                except cudecomp.NotSupportedError:
+                    ok = False
+        _NVSHMEM.append(ok)
+    return _NVSHMEM[0]
+
+
 def variant_transpose_backends() -> list[cudecomp.TransposeCommBackend]:
     """Transpose backends this variant and machine can run."""
     b = cudecomp.TransposeCommBackend
@@ -93,6 +116,8 @@ def variant_transpose_backends() -> list[cudecomp.TransposeCommBackend]:
         out += [b.NCCL, b.NCCL_PL]
     if direct_usable():
         out.append(b.DIRECT)
+    if nvshmem_usable():
+        out += [b.NVSHMEM, b.NVSHMEM_PL, b.NVSHMEM_SM]
     return out
 
 
@@ -104,6 +129,8 @@ def variant_halo_backends() -> list[cudecomp.HaloCommBackend]:
         out.append(b.NCCL)
     if direct_usable():
         out.append(b.DIRECT)
+    if nvshmem_usable():
+        out += [b.NVSHMEM, b.NVSHMEM_BLOCKING]
     return out
 
 

@@ -122,6 +122,19 @@ def test_cai_versions_and_opaque_storage(grid: cudecomp.GridDesc) -> None:
     assert np.array_equal(cp.asnumpy(y), want)
 
 
+@needs_gpu
+def test_nvshmem_refused_on_shared_gpus(handle: cudecomp.Handle) -> None:
+    from oracle import nccl_usable
+
+    if nccl_usable():
+        pytest.skip("every rank has a GPU of its own here")
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[-1]
+    cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.NVSHMEM
+    with pytest.raises(cudecomp.NotSupportedError, match="one GPU per rank"):
+        handle.create_grid(cfg)
+
+
 class DLPackOnly:
     """An object exporting another array only through DLPack (as JAX arrays do)."""
 

@@ -112,7 +112,12 @@ def preload_nvrtc() -> str:
     return path
 
 
-def prepare() -> str:
-    """Preload NVRTC and return where NCCL is (called when a GPU Handle is created)."""
+def prepare() -> tuple[str, str]:
+    """Preload NVRTC; return where NCCL and NVSHMEM are (called when a GPU Handle is created).
+
+    NVSHMEM's host library is large and only NVSHMEM backends need it: it is located here
+    without being loaded (the override, our own search, else the soname).
+    """
     preload_nvrtc()
-    return find("nccl")
+    nvshmem = os.environ.get(_ENV["nvshmem"]) or _own_search("nvshmem") or _SONAMES["nvshmem"]
+    return find("nccl"), nvshmem

@@ -245,25 +245,32 @@ pub fn candidate_grids(nranks: usize, col_major: bool) -> Result<Vec<[i32; 2]>> 
     Ok(grids)
 }
 
-/// The backends of one family the search tries, in C-value order: MPI always, NCCL and
-/// DIRECT where usable, then the `var` environment filter and the `disable_*` options.
+/// The backends of one family the search tries, in C-value order: MPI always, NCCL,
+/// DIRECT and NVSHMEM where usable (`[nccl, direct, nvshmem]`), then the `var`
+/// environment filter and the `disable_*` options.
 fn backend_candidates<B: CommBackend>(
     o: &AutotuneOptions,
-    nccl: bool,
-    direct: bool,
+    [nccl, direct, nvshmem]: [bool; 3],
     var: &str,
     what: &str,
 ) -> Result<Vec<B>> {
     let all: Vec<B> = B::EVERY
         .iter()
         .copied()
-        .filter(|b| b.is_mpi() || nccl && b.is_nccl() || direct && b.is_direct())
+        .filter(|b| {
+            b.is_mpi()
+                || nccl && b.is_nccl()
+                || direct && b.is_direct()
+                || nvshmem && b.is_nvshmem()
+        })
         .collect();
     let known: Vec<&str> = B::EVERY.iter().map(|b| b.enum_name()).collect();
     let list: Vec<B> = filter_names(var, all, |b| b.enum_name(), &known)?
         .into_iter()
         .filter(|b| {
-            !(o.disable_mpi_backends && b.is_mpi() || o.disable_nccl_backends && b.is_nccl())
+            !(o.disable_mpi_backends && b.is_mpi()
+                || o.disable_nccl_backends && b.is_nccl()
+                || o.disable_nvshmem_backends && b.is_nvshmem())
         })
         .collect();
     if list.is_empty() {
@@ -545,6 +552,8 @@ fn search(
     let searching = o.autotune_transpose_backend || o.autotune_halo_backend;
     // NCCL candidates only where every rank has its own GPU (NCCL refuses shared GPUs).
     let nccl = handle.is_gpu() && searching && handle.one_gpu_per_rank()?;
+    // NVSHMEM where every rank has its own GPU and the library.
+    let nvshmem = nccl && !o.disable_nvshmem_backends && handle.nvshmem_usable()?;
     // DIRECT only where every rank can write into every other: node-shared memory on
     // the host, CUDA IPC (one node) on GPUs.
     let direct = searching
@@ -575,8 +584,7 @@ fn search(
         let backends: Vec<i32> = match (transpose_step, wanted) {
             (true, true) => backend_candidates::<TransposeBackend>(
                 o,
-                nccl,
-                direct,
+                [nccl, direct, nvshmem],
                 "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
                 "transpose",
             )?
@@ -585,8 +593,7 @@ fn search(
             .collect(),
             (false, true) => backend_candidates::<HaloBackend>(
                 o,
-                nccl,
-                direct,
+                [nccl, direct, nvshmem],
                 "CUDECOMP_AUTOTUNE_HALO_BACKENDS",
                 "halo",
             )?

@@ -87,6 +87,11 @@ impl TransposeBackend {
     pub fn is_nccl(self) -> bool {
         matches!(self, Self::Nccl | Self::NcclPl)
     }
+
+    /// True for the NVSHMEM family.
+    pub fn is_nvshmem(self) -> bool {
+        matches!(self, Self::Nvshmem | Self::NvshmemPl | Self::NvshmemSm)
+    }
 }
 
 /// What the autotuner needs to know of a backend family (transpose or halo).
@@ -99,6 +104,8 @@ pub trait CommBackend: Copy + 'static {
     fn is_mpi(self) -> bool;
     /// True for the NCCL family.
     fn is_nccl(self) -> bool;
+    /// True for the NVSHMEM family.
+    fn is_nvshmem(self) -> bool;
     /// True for DIRECT.
     fn is_direct(self) -> bool;
 }
@@ -113,6 +120,9 @@ impl CommBackend for TransposeBackend {
     }
     fn is_nccl(self) -> bool {
         TransposeBackend::is_nccl(self)
+    }
+    fn is_nvshmem(self) -> bool {
+        TransposeBackend::is_nvshmem(self)
     }
     fn is_direct(self) -> bool {
         self == Self::Direct
@@ -129,6 +139,9 @@ impl CommBackend for HaloBackend {
     }
     fn is_nccl(self) -> bool {
         self == Self::Nccl
+    }
+    fn is_nvshmem(self) -> bool {
+        HaloBackend::is_nvshmem(self)
     }
     fn is_direct(self) -> bool {
         self == Self::Direct
@@ -196,6 +209,11 @@ impl HaloBackend {
     /// True for the MPI family.
     pub fn is_mpi(self) -> bool {
         matches!(self, Self::Mpi | Self::MpiBlocking)
+    }
+
+    /// True for the NVSHMEM family.
+    pub fn is_nvshmem(self) -> bool {
+        matches!(self, Self::Nvshmem | Self::NvshmemBlocking)
     }
 }
 

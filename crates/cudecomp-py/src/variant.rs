@@ -118,7 +118,7 @@ mod gpu {
     use cudecomp_core::config::DataType;
     use cudecomp_core::cuda::{self, Device, DeviceAlloc};
     use cudecomp_core::engine::Exec;
-    use cudecomp_core::handle::{GridDesc, Handle};
+    use cudecomp_core::handle::{CudaLibraries, GridDesc, Handle};
     use pyo3::exceptions::PyTypeError;
     use pyo3::prelude::*;
     use pyo3::types::{PyBool, PyDict, PyInt};
@@ -129,20 +129,23 @@ mod gpu {
     /// False in the GPU variant.
     pub const CPU_ONLY: bool = false;
 
-    /// The bound device and where NCCL lives.
+    /// The bound device and where NCCL and NVSHMEM live.
     pub struct Prepared {
         device: Arc<Device>,
-        nccl: String,
+        libs: CudaLibraries,
     }
 
     /// Finds the CUDA libraries and binds the current device (CudaError without a driver).
     pub fn prepare(py: Python<'_>) -> PyResult<Prepared> {
-        let nccl: String = py
+        let (nccl, nvshmem): (String, String) = py
             .import("cudecomp._libs")?
             .call_method0("prepare")?
             .extract()?;
         let device = py.detach(Device::current).py(py)?;
-        Ok(Prepared { device, nccl })
+        Ok(Prepared {
+            device,
+            libs: CudaLibraries { nccl, nvshmem },
+        })
     }
 
     /// A GPU handle; `CUDECOMP_MPI_CUDA_AWARE=0|1` overrides what MPI reports.
@@ -160,7 +163,7 @@ mod gpu {
             Ok("0") => Some(false),
             _ => None,
         };
-        Ok(Handle::new_cuda(comm, col_major, p.device, p.nccl, aware))
+        Ok(Handle::new_cuda(comm, col_major, p.device, p.libs, aware))
     }
 
     fn device_array(

@@ -7,6 +7,7 @@
 pub mod ipc;
 pub mod kernels;
 pub mod nccl;
+pub mod nvshmem;
 pub mod transport;
 
 use std::ffi::c_void;

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::Communicator;
 use crate::cuda::nccl::Nccl;
+use crate::cuda::nvshmem::{self, Nvshmem};
 use crate::cuda::Device;
 use crate::Result;
 
@@ -16,6 +17,8 @@ pub struct DeviceState {
     nccl: Mutex<Option<Arc<Nccl>>>,
     /// MPI reads device memory directly; otherwise messages are staged through the host.
     pub mpi_cuda_aware: bool,
+    nvshmem_path: String,
+    nvshmem: Mutex<Option<Arc<Nvshmem>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -23,13 +26,41 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl DeviceState {
-    /// The state of a handle on `device`; `nccl_path` locates `libnccl.so.2`.
-    pub fn new(device: Arc<Device>, nccl_path: String, mpi_cuda_aware: bool) -> DeviceState {
+    /// The state of a handle on `device`; `nccl_path` locates `libnccl.so.2`,
+    /// `nvshmem_path` NVSHMEM's `libnvshmem_host.so.3`.
+    pub fn new(
+        device: Arc<Device>,
+        nccl_path: String,
+        nvshmem_path: String,
+        mpi_cuda_aware: bool,
+    ) -> DeviceState {
         DeviceState {
             device,
             nccl_path,
             nccl: Mutex::new(None),
             mpi_cuda_aware,
+            nvshmem_path,
+            nvshmem: Mutex::new(None),
+        }
+    }
+
+    /// Collective on first use: this handle's share of the process's NVSHMEM runtime,
+    /// over `comm` (the handle's).
+    pub(crate) fn nvshmem(&self, comm: &dyn Communicator) -> Result<Arc<Nvshmem>> {
+        let mut n = lock(&self.nvshmem);
+        if let Some(n) = n.as_ref() {
+            return Ok(n.clone());
+        }
+        let made = nvshmem::acquire(&self.nvshmem_path, comm, &self.device)?;
+        *n = Some(made.clone());
+        Ok(made)
+    }
+
+    /// Collective: gives this handle's share of the NVSHMEM runtime back (after the
+    /// workspaces' symmetric memory was freed).
+    pub(crate) fn release_nvshmem(&self) {
+        if let Some(n) = lock(&self.nvshmem).take() {
+            nvshmem::release(n);
         }
     }
 

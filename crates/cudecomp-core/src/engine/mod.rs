@@ -6,6 +6,7 @@ pub mod device;
 pub mod direct;
 pub mod exchange;
 pub mod halo;
+pub mod nvshmem;
 pub mod route;
 pub mod run;
 pub mod staged;

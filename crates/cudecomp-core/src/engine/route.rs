@@ -36,6 +36,21 @@ pub enum Route {
         /// Cut into slices, each signalled with its own event.
         sliced: bool,
     },
+    /// Device NVSHMEM: puts (or copy kernels through `nvshmem_ptr`) into peers' copies of
+    /// the symmetric workspace, each followed by an NVSHMEM signal.
+    Nvshmem {
+        /// Cut into slices, each signalled.
+        sliced: bool,
+        /// Stepping peer by peer (NVSHMEM_PL).
+        per_peer: bool,
+        /// Packed by the copy kernels straight into peers' memory (NVSHMEM_SM).
+        direct: bool,
+    },
+    /// Device NVSHMEM halo updates: faces put into the neighbours' symmetric workspaces.
+    NvshmemFaces {
+        /// Whole faces, no slices (NVSHMEM_BLOCKING).
+        blocking: bool,
+    },
 }
 
 /// The route of a transpose; `mpi_cuda_aware` says whether MPI takes device pointers.
@@ -50,6 +65,11 @@ pub fn transpose_route(
         (Exec::Host, TransposeBackend::Direct) => Route::HostShared { sliced: peers },
         (Exec::Host, b) if b.is_mpi() => Route::HostMpi,
         (Exec::Device(_), TransposeBackend::Direct) => Route::Ipc { sliced: peers },
+        (Exec::Device(_), b) if b.is_nvshmem() => Route::Nvshmem {
+            sliced: peers,
+            per_peer: b == TransposeBackend::NvshmemPl,
+            direct: b == TransposeBackend::NvshmemSm,
+        },
         (Exec::Device(_), b) if b.is_nccl() => Route::Nccl { sliced: peers },
         (Exec::Device(_), b) if b.is_mpi() && mpi_cuda_aware => Route::CudaAwareMpi,
         (Exec::Device(_), b) if b.is_mpi() => Route::StagedMpi {
@@ -72,15 +92,19 @@ pub fn halo_route(
     mpi_cuda_aware: bool,
     plan: &HaloPlan,
 ) -> Result<Route> {
-    // A periodic wrap onto this rank itself exchanges nothing: any route serves, and the
-    // plain one needs no mapped workspace.
     let direct = backend == HaloBackend::Direct && !plan.local_wrap;
-    let mpi = backend.is_mpi() || backend == HaloBackend::Direct;
+    let nvshmem = backend.is_nvshmem() && !plan.local_wrap;
+    // A periodic wrap onto this rank exchanges nothing: DIRECT and NVSHMEM grids take the
+    // plain route for it.
+    let mpi = backend.is_mpi() || backend == HaloBackend::Direct || backend.is_nvshmem();
     Ok(match exec {
         // Faces always go in slices, each signalled on its own.
         Exec::Host if direct => Route::HostShared { sliced: true },
         Exec::Host if mpi => Route::HostMpi,
         Exec::Device(_) if direct => Route::Ipc { sliced: true },
+        Exec::Device(_) if nvshmem => Route::NvshmemFaces {
+            blocking: backend == HaloBackend::NvshmemBlocking,
+        },
         Exec::Device(_) if backend == HaloBackend::Nccl => Route::Nccl { sliced: false },
         Exec::Device(_) if mpi && mpi_cuda_aware => Route::CudaAwareMpi,
         Exec::Device(_) if mpi => Route::StagedMpi { sliced: false },

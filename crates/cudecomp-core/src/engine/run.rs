@@ -2,7 +2,7 @@
 //! mover and exchange, drives the plan's pipeline ([`super::transpose`], [`super::halo`])
 //! and records a performance-report sample when the report is on.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
@@ -14,6 +14,7 @@ use crate::engine::device::{lock, DeviceState};
 use crate::engine::direct::{SharedFaces, SharedSlices, HOST_RING_PLACES};
 use crate::engine::exchange::SliceExchange;
 use crate::engine::halo::HaloRun;
+use crate::engine::nvshmem::{NvshmemFaces, NvshmemSlices, Symmetric};
 use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
@@ -25,7 +26,7 @@ use crate::perf::{
     halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
     TimedTransport,
 };
-use crate::plan::{HaloPlan, TransposePlan};
+use crate::plan::{HaloPlan, TransposePlan, MAX_SLICES};
 use crate::{invalid, unsupported, Error, Result};
 
 /// What operations of one grid run with: the grid's communicator, a workspace slot, the
@@ -211,6 +212,9 @@ impl Runtime<'_> {
         }
         match route {
             Route::Nccl { .. } => Ok(true),
+            Route::Nvshmem { .. } | Route::NvshmemFaces { .. } => unsupported!(
+                "{backend} cannot be captured into a CUDA graph yet: its signals carry operation numbers that a replay would repeat; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
+            ),
             Route::Ipc { .. } => unsupported!(
                 "{backend} cannot be captured into a CUDA graph: DIRECT signals its peers through interprocess events after a host barrier; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
             ),
@@ -270,6 +274,14 @@ impl Runtime<'_> {
             (Route::Ipc { sliced }, Exec::Device(stream)) => {
                 self.transpose_ipc(c, need, sliced, stream, sample)
             }
+            (
+                Route::Nvshmem {
+                    sliced,
+                    per_peer,
+                    direct,
+                },
+                Exec::Device(stream),
+            ) => self.transpose_nvshmem(c, need, (sliced, per_peer, direct), stream, sample),
             (route, Exec::Device(stream)) => self.on_device(
                 stream,
                 c.work,
@@ -414,6 +426,9 @@ impl Runtime<'_> {
                 )
             }
             (Route::Ipc { .. }, Exec::Device(stream)) => self.halo_ipc(c, need, stream, sample),
+            (Route::NvshmemFaces { blocking }, Exec::Device(stream)) => {
+                self.halo_nvshmem(c, need, blocking, stream, sample)
+            }
             (route, Exec::Device(stream)) => {
                 let everyone: Vec<usize> = (0..self.world.size()).collect();
                 self.on_device(
@@ -440,6 +455,124 @@ impl Runtime<'_> {
                 "device route {route:?} for a host operation"
             ))),
         }
+    }
+
+    /// NVSHMEM transposes: slices put into (or, NVSHMEM_SM, packed straight into) the
+    /// peers' copies of the symmetric workspace, each signalled through NVSHMEM; every
+    /// wait is on a stream. Always uses the handle's symmetric workspace (an explicit
+    /// `work` is checked, not used).
+    fn transpose_nvshmem(
+        &self,
+        c: &TransposeCall<'_>,
+        need: usize,
+        (sliced, per_peer, direct): (bool, bool, bool),
+        stream: Stream,
+        sample: Sample<'_>,
+    ) -> Result<()> {
+        let plan = c.plan;
+        let elem = c.dtype.size();
+        let (dev, kernels) = self.bound_device(false)?;
+        let nv = dev.nvshmem(self.world)?;
+        let mover = DeviceMover::new(&kernels, stream);
+        let pipe = self.slot.pipe(&dev.device, plan.npeers(), false)?;
+        let pipe = pipe
+            .as_ref()
+            .ok_or_else(|| Error::Internal("NVSHMEM: no pipe".into()))?;
+        let mut ws = lock(&self.slot.ws);
+        ws.begin(false);
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
+        let run = TransposeRun {
+            plan,
+            backend: c.backend,
+            elem,
+            mover: &mover,
+            input: c.input,
+            output: c.output,
+            work: sym.work,
+        };
+        let x = NvshmemSlices {
+            sym: Symmetric {
+                nv: &nv,
+                work: sym.work,
+                signals: sym.signals,
+                op: sym.op,
+                rank: self.rank,
+                nranks: self.world.size(),
+            },
+            pipe,
+            main: stream,
+            members: &plan.members,
+            me: plan.me,
+            slots: plan
+                .peer_recv_offsets
+                .iter()
+                .map(|&o| (o * elem as i64) as u64)
+                .collect(),
+            direct,
+            waited: RefCell::new(vec![false; plan.npeers()]),
+        };
+        let span = || pipe.span_ms();
+        let timing = if sliced {
+            CommTime::Own(&span)
+        } else {
+            CommTime::PerCall
+        };
+        let result = self.reported(&Clock::Device(stream), c.group, sample, timing, |t| {
+            if !sliced {
+                return run.run(t);
+            }
+            x.start();
+            run.sliced(&x, self.slice_bytes, per_peer)
+        });
+        ws.release(stream)?;
+        result
+    }
+
+    /// NVSHMEM halo updates: faces put into the neighbours' symmetric workspaces, each
+    /// signalled through NVSHMEM (NVSHMEM_BLOCKING: whole faces).
+    fn halo_nvshmem(
+        &self,
+        c: &HaloCall<'_>,
+        need: usize,
+        blocking: bool,
+        stream: Stream,
+        sample: Sample<'_>,
+    ) -> Result<()> {
+        let (dev, kernels) = self.bound_device(false)?;
+        let nv = dev.nvshmem(self.world)?;
+        let mover = DeviceMover::new(&kernels, stream);
+        let pipe = self.slot.pipe(&dev.device, 1, false)?;
+        let pipe = pipe
+            .as_ref()
+            .ok_or_else(|| Error::Internal("NVSHMEM: no pipe".into()))?;
+        let mut ws = lock(&self.slot.ws);
+        ws.begin(false);
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
+        let run = c.run(&mover, sym.work);
+        let x = NvshmemFaces {
+            sym: Symmetric {
+                nv: &nv,
+                work: sym.work,
+                signals: sym.signals,
+                op: sym.op,
+                rank: self.rank,
+                nranks: self.world.size(),
+            },
+            pipe,
+            main: stream,
+            neighbours: c.plan.neighbours,
+            slices: if blocking { 1 } else { MAX_SLICES / 2 },
+        };
+        let span = || pipe.span_ms();
+        let clock = Clock::Device(stream);
+        let result = self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
+            x.start();
+            run.direct(&x, self.slice_bytes)
+        });
+        ws.release(stream)?;
+        result
     }
 
     /// DIRECT halo update on GPUs: faces are copied by the copy engine into the

@@ -5,9 +5,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::Communicator;
+use crate::comm::{allgather_u64, Communicator};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::nccl::{Nccl, RegisteredAlloc};
+use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::device::lock;
 use crate::engine::streamed::Pipe;
@@ -45,6 +46,25 @@ pub struct Workspace {
     device_frozen: bool,
     /// A captured graph uses the registered buffer: likewise.
     registered_frozen: bool,
+    /// NVSHMEM backends' symmetric workspace (the same size on every rank).
+    symmetric: Option<SymmetricAlloc>,
+    /// NVSHMEM signals, one `u64` per rank and kind: deliveries (by the writer's rank),
+    /// then "workspace free" notices (by the receiver's rank).
+    signals: Option<SymmetricAlloc>,
+    /// NVSHMEM operations run on this workspace (the same count on every rank): signal
+    /// values carry it, so that an earlier operation's never read as this one's.
+    nvshmem_ops: u64,
+}
+
+/// What an NVSHMEM operation gets from the workspace.
+#[derive(Clone, Copy, Debug)]
+pub struct SymmetricWork {
+    /// The symmetric workspace (this rank's copy).
+    pub work: Buf,
+    /// Symmetric address of the signal array (`2 * nranks` values).
+    pub signals: u64,
+    /// Number of this operation (see [`Workspace`]).
+    pub op: u64,
 }
 
 /// What a capture needs that only an eager run can set up.
@@ -197,6 +217,57 @@ impl Workspace {
             .registered
             .as_ref()
             .map(|r| unsafe { Buf::new(r.ptr() as usize as *mut u8, r.bytes()) }))
+    }
+
+    /// Collective over `comm` (every rank of the handle, in the same order): the symmetric
+    /// workspace of at least `bytes` (grown to the largest request of any rank, alike on
+    /// every rank), the signals, and the operation's number.
+    ///
+    /// # Safety
+    /// As [`Workspace::device`], for calls of `symmetric`.
+    pub unsafe fn symmetric(
+        &mut self,
+        runtime: &Arc<Nvshmem>,
+        device: &Arc<Device>,
+        comm: &dyn Communicator,
+        bytes: usize,
+    ) -> Result<SymmetricWork> {
+        let most = allgather_u64(comm, bytes as u64)?
+            .into_iter()
+            .max()
+            .unwrap_or(0) as usize;
+        if self.symmetric.as_ref().is_none_or(|s| s.bytes() < most) {
+            // Every rank waits for its own stream, then frees collectively: no put of an
+            // earlier operation is still under way anywhere.
+            quiesce(&self.last_use)?;
+            self.symmetric = None;
+            self.symmetric = Some(SymmetricAlloc::new(runtime, device, most)?);
+        }
+        if self.signals.is_none() {
+            self.signals = Some(SymmetricAlloc::new(runtime, device, 16 * comm.size())?);
+        }
+        let (Some(w), Some(s)) = (&self.symmetric, &self.signals) else {
+            return Err(Error::Internal("NVSHMEM workspace missing".into()));
+        };
+        self.nvshmem_ops += 1;
+        Ok(SymmetricWork {
+            // SAFETY: the allocation is owned here and lives until the next growth, which
+            // the caller's contract rules out while the buffer is in use.
+            work: unsafe { Buf::new(w.ptr() as usize as *mut u8, w.bytes()) },
+            signals: s.ptr(),
+            op: self.nvshmem_ops,
+        })
+    }
+
+    /// Waits for the last operation, then frees the symmetric buffers (collective: at
+    /// `finalize`, before the NVSHMEM runtime is released).
+    pub(crate) fn drop_symmetric(&mut self) -> Result<()> {
+        if self.symmetric.is_some() || self.signals.is_some() {
+            self.quiesce()?;
+        }
+        self.symmetric = None;
+        self.signals = None;
+        Ok(())
     }
 
     /// Page-locked staging of at least `bytes` (for MPI without CUDA support).

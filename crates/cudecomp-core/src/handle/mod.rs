@@ -20,6 +20,15 @@ use capabilities::Capabilities;
 pub use capabilities::MAX_HOST_THREADS;
 pub use grid::GridDesc;
 
+/// Where a GPU handle loads its communication libraries from (paths or sonames).
+#[derive(Clone, Debug, Default)]
+pub struct CudaLibraries {
+    /// NCCL's `libnccl.so.2`.
+    pub nccl: String,
+    /// NVSHMEM's `libnvshmem_host.so.3`.
+    pub nvshmem: String,
+}
+
 struct Shared {
     comm: Box<dyn Communicator>,
     /// Grids created so far (numbers them alike on every rank).
@@ -46,17 +55,18 @@ impl Handle {
         Handle::with_device(comm, col_major_default, None)
     }
 
-    /// A GPU handle on `device`. `nccl_path` locates `libnccl.so.2`; `mpi_cuda_aware`
-    /// overrides what MPI reports (`CUDECOMP_MPI_CUDA_AWARE`).
+    /// A GPU handle on `device`. `libs` locates `libnccl.so.2` and
+    /// `libnvshmem_host.so.3`; `mpi_cuda_aware` overrides what MPI reports
+    /// (`CUDECOMP_MPI_CUDA_AWARE`).
     pub fn new_cuda(
         comm: Box<dyn Communicator>,
         col_major_default: bool,
         device: Arc<Device>,
-        nccl_path: String,
+        libs: CudaLibraries,
         mpi_cuda_aware: Option<bool>,
     ) -> Handle {
         let aware = mpi_cuda_aware.unwrap_or_else(|| comm.cuda_aware());
-        let state = DeviceState::new(device, nccl_path, aware);
+        let state = DeviceState::new(device, libs.nccl, libs.nvshmem, aware);
         Handle::with_device(comm, col_major_default, Some(state))
     }
 
@@ -145,6 +155,32 @@ impl Handle {
         capabilities::one_gpu_per_rank(self.comm(), &self.device()?.device)
     }
 
+    /// Collective (first call): this handle's share of the NVSHMEM runtime.
+    fn start_nvshmem(&self, dev: &DeviceState) -> Result<()> {
+        if self.one_node()? && std::env::var_os("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME").is_none() {
+            // The unique-ID bootstrap needs a socket interface; on one node the loopback
+            // always serves.
+            std::env::set_var("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo");
+        }
+        dev.nvshmem(self.comm()).map(|_| ())
+    }
+
+    /// Collective: true when this GPU handle can run NVSHMEM backends (one GPU per rank,
+    /// NVSHMEM's host library on every rank); starts the runtime when so.
+    pub fn nvshmem_usable(&self) -> Result<bool> {
+        let Some(dev) = &self.shared.device else {
+            return Ok(false);
+        };
+        if !self.one_gpu_per_rank()? {
+            return Ok(false);
+        }
+        match self.start_nvshmem(dev) {
+            Ok(()) => Ok(true),
+            Err(Error::NotSupported(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Collective: fails on every rank, without hanging, unless all ranks pass the same
     /// bytes. `what` names the object in the message.
     pub fn check_agreement(&self, what: &str, mine: &[u8]) -> Result<()> {
@@ -190,24 +226,33 @@ impl Handle {
     /// backends; creates NCCL when they need it.
     fn check_backends(&self, grid: &Grid) -> Result<()> {
         let (t, h) = (grid.transpose_backend, grid.halo_backend);
-        let nvshmem = matches!(
-            t,
-            TransposeBackend::Nvshmem | TransposeBackend::NvshmemPl | TransposeBackend::NvshmemSm
-        ) || matches!(h, HaloBackend::Nvshmem | HaloBackend::NvshmemBlocking);
-        if nvshmem {
-            unsupported!(
-                "NVSHMEM backends (transpose {}, halo {}) are not implemented: expected MPI, NCCL or DIRECT backends",
-                t.enum_name(),
-                h.enum_name()
-            );
-        }
+        let nvshmem = t.is_nvshmem() || h.is_nvshmem();
         match &self.shared.device {
             Some(dev) => {
                 if t.is_nccl() || h == HaloBackend::Nccl {
                     dev.nccl(self.comm())?;
                 }
+                if nvshmem {
+                    // NVSHMEM's limited mode for ranks sharing a GPU ends the process in
+                    // team and signal calls: refuse it here instead.
+                    if !self.one_gpu_per_rank()? {
+                        unsupported!(
+                            "NVSHMEM backends (transpose {}, halo {}) need one GPU per rank; ranks here share a GPU (NVSHMEM would run in its limited mode, which exits the process): choose NCCL, DIRECT or MPI backends",
+                            t.enum_name(),
+                            h.enum_name()
+                        );
+                    }
+                    self.start_nvshmem(dev)?;
+                }
             }
             None => {
+                if nvshmem {
+                    unsupported!(
+                        "NVSHMEM backends (transpose {}, halo {}) need the GPU variant: the CPU variant supports MPI and DIRECT backends",
+                        t.enum_name(),
+                        h.enum_name()
+                    );
+                }
                 if !(t.is_mpi() || t == TransposeBackend::Direct) {
                     unsupported!(
                         "transpose_comm_backend {}: the CPU variant supports MPI_P2P, MPI_P2P_PL, MPI_A2A and DIRECT only",
@@ -243,9 +288,12 @@ impl Handle {
     /// Collective: releases NCCL and the handle's communicator.
     pub fn finalize(&self) -> Result<()> {
         if let Some(dev) = &self.shared.device {
-            // Deregistered while the communicator lives.
+            // Deregistered while the communicator lives; symmetric memory freed while the
+            // NVSHMEM runtime lives.
             self.shared.pool.each(Workspace::drop_registered)?;
+            self.shared.pool.each(Workspace::drop_symmetric)?;
             dev.destroy_nccl()?;
+            dev.release_nvshmem();
         }
         self.comm().free()
     }

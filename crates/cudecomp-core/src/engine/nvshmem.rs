@@ -1,0 +1,310 @@
+//! The NVSHMEM exchanges: slices of a transpose ([`NvshmemSlices`]) and halo faces
+//! ([`NvshmemFaces`]) put into peers' copies of the symmetric workspace, each followed by a
+//! signal in the peer's signal array, all ordered on streams (no host synchronisation).
+//!
+//! Signals (one `u64` per rank and kind, see [`crate::engine::workspace::SymmetricWork`]):
+//! a writer sets its delivery slot at the receiver to `mark(op, k)` after its item `k`;
+//! writers raise their items in increasing `k`, so receivers wait for "at least". At the
+//! start of every operation each rank tells its peers that its workspace is free (its own
+//! stream has passed its previous operation's unpacking) by setting its free slot at them
+//! to `op`; writers wait for that before their first write into a peer.
+
+use std::cell::RefCell;
+
+use crate::cuda::nvshmem::{Nvshmem, Put};
+use crate::cuda::Stream;
+use crate::engine::exchange::{FaceExchange, Piece, SliceExchange};
+use crate::engine::streamed::Pipe;
+use crate::mem::Buf;
+use crate::plan::MAX_SLICES;
+use crate::{Error, Result};
+
+/// The signal value meaning "item `k` of operation `op` is there".
+fn mark(op: u64, k: usize) -> u64 {
+    (op << 20) | (k as u64 + 1)
+}
+
+/// What both exchanges share: the runtime, this rank's symmetric buffers and the
+/// operation's number.
+#[derive(Clone, Copy)]
+pub struct Symmetric<'a> {
+    /// The NVSHMEM runtime (PE numbers are handle ranks).
+    pub nv: &'a Nvshmem,
+    /// This rank's copy of the symmetric workspace.
+    pub work: Buf,
+    /// Symmetric address of the signal array.
+    pub signals: u64,
+    /// Number of the operation.
+    pub op: u64,
+    /// This rank's handle rank.
+    pub rank: usize,
+    /// Ranks of the handle (the signal array holds two slots per rank).
+    pub nranks: usize,
+}
+
+impl Symmetric<'_> {
+    fn delivery_slot(&self, writer: usize) -> u64 {
+        self.signals + 8 * writer as u64
+    }
+
+    fn free_slot(&self, receiver: usize) -> u64 {
+        self.signals + 8 * (self.nranks + receiver) as u64
+    }
+
+    /// Enqueues on `stream`: tells each of `peers` that this rank's workspace is free for
+    /// this operation.
+    pub fn announce_free(&self, peers: impl Iterator<Item = usize>, stream: Stream) {
+        for p in peers {
+            // SAFETY: the free slot is inside the symmetric signal array.
+            unsafe {
+                self.nv
+                    .signal(self.free_slot(self.rank), self.op, p, stream)
+            };
+        }
+    }
+
+    /// Enqueues on `stream`: waits until `peer`'s workspace is free for this operation.
+    fn wait_free(&self, peer: usize, stream: Stream) {
+        // SAFETY: as above.
+        unsafe { self.nv.wait(self.free_slot(peer), self.op, stream) };
+    }
+
+    /// Enqueues on `stream`: puts `len` bytes at `src` into `to`'s workspace at byte `at`,
+    /// then raises this rank's delivery slot there to `mark(op, k)`.
+    fn put(
+        &self,
+        to: usize,
+        at: u64,
+        src: u64,
+        len: usize,
+        k: usize,
+        stream: Stream,
+    ) -> Result<()> {
+        if at + len as u64 > self.work.len() as u64 {
+            return Err(Error::Internal(format!(
+                "NVSHMEM: put of {at}+{len} bytes beyond the symmetric workspace of {} bytes",
+                self.work.len()
+            )));
+        }
+        let dest = self.work.ptr() as u64 + at;
+        // SAFETY: the destination lies inside the symmetric workspace (checked above, and
+        // of the same size on every rank); the source is a piece of the operation's buffers,
+        // which stay valid until `finish` has ordered the main stream after `quiet`.
+        unsafe {
+            self.nv.put_signal(
+                &Put {
+                    dest,
+                    src,
+                    len,
+                    sig: self.delivery_slot(self.rank),
+                    value: mark(self.op, k),
+                    pe: to,
+                },
+                stream,
+            )
+        };
+        Ok(())
+    }
+
+    /// Enqueues on `stream`: waits until `from` has raised item `k`.
+    fn wait_item(&self, from: usize, k: usize, stream: Stream) {
+        // SAFETY: the delivery slot is inside the symmetric signal array.
+        unsafe {
+            self.nv
+                .wait(self.delivery_slot(from), mark(self.op, k), stream)
+        };
+    }
+}
+
+/// Transpose slices through NVSHMEM. With `direct` (NVSHMEM_SM), slices are packed by the
+/// copy kernels straight into the peers' workspaces (addressed through `nvshmem_ptr`) and
+/// only signalled; otherwise they are packed locally and put by the copy engine from the
+/// library's stream.
+pub struct NvshmemSlices<'a> {
+    /// Buffers, signals and operation number.
+    pub sym: Symmetric<'a>,
+    /// The side stream puts are enqueued on, and its events.
+    pub pipe: &'a Pipe,
+    /// The user's stream, on which slices are packed and unpacked.
+    pub main: Stream,
+    /// Handle rank (= PE) of each peer of the plan's sub-communicator.
+    pub members: &'a [usize],
+    /// This rank's index in `members`.
+    pub me: usize,
+    /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
+    pub slots: Vec<u64>,
+    /// Pack into peers' memory with the copy kernels (NVSHMEM_SM).
+    pub direct: bool,
+    /// Peers whose workspace was waited for (direct packing waits before the first pack).
+    pub waited: RefCell<Vec<bool>>,
+}
+
+impl NvshmemSlices<'_> {
+    fn others(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.members.len()).filter(move |&p| p != self.me)
+    }
+
+    /// Enqueues the start of the operation on the user's stream (see the module doc).
+    pub fn start(&self) {
+        let peers: Vec<usize> = self.others().map(|p| self.members[p]).collect();
+        self.sym.announce_free(peers.into_iter(), self.main);
+    }
+}
+
+impl SliceExchange for NvshmemSlices<'_> {
+    fn lands_in_output(&self) -> bool {
+        false
+    }
+
+    fn pack_into(&self, peer: usize) -> Option<Buf> {
+        if !self.direct {
+            return None;
+        }
+        let pe = self.members[peer];
+        let base = self.sym.nv.peer_ptr(self.sym.work.ptr() as u64, pe)?;
+        let mut waited = self.waited.borrow_mut();
+        if !waited[peer] {
+            // The pack kernels write into the peer: after it has announced it is free.
+            self.sym.wait_free(pe, self.main);
+            waited[peer] = true;
+        }
+        // SAFETY: the peer's copy of the symmetric workspace, of this rank's size, mapped
+        // into this context by NVSHMEM for the runtime's lifetime; writes are ordered after
+        // the peer's free notice (above).
+        Some(unsafe { Buf::new(base as usize as *mut u8, self.sym.work.len()) })
+    }
+
+    fn max_slices(&self) -> usize {
+        MAX_SLICES
+    }
+
+    fn ready(&self, u: usize) -> Result<()> {
+        self.pipe.ready(self.main)?;
+        if u == 0 && !self.direct {
+            for p in self.others() {
+                self.sym.wait_free(self.members[p], self.pipe.side());
+            }
+        }
+        Ok(())
+    }
+
+    fn exchange(&self, _u: usize, k: usize, sends: &[Piece], _recvs: &[Piece]) -> Result<()> {
+        for s in sends {
+            let to = self.members[s.peer];
+            if self.direct
+                && self
+                    .sym
+                    .nv
+                    .peer_ptr(self.sym.work.ptr() as u64, to)
+                    .is_some()
+            {
+                // Packed into the peer already: raise the signal after the pack kernels.
+                // SAFETY: the delivery slot is inside the symmetric signal array.
+                unsafe {
+                    self.sym.nv.signal(
+                        self.sym.delivery_slot(self.sym.rank),
+                        mark(self.sym.op, k),
+                        to,
+                        self.main,
+                    )
+                };
+            } else {
+                let at = self.slots[s.peer] + s.rel as u64;
+                self.sym
+                    .put(to, at, s.ptr as u64, s.len, k, self.pipe.side())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn posted(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn arrived(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<()> {
+        for r in recvs {
+            self.sym.wait_item(self.members[r.peer], k, self.main);
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.sym.nv.quiet(self.pipe.side());
+        self.sym.nv.quiet(self.main);
+        self.pipe.finish(self.main)
+    }
+}
+
+/// Halo faces put into the neighbours' workspaces through NVSHMEM.
+pub struct NvshmemFaces<'a> {
+    /// Buffers, signals and operation number.
+    pub sym: Symmetric<'a>,
+    /// The side stream puts are enqueued on, and its events.
+    pub pipe: &'a Pipe,
+    /// The user's stream, on which faces are packed and unpacked.
+    pub main: Stream,
+    /// Handle ranks of the neighbours (left, right).
+    pub neighbours: [Option<usize>; 2],
+    /// Most slices per face (1 for NVSHMEM_BLOCKING: whole faces).
+    pub slices: usize,
+}
+
+impl NvshmemFaces<'_> {
+    fn others(&self) -> impl Iterator<Item = usize> + '_ {
+        let me = self.sym.rank;
+        let mut seen = Vec::new();
+        self.neighbours.into_iter().flatten().filter(move |&r| {
+            let fresh = r != me && !seen.contains(&r);
+            seen.push(r);
+            fresh
+        })
+    }
+
+    /// Enqueues the start of the operation on the user's stream (see the module doc).
+    pub fn start(&self) {
+        self.sym.announce_free(self.others(), self.main);
+    }
+}
+
+impl FaceExchange for NvshmemFaces<'_> {
+    fn max_slices(&self) -> usize {
+        self.slices
+    }
+
+    fn ready(&self, first: bool) -> Result<()> {
+        self.pipe.ready(self.main)?;
+        if first {
+            for r in self.others() {
+                self.sym.wait_free(r, self.pipe.side());
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&self, part: Buf, to: usize, at: i64, signal: usize) -> Result<()> {
+        let at =
+            u64::try_from(at).map_err(|_| Error::Internal(format!("NVSHMEM: face at {at}")))?;
+        self.sym.put(
+            to,
+            at,
+            part.ptr() as u64,
+            part.len(),
+            signal,
+            self.pipe.side(),
+        )
+    }
+
+    fn posted(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn arrived(&self, from: usize, signal: usize) -> Result<()> {
+        self.sym.wait_item(from, signal, self.main);
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.sym.nv.quiet(self.pipe.side());
+        self.pipe.finish(self.main)
+    }
+}
