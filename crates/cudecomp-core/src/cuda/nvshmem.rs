@@ -36,7 +36,6 @@ struct Api {
     get_uniqueid: unsafe extern "C" fn(*mut u8) -> c_int,
     set_attr_uniqueid_args: unsafe extern "C" fn(c_int, c_int, *const u8, *mut u8) -> c_int,
     hostlib_init_attr: unsafe extern "C" fn(c_uint, *mut u8) -> c_int,
-    hostlib_finalize: unsafe extern "C" fn(),
     my_pe: unsafe extern "C" fn() -> c_int,
     n_pes: unsafe extern "C" fn() -> c_int,
     malloc: unsafe extern "C" fn(usize) -> *mut c_void,
@@ -69,7 +68,6 @@ impl Api {
             get_uniqueid: sym(&lib, "nvshmemx_get_uniqueid").map_err(s)?,
             set_attr_uniqueid_args: sym(&lib, "nvshmemx_set_attr_uniqueid_args").map_err(s)?,
             hostlib_init_attr: sym(&lib, "nvshmemx_hostlib_init_attr").map_err(s)?,
-            hostlib_finalize: sym(&lib, "nvshmemx_hostlib_finalize").map_err(s)?,
             my_pe: sym(&lib, "nvshmem_my_pe").map_err(s)?,
             n_pes: sym(&lib, "nvshmem_n_pes").map_err(s)?,
             malloc: sym(&lib, "nvshmem_malloc").map_err(s)?,
@@ -98,21 +96,23 @@ unsafe impl Send for Nvshmem {}
 // SAFETY: as above.
 unsafe impl Sync for Nvshmem {}
 
-/// The runtime, once initialised, and how many handles use it.
-static RUNTIME: Mutex<Option<(Arc<Nvshmem>, usize)>> = Mutex::new(None);
+/// The runtime, once initialised: it stays up until the process ends, as NVSHMEM cannot
+/// be initialised a second time in one process (its PE mapping is fixed at the first
+/// initialisation), and later handles may need it again.
+static RUNTIME: Mutex<Option<Arc<Nvshmem>>> = Mutex::new(None);
 
-fn lock_runtime() -> std::sync::MutexGuard<'static, Option<(Arc<Nvshmem>, usize)>> {
+fn lock_runtime() -> std::sync::MutexGuard<'static, Option<Arc<Nvshmem>>> {
     RUNTIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Collective over `comm` (the handle's communicator, on `device`): the process's runtime
-/// for one more handle, initialised on first use. Every rank fails alike when some rank
+/// Collective over `comm` (the handle's communicator, on `device`): the process's runtime,
+/// initialised on first use. Every rank fails alike when some rank
 /// cannot load the library or the communicator is not congruent with the one the runtime
 /// was initialised over (PE `r` must be rank `r`).
 pub fn acquire(path: &str, comm: &dyn Communicator, device: &Device) -> Result<Arc<Nvshmem>> {
     device.bind()?;
     let mut guard = lock_runtime();
-    let existing = guard.as_ref().map(|(n, _)| n.clone());
+    let existing = guard.clone();
     let loaded = match &existing {
         Some(_) => Ok(None),
         None => Api::load(path).map(Some),
@@ -150,29 +150,8 @@ pub fn acquire(path: &str, comm: &dyn Communicator, device: &Device) -> Result<A
             comm.size()
         )));
     }
-    match guard.as_mut() {
-        Some((_, users)) => *users += 1,
-        None => *guard = Some((runtime.clone(), 1)),
-    }
+    *guard = Some(runtime.clone());
     Ok(runtime)
-}
-
-/// Collective: a handle stops using the runtime; the last one finalises it.
-pub fn release(runtime: Arc<Nvshmem>) {
-    let mut guard = lock_runtime();
-    let last = match guard.as_mut() {
-        Some((_, users)) => {
-            *users = users.saturating_sub(1);
-            *users == 0
-        }
-        None => false,
-    };
-    if last {
-        *guard = None;
-        // SAFETY: every symmetric allocation of every handle was freed before (handles free
-        // their workspaces before releasing the runtime).
-        unsafe { (runtime.api.hostlib_finalize)() };
-    }
 }
 
 /// Initialises NVSHMEM over `comm` with a unique ID broadcast from rank 0.
@@ -370,7 +349,8 @@ impl SymmetricAlloc {
 impl Drop for SymmetricAlloc {
     fn drop(&mut self) {
         // SAFETY: allocated by `new`; freed once, collectively (workspaces are dropped by
-        // every rank at the same point: growth agreed on by all, or finalize).
+        // every rank at the same point: growth agreed on by all, or finalize), while the
+        // runtime lives (it is never finalised).
         unsafe { (self.runtime.api.free)(self.ptr as usize as *mut c_void) };
     }
 }

@@ -56,12 +56,10 @@ impl DeviceState {
         Ok(made)
     }
 
-    /// Collective: gives this handle's share of the NVSHMEM runtime back (after the
-    /// workspaces' symmetric memory was freed).
+    /// This handle stops using NVSHMEM (after its workspaces' symmetric memory was freed;
+    /// the process's runtime stays up for later handles).
     pub(crate) fn release_nvshmem(&self) {
-        if let Some(n) = lock(&self.nvshmem).take() {
-            nvshmem::release(n);
-        }
+        lock(&self.nvshmem).take();
     }
 
     /// Collective on first use: the NCCL communicator over `comm` (the handle's).

@@ -2,12 +2,14 @@
 //! ([`NvshmemFaces`]) put into peers' copies of the symmetric workspace, each followed by a
 //! signal in the peer's signal array, all ordered on streams (no host synchronisation).
 //!
-//! Signals (one `u64` per rank and kind, see [`crate::engine::workspace::SymmetricWork`]):
-//! a writer sets its delivery slot at the receiver to `mark(op, k)` after its item `k`;
-//! writers raise their items in increasing `k`, so receivers wait for "at least". At the
-//! start of every operation each rank tells its peers that its workspace is free (its own
-//! stream has passed its previous operation's unpacking) by setting its free slot at them
-//! to `op`; writers wait for that before their first write into a peer.
+//! Signals (see [`crate::engine::workspace::SymmetricWork`]): a writer sets its delivery
+//! slot for item `k` at the receiver to the operation's number `op` after the item's data
+//! (one slot per writer and item, so nothing depends on puts completing in order); the
+//! receiver waits until the slot is at least `op`. At the start of every operation each
+//! rank tells its peers that its workspace is free (its own stream has passed its previous
+//! operation's unpacking) by setting its free slot at them to `op`; writers wait for that
+//! before their first write into a peer. Numbers only grow, so an earlier operation's
+//! signals never read as this one's.
 
 use std::cell::RefCell;
 
@@ -18,11 +20,6 @@ use crate::engine::streamed::Pipe;
 use crate::mem::Buf;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
-
-/// The signal value meaning "item `k` of operation `op` is there".
-fn mark(op: u64, k: usize) -> u64 {
-    (op << 20) | (k as u64 + 1)
-}
 
 /// What both exchanges share: the runtime, this rank's symmetric buffers and the
 /// operation's number.
@@ -43,12 +40,13 @@ pub struct Symmetric<'a> {
 }
 
 impl Symmetric<'_> {
-    fn delivery_slot(&self, writer: usize) -> u64 {
-        self.signals + 8 * writer as u64
+    /// The slot `writer` raises after its item `k` (`k` below [`MAX_SLICES`]).
+    fn delivery_slot(&self, writer: usize, k: usize) -> u64 {
+        self.signals + 8 * (writer * MAX_SLICES + k) as u64
     }
 
     fn free_slot(&self, receiver: usize) -> u64 {
-        self.signals + 8 * (self.nranks + receiver) as u64
+        self.signals + 8 * (self.nranks * MAX_SLICES + receiver) as u64
     }
 
     /// Enqueues on `stream`: tells each of `peers` that this rank's workspace is free for
@@ -70,7 +68,7 @@ impl Symmetric<'_> {
     }
 
     /// Enqueues on `stream`: puts `len` bytes at `src` into `to`'s workspace at byte `at`,
-    /// then raises this rank's delivery slot there to `mark(op, k)`.
+    /// then raises this rank's delivery slot for item `k` there.
     fn put(
         &self,
         to: usize,
@@ -80,6 +78,11 @@ impl Symmetric<'_> {
         k: usize,
         stream: Stream,
     ) -> Result<()> {
+        if k >= MAX_SLICES {
+            return Err(Error::Internal(format!(
+                "NVSHMEM: item {k} has no signal slot"
+            )));
+        }
         if at + len as u64 > self.work.len() as u64 {
             return Err(Error::Internal(format!(
                 "NVSHMEM: put of {at}+{len} bytes beyond the symmetric workspace of {} bytes",
@@ -96,8 +99,8 @@ impl Symmetric<'_> {
                     dest,
                     src,
                     len,
-                    sig: self.delivery_slot(self.rank),
-                    value: mark(self.op, k),
+                    sig: self.delivery_slot(self.rank, k),
+                    value: self.op,
                     pe: to,
                 },
                 stream,
@@ -107,12 +110,31 @@ impl Symmetric<'_> {
     }
 
     /// Enqueues on `stream`: waits until `from` has raised item `k`.
-    fn wait_item(&self, from: usize, k: usize, stream: Stream) {
+    fn wait_item(&self, from: usize, k: usize, stream: Stream) -> Result<()> {
+        if k >= MAX_SLICES {
+            return Err(Error::Internal(format!(
+                "NVSHMEM: item {k} has no signal slot"
+            )));
+        }
+        // SAFETY: the delivery slot is inside the symmetric signal array.
+        unsafe { self.nv.wait(self.delivery_slot(from, k), self.op, stream) };
+        Ok(())
+    }
+
+    /// Enqueues on `stream`: raises this rank's delivery slot for item `k` at `to` (the
+    /// item was written there directly).
+    fn signal_item(&self, to: usize, k: usize, stream: Stream) -> Result<()> {
+        if k >= MAX_SLICES {
+            return Err(Error::Internal(format!(
+                "NVSHMEM: item {k} has no signal slot"
+            )));
+        }
         // SAFETY: the delivery slot is inside the symmetric signal array.
         unsafe {
             self.nv
-                .wait(self.delivery_slot(from), mark(self.op, k), stream)
+                .signal(self.delivery_slot(self.rank, k), self.op, to, stream)
         };
+        Ok(())
     }
 }
 
@@ -199,15 +221,7 @@ impl SliceExchange for NvshmemSlices<'_> {
                     .is_some()
             {
                 // Packed into the peer already: raise the signal after the pack kernels.
-                // SAFETY: the delivery slot is inside the symmetric signal array.
-                unsafe {
-                    self.sym.nv.signal(
-                        self.sym.delivery_slot(self.sym.rank),
-                        mark(self.sym.op, k),
-                        to,
-                        self.main,
-                    )
-                };
+                self.sym.signal_item(to, k, self.main)?;
             } else {
                 let at = self.slots[s.peer] + s.rel as u64;
                 self.sym
@@ -223,7 +237,7 @@ impl SliceExchange for NvshmemSlices<'_> {
 
     fn arrived(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<()> {
         for r in recvs {
-            self.sym.wait_item(self.members[r.peer], k, self.main);
+            self.sym.wait_item(self.members[r.peer], k, self.main)?;
         }
         Ok(())
     }
@@ -299,8 +313,7 @@ impl FaceExchange for NvshmemFaces<'_> {
     }
 
     fn arrived(&self, from: usize, signal: usize) -> Result<()> {
-        self.sym.wait_item(from, signal, self.main);
-        Ok(())
+        self.sym.wait_item(from, signal, self.main)
     }
 
     fn finish(&self) -> Result<()> {

@@ -14,6 +14,7 @@ use crate::engine::device::lock;
 use crate::engine::streamed::Pipe;
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
+use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
 /// Everything a handle's operations stage data in (host and device memory), grown on
@@ -48,8 +49,8 @@ pub struct Workspace {
     registered_frozen: bool,
     /// NVSHMEM backends' symmetric workspace (the same size on every rank).
     symmetric: Option<SymmetricAlloc>,
-    /// NVSHMEM signals, one `u64` per rank and kind: deliveries (by the writer's rank),
-    /// then "workspace free" notices (by the receiver's rank).
+    /// NVSHMEM signals: `MAX_SLICES` delivery slots per writer rank, then one "workspace
+    /// free" slot per receiver rank.
     signals: Option<SymmetricAlloc>,
     /// NVSHMEM operations run on this workspace (the same count on every rank): signal
     /// values carry it, so that an earlier operation's never read as this one's.
@@ -61,7 +62,7 @@ pub struct Workspace {
 pub struct SymmetricWork {
     /// The symmetric workspace (this rank's copy).
     pub work: Buf,
-    /// Symmetric address of the signal array (`2 * nranks` values).
+    /// Symmetric address of the signal array.
     pub signals: u64,
     /// Number of this operation (see [`Workspace`]).
     pub op: u64,
@@ -244,7 +245,9 @@ impl Workspace {
             self.symmetric = Some(SymmetricAlloc::new(runtime, device, most)?);
         }
         if self.signals.is_none() {
-            self.signals = Some(SymmetricAlloc::new(runtime, device, 16 * comm.size())?);
+            // Per rank: one delivery slot per item, and one free slot.
+            let slots = comm.size() * (MAX_SLICES + 1);
+            self.signals = Some(SymmetricAlloc::new(runtime, device, 8 * slots)?);
         }
         let (Some(w), Some(s)) = (&self.symmetric, &self.signals) else {
             return Err(Error::Internal("NVSHMEM workspace missing".into()));
