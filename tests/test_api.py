@@ -355,7 +355,12 @@ def test_autotune_backends_and_halo_mode(handle: cudecomp.Handle) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec, expect", [("MPI_A2A", "MPI_A2A"), ("^MPI_P2P,MPI_P2P_PL,NCCL,NCCL_PL,DIRECT,NVSHMEM,NVSHMEM_PL,NVSHMEM_SM", "MPI_A2A"), ("MPI_P2P_PL", "MPI_P2P_PL")]
+    "spec, expect",
+    [
+        ("MPI_A2A", "MPI_A2A"),
+        ("^MPI_P2P,MPI_P2P_PL,NCCL,NCCL_PL,DIRECT,NVSHMEM,NVSHMEM_PL,NVSHMEM_SM", "MPI_A2A"),
+        ("MPI_P2P_PL", "MPI_P2P_PL"),
+    ],
 )
 def test_autotune_backend_filter(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, spec: str, expect: str) -> None:
     monkeypatch.setenv("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", spec)
