@@ -10,6 +10,8 @@ Usage: mpirun -np 2 python bench/probes/graph_replay.py [--n 100] [--gdims 8]
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import sys
 import time
 
 import cupy as cp
@@ -25,8 +27,16 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100, help="operations in the graph (default: 100)")
     ap.add_argument("--gdims", type=int, default=8, help="grid points per axis (default: 8)")
     ap.add_argument("--backend", default="NCCL", help="transpose backend (default: NCCL)")
+    ap.add_argument("--trace", type=float, default=0, help="dump stacks after this many seconds (0: never)")
     args = ap.parse_args()
+    if args.trace:
+        faulthandler.dump_traceback_later(args.trace, exit=True)
     comm = MPI.COMM_WORLD
+
+    def step(what: str) -> None:
+        if args.trace:
+            print(f"[rank {comm.rank}] {what}", file=sys.stderr, flush=True)
+
     cp.cuda.Device(comm.rank % cp.cuda.runtime.getDeviceCount()).use()
     n = args.gdims
     with cudecomp.Handle(comm) as h:
@@ -45,8 +55,10 @@ def main() -> None:
                     g.transpose_x_to_y(x, y, stream=s)
                     g.transpose_y_to_x(y, x, stream=s)
 
+            step("warm-up")
             ops()
             s.synchronize()
+            step("eager")
             eager = []
             for _ in range(5):
                 comm.Barrier()
@@ -54,9 +66,11 @@ def main() -> None:
                 ops()
                 s.synchronize()
                 eager.append((time.perf_counter() - t0) / args.n * 1e6)
+            step("capture")
             s.begin_capture()
             ops()
             graph = s.end_capture()
+            step("replay")
             replay = []
             for _ in range(5):
                 comm.Barrier()
