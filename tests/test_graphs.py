@@ -124,6 +124,7 @@ def test_capture_and_replay(comm: MPI.Comm, stream: Any, backend: TransposeCommB
         seq.load(3.0)
         seq.run()
         seq.check(3.0)
+        del graph  # graphs go before the handle (NCCL's communicator) is finalized
 
 
 def rejected(stream: Any, call: Any, match: str) -> None:
@@ -222,6 +223,7 @@ def test_frozen_workspace(stream: Any, comm: MPI.Comm) -> None:
                 seq.load(scale)
                 graph.launch(stream)
                 seq.check(scale)
+            del graph  # graphs go before the handle (NCCL's communicator) is finalized
 
 
 @pytest.mark.skipif(os.environ.get("CUDECOMP_SKIP_TORCH") == "1", reason="torch tests disabled")

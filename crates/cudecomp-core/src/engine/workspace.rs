@@ -248,6 +248,9 @@ impl Workspace {
             // Per rank: one delivery slot per item, and one free slot.
             let slots = comm.size() * (MAX_SLICES + 1);
             self.signals = Some(SymmetricAlloc::new(runtime, device, 8 * slots)?);
+            // Every rank has zeroed its signals before any peer raises one there (a
+            // notice written before a late rank's zeroing would be lost).
+            comm.barrier()?;
         }
         let (Some(w), Some(s)) = (&self.symmetric, &self.signals) else {
             return Err(Error::Internal("NVSHMEM workspace missing".into()));
