@@ -655,7 +655,15 @@ def run_config(
     """Measure the transposes and halo updates of one configuration (collective)."""
     rows: list[Row] = []
     # The halo backend of the same family as the transpose backend.
-    halo_of = {"MPI_P2P_PL": "MPI_BLOCKING", "NCCL": "NCCL", "NCCL_PL": "NCCL", "DIRECT": "DIRECT"}
+    halo_of = {
+        "MPI_P2P_PL": "MPI_BLOCKING",
+        "NCCL": "NCCL",
+        "NCCL_PL": "NCCL",
+        "DIRECT": "DIRECT",
+        "NVSHMEM": "NVSHMEM",
+        "NVSHMEM_PL": "NVSHMEM_BLOCKING",
+        "NVSHMEM_SM": "NVSHMEM",
+    }
     halo_backend = HaloCommBackend[halo_of.get(bname, "MPI")]
     try:
         grid = handle.create_grid(config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend))
