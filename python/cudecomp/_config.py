@@ -338,7 +338,7 @@ class GridDescAutotuneOptions(_Struct):
     disable_mpi_backends = _ScalarField[bool](bool, False, "Leave the MPI backends out of backend searches.")
     disable_nccl_backends = _ScalarField[bool](bool, False, "Leave the NCCL backends out of backend searches.")
     disable_nvshmem_backends = _ScalarField[bool](
-        bool, False, "Leave the NVSHMEM backends out of backend searches (this implementation never tries them)."
+        bool, False, "Leave the NVSHMEM backends out of backend searches."
     )
     skip_threshold = _ScalarField[float](
         float,

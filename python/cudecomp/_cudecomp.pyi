@@ -182,9 +182,10 @@ class Handle:
                 that disagree (also on ``CUDECOMP_PIPELINE_SLICE_BYTES`` and
                 ``CUDECOMP_CHECK_COLLECTIVES``), bad environment values, or autotuning
                 filters that leave no candidate. Raised on every rank.
-            NotSupportedError: A backend this variant or machine cannot run (NVSHMEM
-                family; NCCL in the CPU variant; DIRECT across nodes), or no usable
-                process grid for the autotuner.
+            NotSupportedError: A backend this variant or machine cannot run (NCCL or
+                NVSHMEM in the CPU variant; NVSHMEM with shared GPUs or without its
+                library; DIRECT across nodes), or no usable process grid for the
+                autotuner.
             TypeError: ``config`` or ``autotune_options`` of the wrong class.
         """
     def malloc(self, grid: GridDesc, nbytes: int) -> Any:

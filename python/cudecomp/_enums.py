@@ -55,11 +55,11 @@ class TransposeCommBackend(_Enum):
     NCCL_PL = 5
     """NCCL, additionally stepping peer by peer (GPU variant; one GPU per rank)."""
     NVSHMEM = 6
-    """NVSHMEM one-sided puts; not implemented (``NotSupportedError``)."""
+    """NVSHMEM puts into peers' symmetric workspaces, each signalled (GPU variant; one GPU per rank)."""
     NVSHMEM_PL = 7
-    """Pipelined NVSHMEM; not implemented (``NotSupportedError``)."""
+    """As ``NVSHMEM``, stepping peer by peer (GPU variant; one GPU per rank)."""
     NVSHMEM_SM = 8
-    """NVSHMEM with copies by SM kernels; not implemented (``NotSupportedError``)."""
+    """NVSHMEM with chunks packed by copy kernels straight into peers' memory (GPU variant; one GPU per rank)."""
     DIRECT = 9
     """Beyond upstream: ranks of one node pack their chunks straight into each other's
     workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine), pipelined in
@@ -76,9 +76,9 @@ class HaloCommBackend(_Enum):
     NCCL = 3
     """One NCCL send/receive group (GPU variant; one GPU per rank)."""
     NVSHMEM = 4
-    """NVSHMEM puts; not implemented (``NotSupportedError``)."""
+    """Faces put into the neighbours' symmetric workspaces through NVSHMEM (GPU variant; one GPU per rank)."""
     NVSHMEM_BLOCKING = 5
-    """NVSHMEM, one direction at a time; not implemented (``NotSupportedError``)."""
+    """As ``NVSHMEM``, whole faces without slices (GPU variant; one GPU per rank)."""
     DIRECT = 6
     """Beyond upstream: ranks of one node copy faces straight into their neighbours'
     workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine)."""

@@ -1,4 +1,4 @@
-"""Finding the CUDA libraries the GPU variant loads at run time (NVRTC, NCCL; NVSHMEM later).
+"""Finding the CUDA libraries the GPU variant loads at run time (NVRTC, NCCL, NVSHMEM).
 
 Order, for each library:
 
