@@ -8,6 +8,7 @@ use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::NcclTransport;
+use crate::cuda::nvshmem::Nvshmem;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
 use crate::cuda::{self, Stream};
 use crate::engine::device::{lock, DeviceState};
@@ -19,7 +20,7 @@ use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
-use crate::engine::workspace::Slot;
+use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
@@ -156,6 +157,23 @@ struct DeviceExchange<'a> {
 
 const TRANSPOSE_QUERY: &str = "get_transpose_workspace_size()";
 const HALO_QUERY: &str = "get_halo_workspace_size()";
+
+/// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
+fn peer_slots(plan: &TransposePlan, elem: i64) -> Vec<u64> {
+    plan.peer_recv_offsets
+        .iter()
+        .map(|&o| (o * elem) as u64)
+        .collect()
+}
+
+/// Communication time of a pipeline (measured by the pipe) or of a single call.
+fn timing<'a>(sliced: bool, span: &'a dyn Fn() -> Result<f64>) -> CommTime<'a> {
+    if sliced {
+        CommTime::Own(span)
+    } else {
+        CommTime::PerCall
+    }
+}
 
 /// Bytes of `elems` elements, after checking that the caller's workspace, if any, holds
 /// them. Every route checks it, also those that always use the handle's workspace.
@@ -332,54 +350,30 @@ impl Runtime<'_> {
         sample: Sample<'_>,
     ) -> Result<()> {
         let plan = c.plan;
-        let elem = c.dtype.size();
-        let (dev, kernels) = self.bound_device(false)?;
-        let mover = DeviceMover::new(&kernels, stream);
-        let pipe = self.slot.pipe(&dev.device, plan.npeers(), false)?;
-        let pipe = pipe
-            .as_ref()
-            .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
-        let mut ws = lock(&self.slot.ws);
-        ws.begin(false);
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let work = unsafe { ws.device(&dev.device, need, stream)? };
-        let run = TransposeRun {
-            plan,
-            backend: TransposeBackend::Direct,
-            elem,
-            mover: &mover,
-            input: c.input,
-            output: c.output,
-            work,
-        };
-        let span = || pipe.span_ms();
-        let timing = if sliced {
-            CommTime::Own(&span)
-        } else {
-            CommTime::PerCall
-        };
-        let result = self.reported(&Clock::Device(stream), c.group, sample, timing, |t| {
-            ws.start_direct(self.world, work, stream)?;
-            if !sliced {
-                return run.run(t);
-            }
-            let x = IpcSlices {
-                pipe,
-                main: stream,
-                peers: ws.ipc(),
-                members: &plan.members,
-                me: plan.me,
-                slots: plan
-                    .peer_recv_offsets
-                    .iter()
-                    .map(|&o| (o * elem as i64) as u64)
-                    .collect(),
-                comm: c.group,
-            };
-            run.sliced(&x, self.slice_bytes, false)
-        });
-        ws.release(stream)?;
-        result
+        let elem = c.dtype.size() as i64;
+        self.signalled(stream, plan.npeers(), |dev, mover, pipe, ws| {
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let work = unsafe { ws.device(&dev.device, need, stream)? };
+            let run = c.run(mover, work);
+            let span = || pipe.span_ms();
+            let clock = Clock::Device(stream);
+            self.reported(&clock, c.group, sample, timing(sliced, &span), |t| {
+                ws.start_direct(self.world, work, stream)?;
+                if !sliced {
+                    return run.run(t);
+                }
+                let x = IpcSlices {
+                    pipe,
+                    main: stream,
+                    peers: ws.ipc(),
+                    members: &plan.members,
+                    me: plan.me,
+                    slots: peer_slots(plan, elem),
+                    comm: c.group,
+                };
+                run.sliced(&x, self.slice_bytes, false)
+            })
+        })
     }
 
     /// Runs a halo update (host: synchronously; device: enqueued on the stream).
@@ -470,63 +464,31 @@ impl Runtime<'_> {
         sample: Sample<'_>,
     ) -> Result<()> {
         let plan = c.plan;
-        let elem = c.dtype.size();
-        let (dev, kernels) = self.bound_device(false)?;
-        let nv = dev.nvshmem(self.world)?;
-        let mover = DeviceMover::new(&kernels, stream);
-        let pipe = self.slot.pipe(&dev.device, plan.npeers(), false)?;
-        let pipe = pipe
-            .as_ref()
-            .ok_or_else(|| Error::Internal("NVSHMEM: no pipe".into()))?;
-        let mut ws = lock(&self.slot.ws);
-        ws.begin(false);
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
-        let run = TransposeRun {
-            plan,
-            backend: c.backend,
-            elem,
-            mover: &mover,
-            input: c.input,
-            output: c.output,
-            work: sym.work,
-        };
-        let x = NvshmemSlices {
-            sym: Symmetric {
-                nv: &nv,
-                work: sym.work,
-                signals: sym.signals,
-                op: sym.op,
-                rank: self.rank,
-                nranks: self.world.size(),
-            },
-            pipe,
-            main: stream,
-            members: &plan.members,
-            me: plan.me,
-            slots: plan
-                .peer_recv_offsets
-                .iter()
-                .map(|&o| (o * elem as i64) as u64)
-                .collect(),
-            direct,
-            waited: RefCell::new(vec![false; plan.npeers()]),
-        };
-        let span = || pipe.span_ms();
-        let timing = if sliced {
-            CommTime::Own(&span)
-        } else {
-            CommTime::PerCall
-        };
-        let result = self.reported(&Clock::Device(stream), c.group, sample, timing, |t| {
-            if !sliced {
-                return run.run(t);
-            }
-            x.start();
-            run.sliced(&x, self.slice_bytes, per_peer)
-        });
-        ws.release(stream)?;
-        result
+        self.signalled(stream, plan.npeers(), |dev, mover, pipe, ws| {
+            let nv = dev.nvshmem(self.world)?;
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
+            let run = c.run(mover, sym.work);
+            let x = NvshmemSlices {
+                sym: self.symmetric(&nv, &sym),
+                pipe,
+                main: stream,
+                members: &plan.members,
+                me: plan.me,
+                slots: peer_slots(plan, c.dtype.size() as i64),
+                direct,
+                waited: RefCell::new(vec![false; plan.npeers()]),
+            };
+            let span = || pipe.span_ms();
+            let clock = Clock::Device(stream);
+            self.reported(&clock, c.group, sample, timing(sliced, &span), |t| {
+                if !sliced {
+                    return run.run(t);
+                }
+                x.start();
+                run.sliced(&x, self.slice_bytes, per_peer)
+            })
+        })
     }
 
     /// NVSHMEM halo updates: faces put into the neighbours' symmetric workspaces, each
@@ -539,38 +501,57 @@ impl Runtime<'_> {
         stream: Stream,
         sample: Sample<'_>,
     ) -> Result<()> {
+        self.signalled(stream, 1, |dev, mover, pipe, ws| {
+            let nv = dev.nvshmem(self.world)?;
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
+            let run = c.run(mover, sym.work);
+            let x = NvshmemFaces {
+                sym: self.symmetric(&nv, &sym),
+                pipe,
+                main: stream,
+                neighbours: c.plan.neighbours,
+                slices: if blocking { 1 } else { MAX_SLICES / 2 },
+            };
+            let span = || pipe.span_ms();
+            let clock = Clock::Device(stream);
+            self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
+                x.start();
+                run.direct(&x, self.slice_bytes)
+            })
+        })
+    }
+
+    /// The NVSHMEM buffers and numbers of an operation of this rank.
+    fn symmetric<'n>(&self, nv: &'n Nvshmem, sym: &SymmetricWork) -> Symmetric<'n> {
+        Symmetric {
+            nv,
+            work: sym.work,
+            signals: sym.signals,
+            op: sym.op,
+            rank: self.rank,
+            nranks: self.world.size(),
+        }
+    }
+
+    /// Frame of the device operations that signal peers themselves (DIRECT, NVSHMEM):
+    /// binds the device, takes the library's stream (room for `npeers` peers) and the
+    /// workspace, runs `f` and orders the next user of the workspace after this operation.
+    fn signalled(
+        &self,
+        stream: Stream,
+        npeers: usize,
+        f: impl FnOnce(&DeviceState, &DeviceMover<'_>, &Pipe, &mut Workspace) -> Result<()>,
+    ) -> Result<()> {
         let (dev, kernels) = self.bound_device(false)?;
-        let nv = dev.nvshmem(self.world)?;
         let mover = DeviceMover::new(&kernels, stream);
-        let pipe = self.slot.pipe(&dev.device, 1, false)?;
+        let pipe = self.slot.pipe(&dev.device, npeers, false)?;
         let pipe = pipe
             .as_ref()
-            .ok_or_else(|| Error::Internal("NVSHMEM: no pipe".into()))?;
+            .ok_or_else(|| Error::Internal("no library stream".into()))?;
         let mut ws = lock(&self.slot.ws);
         ws.begin(false);
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
-        let run = c.run(&mover, sym.work);
-        let x = NvshmemFaces {
-            sym: Symmetric {
-                nv: &nv,
-                work: sym.work,
-                signals: sym.signals,
-                op: sym.op,
-                rank: self.rank,
-                nranks: self.world.size(),
-            },
-            pipe,
-            main: stream,
-            neighbours: c.plan.neighbours,
-            slices: if blocking { 1 } else { MAX_SLICES / 2 },
-        };
-        let span = || pipe.span_ms();
-        let clock = Clock::Device(stream);
-        let result = self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
-            x.start();
-            run.direct(&x, self.slice_bytes)
-        });
+        let result = f(dev, &mover, pipe, &mut ws);
         ws.release(stream)?;
         result
     }
@@ -585,39 +566,24 @@ impl Runtime<'_> {
         stream: Stream,
         sample: Sample<'_>,
     ) -> Result<()> {
-        let (dev, kernels) = self.bound_device(false)?;
-        let mover = DeviceMover::new(&kernels, stream);
-        let pipe = self.slot.pipe(&dev.device, 1, false)?;
-        let pipe = pipe
-            .as_ref()
-            .ok_or_else(|| Error::Internal("DIRECT: no pipe".into()))?;
-        let mut ws = lock(&self.slot.ws);
-        ws.begin(false);
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let work = unsafe { ws.device(&dev.device, need, stream)? };
-        let run = HaloRun {
-            plan: c.plan,
-            backend: HaloBackend::Direct,
-            elem: c.dtype.size(),
-            mover: &mover,
-            data: c.data,
-            work,
-        };
-        let span = || pipe.span_ms();
-        let clock = Clock::Device(stream);
-        let result = self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
-            ws.start_direct(self.world, work, stream)?;
-            let x = IpcFaces {
-                pipe,
-                main: stream,
-                peers: ws.ipc(),
-                neighbours: c.plan.neighbours,
-                comm: self.world,
-            };
-            run.direct(&x, self.slice_bytes)
-        });
-        ws.release(stream)?;
-        result
+        self.signalled(stream, 1, |dev, mover, pipe, ws| {
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let work = unsafe { ws.device(&dev.device, need, stream)? };
+            let run = c.run(mover, work);
+            let span = || pipe.span_ms();
+            let clock = Clock::Device(stream);
+            self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
+                ws.start_direct(self.world, work, stream)?;
+                let x = IpcFaces {
+                    pipe,
+                    main: stream,
+                    peers: ws.ipc(),
+                    neighbours: c.plan.neighbours,
+                    comm: self.world,
+                };
+                run.direct(&x, self.slice_bytes)
+            })
+        })
     }
 
     /// Common frame of device operations through NCCL or MPI: binds the device, picks the

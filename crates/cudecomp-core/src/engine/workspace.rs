@@ -75,6 +75,26 @@ fn warm_up_first(what: &str) -> Error {
     ))
 }
 
+/// Before a buffer of `have` bytes serves `bytes`: inside a capture (`capturing`) it must
+/// be large enough already (it is then `frozen` for good), and a frozen one may never grow.
+fn freeze_check(
+    capturing: bool,
+    frozen: &mut bool,
+    have: usize,
+    bytes: usize,
+    what: &str,
+) -> Result<()> {
+    if (capturing || *frozen) && have < bytes {
+        return Err(if capturing && !*frozen {
+            warm_up_first(what)
+        } else {
+            frozen_error(bytes, have)
+        });
+    }
+    *frozen |= capturing;
+    Ok(())
+}
+
 /// A captured graph keeps using the workspace.
 fn frozen_error(bytes: usize, have: usize) -> Error {
     Error::NotSupported(format!(
@@ -129,6 +149,15 @@ impl Workspace {
         self.registered_frozen && self.registered.as_ref().map_or(0, RegisteredAlloc::bytes) < bytes
     }
 
+    /// Orders `stream` after the last operation that used the workspace (not inside a
+    /// capture: the graph's launches are ordered by the caller).
+    fn order_after_last_use(&self, stream: Stream) -> Result<()> {
+        match &self.last_use {
+            Some(e) if !self.capturing => e.wait_on(stream),
+            _ => Ok(()),
+        }
+    }
+
     /// Device workspace of at least `bytes`, ordered after its previous use on `stream`.
     ///
     /// # Safety
@@ -141,19 +170,14 @@ impl Workspace {
         stream: Stream,
     ) -> Result<Buf> {
         let have = self.device.as_ref().map_or(0, DeviceAlloc::bytes);
-        if (self.capturing || self.device_frozen) && have < bytes {
-            return Err(if self.capturing && !self.device_frozen {
-                warm_up_first("the workspace")
-            } else {
-                frozen_error(bytes, have)
-            });
-        }
-        self.device_frozen |= self.capturing;
-        if !self.capturing {
-            if let Some(e) = &self.last_use {
-                e.wait_on(stream)?;
-            }
-        }
+        freeze_check(
+            self.capturing,
+            &mut self.device_frozen,
+            have,
+            bytes,
+            "the workspace",
+        )?;
+        self.order_after_last_use(stream)?;
         let d = grow(
             &mut self.device,
             &self.last_use,
@@ -187,19 +211,15 @@ impl Workspace {
             return Ok(None);
         }
         let have = self.registered.as_ref().map_or(0, RegisteredAlloc::bytes);
-        if (self.capturing || self.registered_frozen) && have < bytes {
-            return Err(if self.capturing && !self.registered_frozen {
-                warm_up_first("the NCCL-registered workspace")
-            } else {
-                frozen_error(bytes, have)
-            });
-        }
-        self.registered_frozen |= self.capturing;
-        if !self.capturing {
-            if let Some(e) = &self.last_use {
-                e.wait_on(stream)?;
-            }
-        }
+        let what = "the NCCL-registered workspace";
+        freeze_check(
+            self.capturing,
+            &mut self.registered_frozen,
+            have,
+            bytes,
+            what,
+        )?;
+        self.order_after_last_use(stream)?;
         if self.registered.as_ref().is_none_or(|r| r.bytes() < bytes) {
             quiesce(&self.last_use)?;
             self.registered = None;
