@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -62,50 +62,39 @@ def nccl_usable() -> bool:
     return ok
 
 
-_DIRECT: list[bool] = []
+_USABLE: dict[str, bool] = {}
+
+
+def _creates_grid(backend: cudecomp.TransposeCommBackend, precondition: Callable[[], bool]) -> bool:
+    """Collective (first call per backend): whether ``precondition()`` holds and a small grid
+    on ``backend`` can then be created here; cached."""
+    from mpi4py import MPI
+
+    if backend.name not in _USABLE:
+        ok = precondition()
+        if ok:
+            with cudecomp.Handle(MPI.COMM_WORLD) as h:
+                cfg = cudecomp.GridDescConfig()
+                cfg.gdims, cfg.pdims = (4, 4, 4), (MPI.COMM_WORLD.size, 1)
+                cfg.transpose_comm_backend = backend
+                try:
+                    h.create_grid(cfg).destroy()
+                except cudecomp.NotSupportedError:
+                    ok = False
+        _USABLE[backend.name] = ok
+    return _USABLE[backend.name]
 
 
 def direct_usable() -> bool:
     """Collective (first call): whether the DIRECT backend works here (one node; CPU variant:
     node-shared memory; GPU variant: a GPU)."""
-    from mpi4py import MPI
-
-    if not _DIRECT:
-        ok = cudecomp.CPU_ONLY or local_gpu_count() > 0
-        if ok:
-            with cudecomp.Handle(MPI.COMM_WORLD) as h:
-                cfg = cudecomp.GridDescConfig()
-                cfg.gdims, cfg.pdims = (4, 4, 4), (MPI.COMM_WORLD.size, 1)
-                cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.DIRECT
-                try:
-                    h.create_grid(cfg).destroy()
-                except cudecomp.NotSupportedError:
-                    ok = False
-        _DIRECT.append(ok)
-    return _DIRECT[0]
-
-
-_NVSHMEM: list[bool] = []
+    return _creates_grid(cudecomp.TransposeCommBackend.DIRECT, lambda: cudecomp.CPU_ONLY or local_gpu_count() > 0)
 
 
 def nvshmem_usable() -> bool:
     """Collective (first call): whether the NVSHMEM backends work here (GPU variant, one GPU
     per rank, NVSHMEM's host library)."""
-    from mpi4py import MPI
-
-    if not _NVSHMEM:
-        ok = nccl_usable()
-        if ok:
-            with cudecomp.Handle(MPI.COMM_WORLD) as h:
-                cfg = cudecomp.GridDescConfig()
-                cfg.gdims, cfg.pdims = (4, 4, 4), (MPI.COMM_WORLD.size, 1)
-                cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.NVSHMEM
-                try:
-                    h.create_grid(cfg).destroy()
-                except cudecomp.NotSupportedError:
-                    ok = False
-        _NVSHMEM.append(ok)
-    return _NVSHMEM[0]
+    return _creates_grid(cudecomp.TransposeCommBackend.NVSHMEM, nccl_usable)
 
 
 def variant_transpose_backends() -> list[cudecomp.TransposeCommBackend]:

@@ -337,9 +337,7 @@ class GridDescAutotuneOptions(_Struct):
     allow_uneven_decompositions = _ScalarField[bool](bool, True, "Also try process grids that do not split the distributed axes evenly.")
     disable_mpi_backends = _ScalarField[bool](bool, False, "Leave the MPI backends out of backend searches.")
     disable_nccl_backends = _ScalarField[bool](bool, False, "Leave the NCCL backends out of backend searches.")
-    disable_nvshmem_backends = _ScalarField[bool](
-        bool, False, "Leave the NVSHMEM backends out of backend searches."
-    )
+    disable_nvshmem_backends = _ScalarField[bool](bool, False, "Leave the NVSHMEM backends out of backend searches.")
     skip_threshold = _ScalarField[float](
         float,
         0.0,

@@ -40,7 +40,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TextIO
 
 import numpy as np
@@ -637,6 +637,38 @@ def mean_gbps(comm: MPI.Comm, nbytes: int, seconds: float) -> float:
     return comm.allreduce(nbytes / seconds / 1e9, op=MPI.SUM) / comm.size
 
 
+def measured_row(
+    comm: MPI.Comm,
+    ceils: Ceilings,
+    ident: Row,
+    med: float,
+    mn: float,
+    off: int,
+    local_bytes: int,
+    distributed: bool,
+) -> Row:
+    """Fill ``ident`` (a row naming the configuration) with its timings and bandwidth (collective).
+
+    Distributed operations count the ``off`` bytes that leave the rank against the exchange
+    ceiling; local ones count ``local_bytes`` against a copy of the same bytes.
+    """
+    moved = off if distributed else local_bytes
+    cname, ceiling = ceils.exchange() if distributed else ceils.local(moved)
+    gbps = mean_gbps(comm, moved, med)
+    return replace(
+        ident,
+        ms=med * 1e3,
+        ms_min=mn * 1e3,
+        gbps_per_rank=gbps,
+        bytes_off_rank=comm.allreduce(off, op=MPI.MAX),
+        ceiling_gbps=ceiling,
+        pct_of_ceiling=pct_of(gbps, ceiling),
+        distributed=distributed,
+        ceiling=cname,
+        bytes_per_rank=comm.allreduce(moved, op=MPI.MAX),
+    )
+
+
 def run_config(
     args: argparse.Namespace,
     handle: cudecomp.Handle,
@@ -681,28 +713,9 @@ def run_config(
             med, mn = measure(xp, comm, functools.partial(fn, inp, out), args.warmup, args.reps)
             off = off_rank_bytes(grid, a, b, itemsize)
             distributed = comm.allreduce(off > 0, op=MPI.LOR)
-            # Distributed: the bytes that leave the rank against the exchange ceiling;
-            # local: the bytes of the pencil against a copy of the same bytes.
-            moved = off if distributed else infos[a].size * itemsize
-            cname, ceiling = ceils.exchange() if distributed else ceils.local(moved)
-            gbps = mean_gbps(comm, moved, med)
-            row = Row(
-                key,
-                gdims,
-                pdims,
-                bname,
-                dname,
-                ac,
-                ms=med * 1e3,
-                ms_min=mn * 1e3,
-                gbps_per_rank=gbps,
-                bytes_off_rank=comm.allreduce(off, op=MPI.MAX),
-                ceiling_gbps=ceiling,
-                pct_of_ceiling=pct_of(gbps, ceiling),
-                distributed=distributed,
-                ceiling=cname,
-                bytes_per_rank=comm.allreduce(moved, op=MPI.MAX),
-            )
+            # A local transpose is compared with a copy of the pencil's bytes.
+            local_bytes = infos[a].size * itemsize
+            row = measured_row(comm, ceils, Row(key, gdims, pdims, bname, dname, ac), med, mn, off, local_bytes, distributed)
             # The baselines are distributed X->Y transposes of the default layout: compare
             # only with the same (a local X->Y has none, see xy_baselines).
             if key == "xy" and not ac and distributed and base:
@@ -748,27 +761,8 @@ def halo_rows(
         med, mn = measure(xp, comm, update, args.warmup, args.reps)
         off = sum(faces[d] for d in dims if remote[d])
         distributed = any(remote[d] for d in dims)
-        moved = off if distributed else sum(faces[d] for d in dims)
-        cname, ceiling = ceils.exchange() if distributed else ceils.local(moved)
-        gbps = mean_gbps(comm, moved, med)
-        return Row(
-            op,
-            gdims,
-            pdims,
-            halo_backend.name,
-            dname,
-            ac,
-            halo=(h[0], h[1], h[2]),
-            ms=med * 1e3,
-            ms_min=mn * 1e3,
-            gbps_per_rank=gbps,
-            bytes_off_rank=comm.allreduce(off, op=MPI.MAX),
-            ceiling_gbps=ceiling,
-            pct_of_ceiling=pct_of(gbps, ceiling),
-            distributed=distributed,
-            ceiling=cname,
-            bytes_per_rank=comm.allreduce(moved, op=MPI.MAX),
-        )
+        ident = Row(op, gdims, pdims, halo_backend.name, dname, ac, halo=(h[0], h[1], h[2]))
+        return measured_row(comm, ceils, ident, med, mn, off, sum(faces[d] for d in dims), distributed)
 
     rows = [halo_row("halo", [0, 1, 2])]
     rows += [halo_row(f"h{'xyz'[d]}", [d]) for d in range(3) if h[d] > 0]
