@@ -17,11 +17,13 @@ pub enum TransposeBackend {
     Nccl = 4,
     /// NCCL, pipelined peer by peer on the library's stream (GPU variant only).
     NcclPl = 5,
-    /// Upstream's NVSHMEM all-to-all; not implemented here (`NotSupported`).
+    /// NVSHMEM: every peer's chunk packed locally and put into its symmetric workspace by
+    /// the copy engine, each followed by a signal (GPU variant, NVSHMEM's host library).
     Nvshmem = 6,
-    /// Upstream's pipelined NVSHMEM; not implemented here (`NotSupported`).
+    /// NVSHMEM, pipelined peer by peer so unpacking overlaps the next put.
     NvshmemPl = 7,
-    /// Upstream's NVSHMEM with SM-driven copies; not implemented here (`NotSupported`).
+    /// NVSHMEM, with the packing kernels writing straight into the peers' workspaces (SMs
+    /// do the copies, not the copy engine), then signalling.
     NvshmemSm = 8,
     /// Beyond upstream: ranks on one node pack their chunks straight into each other's
     /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine), with no
@@ -157,9 +159,9 @@ pub enum HaloBackend {
     MpiBlocking = 2,
     /// NCCL send/receive on device memory (GPU variant only).
     Nccl = 3,
-    /// Upstream's NVSHMEM halo exchange; not implemented here (`NotSupported`).
+    /// NVSHMEM: both neighbours' faces put into their symmetric workspaces at once.
     Nvshmem = 4,
-    /// Upstream's blocking NVSHMEM variant; not implemented here (`NotSupported`).
+    /// NVSHMEM, one neighbour after the other.
     NvshmemBlocking = 5,
     /// Beyond upstream: ranks on one node copy faces straight into their neighbours'
     /// workspaces (CPU: node-shared memory; GPU: CUDA IPC and the copy engine).

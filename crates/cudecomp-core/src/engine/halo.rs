@@ -191,7 +191,7 @@ impl HaloRun<'_> {
                 Ok(())
             }
             b => unsupported!(
-                "halo backend {} is not implemented: expected MPI, MPI_BLOCKING or NCCL",
+                "halo backend {} does not run over a message transport: expected MPI, MPI_BLOCKING or NCCL",
                 b.display_name()
             ),
         }

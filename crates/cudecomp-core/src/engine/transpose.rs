@@ -200,7 +200,7 @@ impl TransposeRun<'_> {
             TransposeBackend::MpiP2pPl | TransposeBackend::NcclPl => self.p2p_pipelined(comm),
             TransposeBackend::MpiA2a => self.alltoallv(comm),
             b => unsupported!(
-                "transpose backend {} is not implemented: expected MPI_P2P, MPI_P2P_PL, MPI_A2A, NCCL or NCCL_PL",
+                "transpose backend {} does not run over a message transport: expected MPI_P2P, MPI_P2P_PL, MPI_A2A, NCCL or NCCL_PL",
                 b.display_name()
             ),
         }
