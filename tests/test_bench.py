@@ -20,6 +20,7 @@ from mpi4py import MPI
 import cudecomp
 from conftest import requires_data_path
 from cudecomp import bench
+from oracle import nccl_usable
 
 # The columns and JSON keys every earlier version wrote, in order: readers rely on them.
 LEGACY_FIELDS = [
@@ -136,6 +137,29 @@ def test_baselines_only_beside_distributed_x_to_y(measured: dict[str, Any] | Non
 
 
 @requires_data_path()
+def test_graph_rows_time_replays_beside_eager_calls(tmp_path: os.PathLike[str]) -> None:
+    """GPU: ``--graph`` adds an ``op-graph`` row per capturable row; DIRECT's say why they were skipped."""
+    if cudecomp.CPU_ONLY or not nccl_usable():
+        pytest.skip("needs the GPU variant with one GPU per rank (NCCL)")
+    path = os.path.join(shared_dir(tmp_path), "graph.json")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "--ops", "xy", "yx", "halo", "--backends", "NCCL,DIRECT", "--graph", "6"]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = json.load(open(path))["rows"]
+        eager = [r for r in rows if not r["op"].endswith("-graph") and not r["note"]]
+        graphs = {(r["op"], tuple(r["pdims"]), r["backend"]): r for r in rows if r["op"].endswith("-graph")}
+        assert len(graphs) == len(eager)
+        for r in eager:
+            g = graphs[(r["op"] + "-graph", tuple(r["pdims"]), r["backend"])]
+            if r["backend"] == "DIRECT":
+                assert g["note"].startswith("graph skipped: NotSupportedError"), g
+            else:
+                assert not g["note"] and g["ms"] > 0 and g["baseline"]["eager_wall_ms"] > 0, g
+                assert math.isclose(g["baseline"]["ratio_vs_eager_wall"], g["ms"] / g["baseline"]["eager_wall_ms"], rel_tol=1e-9)
+    MPI.COMM_WORLD.Barrier()
+
+
+@requires_data_path()
 def test_fft_op_times_forward_and_backward_beside_one_device(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(shared_dir(tmp_path), "fft.json")
     argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "fft", "--fft-out", "both", "--backends", "MPI_P2P"]
@@ -200,6 +224,12 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch: pytest.Monk
         (["--progress", "bar"], "--progress bar needs tqdm"),
         (["--pdims", "3x7"], "no process grid"),
         (["--json", "/nonexistent-dir/rows.json"], "does not exist"),
+        (["--graph", "-1"], "--graph must be >= 0"),
+        pytest.param(
+            ["--graph", "4"],
+            "--graph needs the GPU variant",
+            marks=pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the CPU variant refuses --graph"),
+        ),
     ],
 )
 def test_other_problems_fail_before_measuring(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:

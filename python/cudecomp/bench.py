@@ -21,7 +21,9 @@ user would write (NCCL when every rank has its own GPU, host-staged MPI otherwis
 the MPI ``Alltoallw`` of subarray datatypes that mpi4py-fft's pencil ``Transfer``
 performs, and NumPy pack -> ``Alltoallv`` -> unpack. ``--ops fft`` times a
 ``cudecomp.fft`` plan's forward and backward transform beside the same transform of the
-whole array on one device (rank 0), measured in the same run. Writes JSON and CSV; ``--plot DIR``
+whole array on one device (rank 0), measured in the same run. ``--graph N`` (GPU) adds
+rows ``op-graph``: N operations captured into one CUDA graph, the replay's wall clock per
+operation beside N eager calls'. Writes JSON and CSV; ``--plot DIR``
 (needs matplotlib) renders heatmaps (backend x process grid) and bandwidth-versus-size
 small multiples. Progress (``--progress``): by default a tqdm bar, only when stderr is a
 terminal and tqdm is installed.
@@ -727,7 +729,106 @@ def run_config(
         del bufs
     finally:
         grid.destroy()
+    if args.graph:
+        cfg = config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend)
+        rows += graph_rows(args, xp, comm, cfg, NP_DTYPES[dtype], rows)
     return rows
+
+
+def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list[Row]) -> list[Row]:
+    """``--graph N``: N operations of each eager row captured into one CUDA graph (collective).
+
+    Each row ``op-graph`` times a replay of the graph, wall clock per operation, against
+    the same N operations called eagerly back to back (``eager_wall_ms``: the host path
+    and the GPU work overlapping as in a solver's loop). A fresh handle serves the
+    captures, so that the frozen workspace of a captured handle (docs/graphs.md) does not
+    constrain the rest of the run.
+    """
+    m = xp.m
+    h = tuple(args.halo)
+    periods = (True, True, True)
+    out: list[Row] = []
+    with cudecomp.Handle(comm) as handle, handle.create_grid(cfg) as grid:
+        bufs = [m.ones(grid.get_pencil_info(a).array_shape, dtype) for a in range(3)]
+        halo = m.ones(grid.get_pencil_info(0, h).array_shape, dtype)
+        s = m.cuda.Stream(non_blocking=True)
+
+        def call(op: str) -> Callable[[], None]:
+            if op in OPS:
+                name, a, b = OPS[op]
+                return functools.partial(getattr(grid, name), bufs[a], bufs[b], stream=s)
+            dims = [0, 1, 2] if op == "halo" else ["xyz".index(op[1])]
+
+            def update() -> None:
+                for d in dims:
+                    grid.update_halos_x(halo, h, periods, d, stream=s)
+
+            return update
+
+        for row in eager:
+            if row.note or not (row.op in OPS or row.op in HALO_OPS):
+                continue
+            fn = call(row.op)
+            timed = replay_times(comm, s, fn, args.graph, args.warmup, args.reps)
+            if isinstance(timed, str):
+                out.append(replace(row, op=f"{row.op}-graph", note=f"graph skipped: {timed}", baseline={}))
+                continue
+            g_med, g_min, e_med = timed
+            gbps = row.gbps_per_rank * row.ms / (g_med * 1e3)
+            out.append(
+                replace(
+                    row,
+                    op=f"{row.op}-graph",
+                    ms=g_med * 1e3,
+                    ms_min=g_min * 1e3,
+                    gbps_per_rank=gbps,
+                    pct_of_ceiling=pct_of(gbps, row.ceiling_gbps),
+                    baseline={"eager_wall_ms": e_med * 1e3, "ratio_vs_eager_wall": g_med / e_med},
+                )
+            )
+    return out
+
+
+def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup: int, reps: int) -> tuple[float, float, float] | str:
+    """(replay median, replay min, eager median) seconds per operation, or why it could not be captured.
+
+    The graph is dropped on return, before its grid and handle go.
+
+    Wall clock over the whole sequence (launch to the stream's completion) divided by
+    ``n``; the median per rank, then the slowest rank. Collective; a capture refused on
+    any rank is abandoned on every rank (the captured work is never launched).
+    """
+
+    def eager() -> None:
+        for _ in range(n):
+            fn()
+
+    def wall(run: Callable[[], object]) -> float:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        run()
+        s.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    for _ in range(max(warmup, 1)):  # a capture needs one eager run first
+        eager()
+    s.synchronize()
+    e_med = float(np.median([wall(eager) for _ in range(reps)]))
+    why = ""
+    s.begin_capture()
+    try:
+        eager()
+    except cudecomp.CudecompError as e:
+        why = f"{type(e).__name__}: {e}"
+    graph = s.end_capture()
+    why = comm.allreduce([why] if why else [], op=MPI.SUM)
+    if why:
+        return why[0]
+    graph.launch(s)  # replay warm-up (graph upload)
+    s.synchronize()
+    times = [wall(functools.partial(graph.launch, s)) for _ in range(reps)]
+    med = comm.allreduce(float(np.median(times)), op=MPI.MAX)
+    return med, comm.allreduce(min(times), op=MPI.MAX), comm.allreduce(e_med, op=MPI.MAX)
 
 
 def halo_rows(
@@ -907,6 +1008,9 @@ def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
     print(f"       same bytes on every rank at once (dev-same, host-same). Baselines: beside distributed X->Y rows only{end}")
     if ffts:
         print("       and beside fft/ifft rows the same transform of the whole array on one device (rank 0's GPU or CPU).")
+    if any(r.op.endswith("-graph") for r in rows):
+        print("op-graph rows: wall clock per operation of a CUDA graph's replay; eager_wall_ms: the same operations called")
+        print("       eagerly back to back, wall clock per operation (host overhead included).")
 
 
 def write(rows: Sequence[Row], args: argparse.Namespace) -> None:
@@ -1152,6 +1256,14 @@ def parser() -> argparse.ArgumentParser:
         metavar=("HX", "HY", "HZ"),
         help="halo extents for the halo benchmark (default: 1 1 1)",
     )
+    p.add_argument(
+        "--graph",
+        type=int,
+        default=0,
+        metavar="N",
+        help="GPU: also capture N of each transpose and halo update into a CUDA graph and time its replay against "
+        "N eager calls, wall clock per operation (rows op-graph; capturable backends only; 0 = off) (default: 0)",
+    )
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: 3)")
     p.add_argument("--reps", type=int, default=10, help="timed calls; the median is reported (default: 10)")
     p.add_argument(
@@ -1197,6 +1309,10 @@ def _output_problem(args: argparse.Namespace) -> str:
             os.makedirs(args.plot, exist_ok=True)
         except OSError as e:
             return f"--plot {args.plot}: cannot create the directory: {e}"
+    if args.graph < 0:
+        return f"--graph must be >= 0 operations, got {args.graph}"
+    if args.graph and cudecomp.CPU_ONLY:
+        return "--graph needs the GPU variant (CUDA graphs); this is the CPU variant"
     if args.progress == "bar" and not args.quiet and tqdm_class() is None:
         return "--progress bar needs tqdm, which is not installed (pip install tqdm)"
     for opt in ("json", "csv"):
