@@ -773,47 +773,50 @@ def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.G
             if isinstance(timed, str):
                 out.append(replace(row, op=f"{row.op}-graph", note=f"graph skipped: {timed}", baseline={}))
                 continue
-            g_med, g_min, e_med = timed
-            gbps = row.gbps_per_rank * row.ms / (g_med * 1e3)
-            out.append(
-                replace(
-                    row,
-                    op=f"{row.op}-graph",
-                    ms=g_med * 1e3,
-                    ms_min=g_min * 1e3,
-                    gbps_per_rank=gbps,
-                    pct_of_ceiling=pct_of(gbps, row.ceiling_gbps),
-                    baseline={"eager_wall_ms": e_med * 1e3, "ratio_vs_eager_wall": g_med / e_med},
-                )
-            )
+            gbps = row.gbps_per_rank * row.ms / (timed["replay"] * 1e3)
+            base = {
+                "eager_wall_ms": timed["eager"] * 1e3,
+                "ratio_vs_eager_wall": timed["replay"] / timed["eager"],
+                "eager_host_ms": timed["eager_host"] * 1e3,
+                "replay_host_ms": timed["replay_host"] * 1e3,
+            }
+            ms, ms_min, pct = timed["replay"] * 1e3, timed["replay_min"] * 1e3, pct_of(gbps, row.ceiling_gbps)
+            out.append(replace(row, op=f"{row.op}-graph", ms=ms, ms_min=ms_min, gbps_per_rank=gbps, pct_of_ceiling=pct, baseline=base))
     return out
 
 
-def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup: int, reps: int) -> tuple[float, float, float] | str:
-    """(replay median, replay min, eager median) seconds per operation, or why it could not be captured.
+def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup: int, reps: int) -> dict[str, float] | str:
+    """Seconds per operation of ``n`` calls of ``fn``, eager and as a replayed graph, or why it could not be captured.
 
-    The graph is dropped on return, before its grid and handle go.
-
-    Wall clock over the whole sequence (launch to the stream's completion) divided by
-    ``n``; the median per rank, then the slowest rank. Collective; a capture refused on
-    any rank is abandoned on every rank (the captured work is never launched).
+    Keys: ``replay`` and ``replay_min`` (wall clock of a replay, launch to the stream's
+    completion), ``replay_host`` (the launch call alone: the host's share), ``eager``
+    and ``eager_host`` likewise for the calls made one by one; each divided by ``n``,
+    the median per rank, then the slowest rank. Collective; a capture refused on any
+    rank is abandoned on every rank (the captured work is never launched). The graph is
+    dropped on return, before its grid and handle go.
     """
 
     def eager() -> None:
         for _ in range(n):
             fn()
 
-    def wall(run: Callable[[], object]) -> float:
+    def timed(run: Callable[[], object]) -> tuple[float, float]:
         comm.Barrier()
         t0 = time.perf_counter()
         run()
+        t1 = time.perf_counter()
         s.synchronize()
-        return (time.perf_counter() - t0) / n
+        return (time.perf_counter() - t0) / n, (t1 - t0) / n
+
+    def slowest(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
+        walls, hosts = [t[0] for t in samples], [t[1] for t in samples]
+        meds = (float(np.median(walls)), min(walls), float(np.median(hosts)))
+        return tuple(comm.allreduce(v, op=MPI.MAX) for v in meds)  # type: ignore[return-value]
 
     for _ in range(max(warmup, 1)):  # a capture needs one eager run first
         eager()
     s.synchronize()
-    e_med = float(np.median([wall(eager) for _ in range(reps)]))
+    e_med, _, e_host = slowest([timed(eager) for _ in range(reps)])
     why = ""
     s.begin_capture()
     try:
@@ -826,9 +829,8 @@ def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup:
         return why[0]
     graph.launch(s)  # replay warm-up (graph upload)
     s.synchronize()
-    times = [wall(functools.partial(graph.launch, s)) for _ in range(reps)]
-    med = comm.allreduce(float(np.median(times)), op=MPI.MAX)
-    return med, comm.allreduce(min(times), op=MPI.MAX), comm.allreduce(e_med, op=MPI.MAX)
+    g_med, g_min, g_host = slowest([timed(functools.partial(graph.launch, s)) for _ in range(reps)])
+    return {"replay": g_med, "replay_min": g_min, "replay_host": g_host, "eager": e_med, "eager_host": e_host}
 
 
 def halo_rows(
@@ -1010,7 +1012,7 @@ def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
         print("       and beside fft/ifft rows the same transform of the whole array on one device (rank 0's GPU or CPU).")
     if any(r.op.endswith("-graph") for r in rows):
         print("op-graph rows: wall clock per operation of a CUDA graph's replay; eager_wall_ms: the same operations called")
-        print("       eagerly back to back, wall clock per operation (host overhead included).")
+        print("       eagerly back to back, wall clock per operation; *_host_ms: the host's share (the calls, or the launch).")
 
 
 def write(rows: Sequence[Row], args: argparse.Namespace) -> None:
