@@ -84,3 +84,12 @@ def test_node_id_per_rank(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> No
         with pytest.raises(cudecomp.NotSupportedError, match="one node"):
             h.create_grid(config(transpose_comm_backend=TransposeCommBackend.DIRECT))
         works(h)
+
+
+@pytest.mark.skipif(not SIMULATED, reason="needs CUDECOMP_SIMULATE_NODES > 1")
+def test_benchmark_gives_simulated_nodes_no_copy_ceiling() -> None:
+    # Bytes between simulated nodes stand for network traffic: no copy bandwidth bounds them.
+    from cudecomp import bench
+
+    assert bench.node_name(COMM) == f"simulated:{COMM.rank * int(os.environ['CUDECOMP_SIMULATE_NODES']) // NRANKS}"
+    assert not bench.Xp().single_node

@@ -140,15 +140,27 @@ def pct_of(gbps: float, ceiling: float) -> float:
     return 100 * gbps / ceiling
 
 
+def node_name(comm: MPI.Comm) -> str:
+    """Return the name of this rank's node as the package sees it.
+
+    ``CUDECOMP_NODE_ID`` or ``CUDECOMP_SIMULATE_NODES`` (docs/multinode.md) when set, else
+    the host name, so that simulated nodes get no copy ceiling either.
+    """
+    if "CUDECOMP_NODE_ID" in os.environ:
+        return "id:" + os.environ["CUDECOMP_NODE_ID"].strip()
+    sim = os.environ.get("CUDECOMP_SIMULATE_NODES", "").strip()
+    if sim.isdigit() and 1 <= int(sim) <= comm.size:
+        return f"simulated:{comm.rank * int(sim) // comm.size}"
+    return MPI.Get_processor_name()
+
+
 class Xp:
     """Array backend of the loaded variant: NumPy (CPU) or CuPy (GPU)."""
 
     def __init__(self) -> None:
         self.gpu = not cudecomp.CPU_ONLY
-        node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
         #: True when every rank runs on this node (the copy ceilings then bound the exchange).
-        self.single_node = MPI.COMM_WORLD.allreduce(node.size == MPI.COMM_WORLD.size, op=MPI.LAND)
-        node.Free()
+        self.single_node = len(set(MPI.COMM_WORLD.allgather(node_name(MPI.COMM_WORLD)))) == 1
         if self.gpu:
             import cupy
 

@@ -88,6 +88,10 @@ impl Api {
 pub struct Nvshmem {
     api: Api,
     npes: usize,
+    /// Per PE: whether it runs on this rank's node as the package sees nodes (a
+    /// simulated split included), fixed at initialisation. Peers elsewhere are reached
+    /// by puts only, as they would be across real nodes, even where NVSHMEM could map them.
+    same_node: Vec<bool>,
 }
 
 // SAFETY: the API is a table of C entry points; NVSHMEM's host calls are made under the
@@ -108,8 +112,14 @@ fn lock_runtime() -> std::sync::MutexGuard<'static, Option<Arc<Nvshmem>>> {
 /// Collective over `comm` (the handle's communicator, on `device`): the process's runtime,
 /// initialised on first use. Every rank fails alike when some rank
 /// cannot load the library or the communicator is not congruent with the one the runtime
-/// was initialised over (PE `r` must be rank `r`).
-pub fn acquire(path: &str, comm: &dyn Communicator, device: &Device) -> Result<Arc<Nvshmem>> {
+/// was initialised over (PE `r` must be rank `r`). `same_node[r]` says whether rank `r`
+/// shares this rank's node (kept from the first initialisation).
+pub fn acquire(
+    path: &str,
+    comm: &dyn Communicator,
+    device: &Device,
+    same_node: &[bool],
+) -> Result<Arc<Nvshmem>> {
     device.bind()?;
     let mut guard = lock_runtime();
     let existing = guard.clone();
@@ -134,7 +144,7 @@ pub fn acquire(path: &str, comm: &dyn Communicator, device: &Device) -> Result<A
     }
     let runtime = match (existing, api) {
         (Some(n), _) => n,
-        (None, Some(api)) => Arc::new(init(api, comm)?),
+        (None, Some(api)) => Arc::new(init(api, comm, same_node.to_vec())?),
         (None, None) => return Err(Error::Internal("NVSHMEM: no library".into())),
     };
     // PE r must be handle rank r on every rank (congruent communicators).
@@ -155,7 +165,7 @@ pub fn acquire(path: &str, comm: &dyn Communicator, device: &Device) -> Result<A
 }
 
 /// Initialises NVSHMEM over `comm` with a unique ID broadcast from rank 0.
-fn init(api: Api, comm: &dyn Communicator) -> Result<Nvshmem> {
+fn init(api: Api, comm: &dyn Communicator, same_node: Vec<bool>) -> Result<Nvshmem> {
     let (rank, n) = (comm.rank(), comm.size());
     let mut uid = [0u8; UNIQUEID_BYTES];
     let word = |buf: &mut [u8], at: usize, size: usize| {
@@ -205,7 +215,11 @@ fn init(api: Api, comm: &dyn Communicator) -> Result<Nvshmem> {
             "NVSHMEM numbered this rank {pe} of {npes}, expected {rank} of {n}"
         )));
     }
-    Ok(Nvshmem { api, npes: n })
+    Ok(Nvshmem {
+        api,
+        npes: n,
+        same_node,
+    })
 }
 
 impl Nvshmem {
@@ -215,8 +229,11 @@ impl Nvshmem {
     }
 
     /// Address of `pe`'s copy of the symmetric object at `addr`, where this GPU can write
-    /// it directly (`None` across nodes).
+    /// it directly (`None` across nodes, simulated ones included).
     pub fn peer_ptr(&self, addr: u64, pe: usize) -> Option<u64> {
+        if !self.same_node.get(pe).copied().unwrap_or(false) {
+            return None;
+        }
         // SAFETY: a query on a symmetric address.
         let p = unsafe { (self.api.ptr)(addr as usize as *const c_void, pe as c_int) };
         (!p.is_null()).then_some(p as usize as u64)

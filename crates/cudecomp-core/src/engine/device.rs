@@ -7,7 +7,7 @@ use crate::comm::Communicator;
 use crate::cuda::nccl::Nccl;
 use crate::cuda::nvshmem::{self, Nvshmem};
 use crate::cuda::Device;
-use crate::Result;
+use crate::{Error, Result};
 
 /// The GPU side of a handle.
 pub struct DeviceState {
@@ -44,16 +44,27 @@ impl DeviceState {
         }
     }
 
-    /// Collective on first use: this handle's share of the process's NVSHMEM runtime,
-    /// over `comm` (the handle's).
-    pub(crate) fn nvshmem(&self, comm: &dyn Communicator) -> Result<Arc<Nvshmem>> {
+    /// Collective: starts this handle's share of the process's NVSHMEM runtime over `comm`
+    /// (the handle's), unless started; `same_node[r]`: rank `r` shares this rank's node.
+    pub(crate) fn start_nvshmem(&self, comm: &dyn Communicator, same_node: &[bool]) -> Result<()> {
         let mut n = lock(&self.nvshmem);
-        if let Some(n) = n.as_ref() {
-            return Ok(n.clone());
+        if n.is_none() {
+            *n = Some(nvshmem::acquire(
+                &self.nvshmem_path,
+                comm,
+                &self.device,
+                same_node,
+            )?);
         }
-        let made = nvshmem::acquire(&self.nvshmem_path, comm, &self.device)?;
-        *n = Some(made.clone());
-        Ok(made)
+        Ok(())
+    }
+
+    /// This handle's share of the NVSHMEM runtime (started at the creation of the first
+    /// grid that uses it).
+    pub(crate) fn nvshmem(&self) -> Result<Arc<Nvshmem>> {
+        lock(&self.nvshmem)
+            .clone()
+            .ok_or_else(|| Error::Internal("NVSHMEM used before the runtime was started".into()))
     }
 
     /// This handle stops using NVSHMEM (after its workspaces' symmetric memory was freed;

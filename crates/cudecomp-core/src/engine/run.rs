@@ -465,7 +465,7 @@ impl Runtime<'_> {
     ) -> Result<()> {
         let plan = c.plan;
         self.signalled(stream, plan.npeers(), |dev, mover, pipe, ws| {
-            let nv = dev.nvshmem(self.world)?;
+            let nv = dev.nvshmem()?;
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
             let run = c.run(mover, sym.work);
@@ -502,7 +502,7 @@ impl Runtime<'_> {
         sample: Sample<'_>,
     ) -> Result<()> {
         self.signalled(stream, 1, |dev, mover, pipe, ws| {
-            let nv = dev.nvshmem(self.world)?;
+            let nv = dev.nvshmem()?;
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
             let run = c.run(mover, sym.work);

@@ -68,8 +68,13 @@ fn gather_nodes(comm: &dyn Communicator, extra: &[u8]) -> Result<(Vec<u8>, Vec<V
 
 /// Collective: true when every rank runs on this rank's node.
 pub(crate) fn one_node(comm: &dyn Communicator) -> Result<bool> {
+    Ok(same_node(comm)?.iter().all(|&s| s))
+}
+
+/// Collective: per rank of `comm`, whether it runs on this rank's node.
+pub(crate) fn same_node(comm: &dyn Communicator) -> Result<Vec<bool>> {
     let (mine, all) = gather_nodes(comm, &[])?;
-    Ok(all.iter().all(|h| *h == mine))
+    Ok(all.iter().map(|h| *h == mine).collect())
 }
 
 /// Collective: true when every rank drives its own GPU (what NCCL requires); ranks

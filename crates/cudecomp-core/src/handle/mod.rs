@@ -157,12 +157,15 @@ impl Handle {
 
     /// Collective (first call): this handle's share of the NVSHMEM runtime.
     fn start_nvshmem(&self, dev: &DeviceState) -> Result<()> {
-        if self.one_node()? && std::env::var_os("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME").is_none() {
+        let same_node = capabilities::same_node(self.comm())?;
+        if same_node.iter().all(|&s| s)
+            && std::env::var_os("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME").is_none()
+        {
             // The unique-ID bootstrap needs a socket interface; on one node the loopback
             // always serves.
             std::env::set_var("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo");
         }
-        dev.nvshmem(self.comm()).map(|_| ())
+        dev.start_nvshmem(self.comm(), &same_node)
     }
 
     /// Collective: true when this GPU handle can run NVSHMEM backends (one GPU per rank,
