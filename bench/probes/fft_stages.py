@@ -50,7 +50,8 @@ def main() -> None:
         return comm.allreduce(float(np.median(ts)), op=MPI.MAX)
 
     with cudecomp.Handle(comm) as h:
-        plan = FFT(h, (n, n, n), pdims, kind="c2c", dtype=np.complex128, transposed_out=True, backend=cudecomp.TransposeCommBackend[args.backend])
+        backend = cudecomp.TransposeCommBackend[args.backend]
+        plan = FFT(h, (n, n, n), pdims, kind="c2c", dtype=np.complex128, transposed_out=True, backend=backend)
         G = plan.spectral_grid
         a = plan.zeros_input()
         a += 1
