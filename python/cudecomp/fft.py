@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import os
 import time
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -78,23 +77,6 @@ _MEM_ORDER: dict[str, tuple[tuple[int, int, int], ...]] = {
     "slab-yz": ((0, 1, 2), (1, 2, 0), (1, 2, 0)),
     "pencil": ((0, 1, 2), (1, 2, 0), (2, 0, 1)),
 }
-# On GPUs the slab-xy Z-pencil keeps Z slowest: cuFFT transforms along the slowest axis,
-# batched over the contiguous rest, as fast as along the fastest, and the exchange can
-# then deliver chunks of Z-planes straight into place (see FFT._forward_chunked).
-_MEM_ORDER_GPU = {**_MEM_ORDER, "slab-xy": ((0, 1, 2), (0, 1, 2), (0, 1, 2))}
-
-#: Forward slab-xy transforms on GPUs are cut into this many chunks of Z-planes by default
-#: when a rank's spectral pencil holds at least _CHUNKED_BYTES (``CUDECOMP_FFT_CHUNKS``
-#: overrides; 1 turns chunking off).
-_DEFAULT_CHUNKS = 4
-_CHUNKED_BYTES = 256 << 20
-
-
-class _DeviceArray:
-    """A C-contiguous device buffer described by ``__cuda_array_interface__`` (no ownership)."""
-
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (ptr, False), "version": 3, "strides": None}
 
 
 def schedule_of(pdims: Sequence[int]) -> Schedule:
@@ -261,53 +243,7 @@ class _CupyLocal(_Local):
 
         self.m = cupyx.scipy.fft
 
-    def _plan(self, *args: Any) -> Any:
-        """Return a cached ``cupy.cuda.cufft.PlanNd`` made from ``args`` (its constructor's arguments)."""
-        from cupy.cuda import cufft
-
-        plans: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_plans", {})
-        plan = plans.get(args)
-        if plan is None:
-            plan = plans[args] = cufft.PlanNd(*args)
-        return plan
-
-    @staticmethod
-    def _type(dtype: np.dtype, r2c: bool) -> int:
-        from cupy.cuda import cufft
-
-        double = dtype in (np.dtype(np.complex128), np.dtype(np.float64))
-        if r2c:
-            return cufft.CUFFT_D2Z if double else cufft.CUFFT_R2C
-        return cufft.CUFFT_Z2Z if double else cufft.CUFFT_C2C
-
-    def leading(self, a: Any, inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
-        """Unscaled c2c along axis 0 of a C-contiguous array, batched over the rest in place (no transposition)."""
-        import cupy
-        from cupy.cuda import cufft
-
-        n, batch = int(a.shape[0]), int(a.size // a.shape[0])
-        plan = self._plan((n,), (n,), batch, 1, (n,), batch, 1, self._type(a.dtype, False), batch, "C", -1, None)
-        r = out if out is not None else (a if overwrite else cupy.empty_like(a))
-        plan.fft(a, r, cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
-        return r
-
-    def planes(self, src: Any, dst: Any, y: int, x: int, every: int, r2c: bool) -> None:
-        """Unscaled forward 2-D FFTs over (Y, X) of every ``every``-th plane from ``src`` into ``dst``.
-
-        ``src`` starts at the first plane (real planes of ``y * x`` for ``r2c``); ``dst``
-        is a C-contiguous array of the results, one after the other.
-        """
-        from cupy.cuda import cufft
-
-        xs = x // 2 + 1 if r2c else x
-        batch = int(dst.shape[0])
-        t = self._type(src.dtype, r2c)
-        plan = self._plan((y, x), (y, x), 1, every * y * x, (y, xs), 1, y * xs, t, batch, "C", -1, xs if r2c else None)
-        plan.fft(src, dst, cufft.CUFFT_FORWARD)
-
     def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
-        if axes == (0,) and a.ndim == 3 and a.flags.c_contiguous:
-            return self.leading(a, inverse, out, overwrite)
         # "backward" leaves the forward unscaled, "forward" the inverse.
         norm = "forward" if inverse else "backward"
         if len(axes) == 1:
@@ -459,7 +395,6 @@ class FFT:
         comm: Any = None,
     ) -> None:
         self._grids: list[GridDesc] = []
-        self._chunk_grid: GridDesc | None = None
         if kind not in _KINDS:
             raise ValueError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
         if norm not in _NORMS:
@@ -481,7 +416,6 @@ class FFT:
             raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
         self._base = config.copy() if config is not None else GridDescConfig()
         self._streams: dict[int, Any] = {}
-        self._side: dict[int, Any] = {}
         self._scratch: dict[str, Any] = {}
         self._comm = comm
         self.autotune_times: dict[tuple[tuple[int, int], str], float] = {}
@@ -526,7 +460,7 @@ class FFT:
         cfg.pdims = pdims
         if backend is not None:
             cfg.transpose_comm_backend = backend
-        cfg.transpose_mem_order = (_MEM_ORDER_GPU if self._local.gpu else _MEM_ORDER)[schedule_of(pdims)]
+        cfg.transpose_mem_order = _MEM_ORDER[schedule_of(pdims)]
         return cfg
 
     def _build(self, pdims: tuple[int, int], backend: TransposeCommBackend | None) -> None:
@@ -547,36 +481,6 @@ class FFT:
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
         self._out_info = self.spectral_grid.get_pencil_info(self._out_axis)
-        # Array axis of global Z in the spectral Z-pencil (arrays list the slowest axis first).
-        self._zax = 2 - list(self.spectral_grid.get_pencil_info(2).order).index(2)
-        self._chunks = self._chunk_count(pdims)
-        if self._chunks > 1:
-            xs, y, z = self._spectral_gdims
-            ccfg = self._config((xs, y, z // self._chunks), pdims, TransposeCommBackend(int(grid.config.transpose_comm_backend)))
-            ccfg.rank_order = self.spectral_grid.config.rank_order
-            try:
-                self._chunk_grid = self._handle.create_grid(ccfg)
-            except BaseException:
-                self._release()
-                raise
-
-    def _chunk_count(self, pdims: tuple[int, int]) -> int:
-        """Chunks of Z-planes the forward slab-xy transform pipelines through the exchange (1: none).
-
-        GPU only; every rank must hold the same number of Z-planes, a multiple of the count.
-        """
-        if not self._local.gpu or schedule_of(pdims) != "slab-xy" or self._gdims[2] % pdims[1]:
-            return 1
-        planes = self._gdims[2] // pdims[1]
-        env = os.environ.get("CUDECOMP_FFT_CHUNKS", "").strip()
-        if env:
-            if not env.isdigit() or int(env) < 1:
-                raise InvalidUsageError(f"CUDECOMP_FFT_CHUNKS: expected a positive number of chunks, got {env!r}")
-            n = int(env)
-        else:
-            xs, y, _ = self._spectral_gdims
-            n = _DEFAULT_CHUNKS if xs * y * planes * self._out_dtype.itemsize >= _CHUNKED_BYTES else 1
-        return n if n > 1 and planes % n == 0 else 1
 
     def _autotune(self, trials: list[tuple[tuple[int, int], TransposeCommBackend | None]], reps: int) -> None:
         comm_max = self._allreduce_max
@@ -624,9 +528,6 @@ class FFT:
 
     def _release(self) -> None:
         self._scratch = {}
-        chunk_grid, self._chunk_grid = self._chunk_grid, None
-        if chunk_grid is not None:
-            chunk_grid.destroy()
         for g in reversed(self._grids):
             g.destroy()
         self._grids = []
@@ -925,11 +826,8 @@ class FFT:
             if sch == "local":
                 return self._finish(first(a, (0, 1, 2), out), out, scale)
             if sch == "slab-xy":
-                if self._chunks > 1:
-                    c = self._forward_chunked(a, out if tr and scale == 1.0 else None)
-                else:
-                    c = G.transpose_y_to_z(first(a, (1, 2), T("x", 0)), out if tr else T("z", 2), stream=s)
-                    c = L.c2c(c, (self._zax,), False, overwrite=True)
+                c = G.transpose_y_to_z(first(a, (1, 2), T("x", 0)), out if tr else T("z", 2), stream=s)
+                c = L.c2c(c, (2,), False, overwrite=True)
                 if tr:
                     return self._finish(c, out, scale)
                 return G.transpose_z_to_y(self._finish(c, None, scale), out, stream=s)
@@ -948,52 +846,6 @@ class FFT:
                 return self._finish(d, out, scale)
             e = G.transpose_z_to_y(self._finish(d, None, scale), T("y", 1), stream=s)
             return G.transpose_y_to_x(e, out, stream=s)
-
-    def _forward_chunked(self, a: Any, into: Any) -> Any:
-        """Forward slab-xy on GPUs, unscaled, into ``into`` (or a new Z-pencil array), on CuPy's current stream.
-
-        The Z-planes of the input are cut into ``J`` chunks of every ``J``-th plane. The
-        2-D FFTs of chunk ``j`` run on the current stream while the chunks before it
-        cross to their Z-pencils on a side stream, through a grid descriptor of
-        ``Z / J`` planes whose Z-pencil is a view of every ``J``-th plane of one
-        assembled array (padding along Y skips the other chunks' planes). The 1-D FFTs
-        along Z then read the assembled array. Nothing waits on the host.
-        """
-        import cupy
-
-        L, J, cg = self._local, self._chunks, self._chunk_grid
-        assert isinstance(L, _CupyLocal) and cg is not None
-        zl, y, x = (int(v) for v in a.shape)
-        zt, yl, xs = (int(v) for v in self.spectral_grid.get_pencil_info(2).array_shape)
-        dt, plane = self._out_dtype, yl * xs
-        chunks = cupy.empty((J, zl // J, y, xs), dt)
-        # The last chunk's view reaches (J - 1) planes beyond Z (padding, never written).
-        assembled = cupy.empty((zt + J - 1) * plane, dt)
-        main = cupy.cuda.get_current_stream()
-        side = self._side_stream()
-        flat = a.reshape(-1)
-        for j in range(J):
-            L.planes(flat[j * y * x :], chunks[j], y, x, J, self._kind == "r2c")
-            ready = cupy.cuda.Event(disable_timing=True)
-            ready.record(main)
-            side.wait_event(ready)
-            view = _DeviceArray(assembled.data.ptr + j * plane * dt.itemsize, (zt // J, J * yl, xs), dt)
-            cg.transpose_y_to_z(chunks[j], view, output_padding=(0, (J - 1) * yl, 0), stream=side.ptr)
-        done = cupy.cuda.Event(disable_timing=True)
-        done.record(side)
-        main.wait_event(done)
-        # Freed on return, the buffers go back to the pool ordered after `done` on this stream.
-        return L.leading(assembled[: zt * plane].reshape(zt, yl, xs), False, into)
-
-    def _side_stream(self) -> Any:
-        """Return the plan's second stream on the current device (chunked transforms)."""
-        import cupy
-
-        dev = int(cupy.cuda.Device().id)
-        st = self._side.get(dev)
-        if st is None:
-            st = self._side[dev] = cupy.cuda.Stream(non_blocking=True)
-        return st
 
     def backward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Backward (inverse) transform of this rank's spectral pencil into its real-space X-pencil (collective).
@@ -1050,8 +902,7 @@ class FFT:
             if sch == "local":
                 return last(a, (0, 1, 2), (Z, Y, X), False)
             if sch == "slab-xy":
-                z = (self._zax,)
-                c = middle(a, z, False, "z", 2) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), z, True, "", 2)
+                c = middle(a, (2,), False, "z", 2) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,), True, "", 2)
                 return last(G.transpose_z_to_y(c, T("x", 0), stream=st), (1, 2), (Y, X), True)
             if sch == "slab-yz":
                 c = middle(a, (1, 2), False, "y", 1) if tr else middle(G.transpose_x_to_y(a, T("y", 1), stream=st), (1, 2), True, "", 1)
