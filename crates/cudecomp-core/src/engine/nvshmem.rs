@@ -166,6 +166,17 @@ impl NvshmemSlices<'_> {
         (0..self.members.len()).filter(move |&p| p != self.me)
     }
 
+    /// Whether slices for `peer` are packed straight into its memory (NVSHMEM_SM, peers
+    /// this GPU can address); the others are put from the library's stream.
+    fn mapped(&self, peer: usize) -> bool {
+        self.direct
+            && self
+                .sym
+                .nv
+                .peer_ptr(self.sym.work.ptr() as u64, self.members[peer])
+                .is_some()
+    }
+
     /// Enqueues the start of the operation on the user's stream (see the module doc).
     pub fn start(&self) {
         let peers: Vec<usize> = self.others().map(|p| self.members[p]).collect();
@@ -202,8 +213,10 @@ impl SliceExchange for NvshmemSlices<'_> {
 
     fn ready(&self, u: usize) -> Result<()> {
         self.pipe.ready(self.main)?;
-        if u == 0 && !self.direct {
-            for p in self.others() {
+        if u == 0 {
+            // Peers packed into directly are waited for before their first pack; the
+            // others (NVSHMEM_SM too, for peers on other nodes) before the first put.
+            for p in self.others().filter(|&p| !self.mapped(p)) {
                 self.sym.wait_free(self.members[p], self.pipe.side());
             }
         }
@@ -213,13 +226,7 @@ impl SliceExchange for NvshmemSlices<'_> {
     fn exchange(&self, _u: usize, k: usize, sends: &[Piece], _recvs: &[Piece]) -> Result<()> {
         for s in sends {
             let to = self.members[s.peer];
-            if self.direct
-                && self
-                    .sym
-                    .nv
-                    .peer_ptr(self.sym.work.ptr() as u64, to)
-                    .is_some()
-            {
+            if self.mapped(s.peer) {
                 // Packed into the peer already: raise the signal after the pack kernels.
                 self.sym.signal_item(to, k, self.main)?;
             } else {
