@@ -627,6 +627,7 @@ def test_use_after_finalize_every_method() -> None:
     h.finalize()
     calls: list[Callable[[], object]] = [
         h.finalize,
+        h.one_node,
         lambda: h.create_grid(config()),
         lambda: h.malloc(g, 16),
         lambda: h.free(g, None),

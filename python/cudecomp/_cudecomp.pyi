@@ -147,6 +147,12 @@ class Handle:
     @property
     def nranks(self) -> int:
         """Number of ranks in the handle's communicator."""
+    def one_node(self) -> bool:
+        """Whether every rank of the handle runs on one node (collective).
+
+        Nodes as the package sees them everywhere (DIRECT, copy threads, NVSHMEM peers):
+        the host name, or ``CUDECOMP_NODE_ID`` / ``CUDECOMP_SIMULATE_NODES`` when set.
+        """
     def finalize(self) -> None:
         """Release the handle and its workspaces (collective).
 

@@ -140,27 +140,11 @@ def pct_of(gbps: float, ceiling: float) -> float:
     return 100 * gbps / ceiling
 
 
-def node_name(comm: MPI.Comm) -> str:
-    """Return the name of this rank's node as the package sees it.
-
-    ``CUDECOMP_NODE_ID`` or ``CUDECOMP_SIMULATE_NODES`` (docs/multinode.md) when set, else
-    the host name, so that simulated nodes get no copy ceiling either.
-    """
-    if "CUDECOMP_NODE_ID" in os.environ:
-        return "id:" + os.environ["CUDECOMP_NODE_ID"].strip()
-    sim = os.environ.get("CUDECOMP_SIMULATE_NODES", "").strip()
-    if sim.isdigit() and 1 <= int(sim) <= comm.size:
-        return f"simulated:{comm.rank * int(sim) // comm.size}"
-    return MPI.Get_processor_name()
-
-
 class Xp:
     """Array backend of the loaded variant: NumPy (CPU) or CuPy (GPU)."""
 
     def __init__(self) -> None:
         self.gpu = not cudecomp.CPU_ONLY
-        #: True when every rank runs on this node (the copy ceilings then bound the exchange).
-        self.single_node = len(set(MPI.COMM_WORLD.allgather(node_name(MPI.COMM_WORLD)))) == 1
         if self.gpu:
             import cupy
 
@@ -381,15 +365,16 @@ class Ceilings:
     """The ceilings rows are compared with (GB/s, bytes copied / time).
 
     ``run_wide`` is measured once, on rank 0 alone, with large buffers
-    (:func:`ceilings`); it bounds distributed operations when the run is on one node.
+    (:func:`ceilings`); it bounds distributed operations when the run is on one node
+    (``single_node``: as the package sees nodes, ``Handle.one_node()``).
     Local operations are compared with a copy of the same bytes on every rank at once
     (:meth:`local`), measured per distinct set of per-rank sizes and cached.
     """
 
-    def __init__(self, xp: Xp, comm: MPI.Comm, warmup: int, reps: int) -> None:
+    def __init__(self, xp: Xp, comm: MPI.Comm, warmup: int, reps: int, single_node: bool) -> None:
         self.xp, self.comm, self.warmup, self.reps = xp, comm, warmup, reps
         self.run_wide = ceilings(xp, comm)
-        if not xp.single_node:
+        if not single_node:
             self.exchange_name = ""  # bytes may cross the network, which is not measured
         elif xp.gpu:
             self.exchange_name = "peer_copy" if "peer_copy" in self.run_wide else "device_copy"
@@ -537,13 +522,13 @@ def _isatty(stream: Any) -> bool:
 def run(args: argparse.Namespace) -> list[Row]:
     """Measure every configuration of ``args`` (collective); the rows, the same on every rank."""
     comm = MPI.COMM_WORLD
-    xp = Xp()
-    ceils = Ceilings(xp, comm, args.warmup, args.reps)
+    xp = Xp()  # selects this rank's GPU before the handle binds it
+    handle = cudecomp.Handle(comm)
+    ceils = Ceilings(xp, comm, args.warmup, args.reps, handle.one_node())
     backends = args.backends.split(",") if args.backends != "all" else default_backends(xp)
     rows: list[Row] = []
     grids = process_grids(args.pdims, comm.size)
     total = len(args.gdims) * len(args.dtypes) * len(args.axis_contiguous) * len(backends) * len(grids)
-    handle = cudecomp.Handle(comm)
     progress = Progress(total, "off" if args.quiet else args.progress, enabled=comm.rank == 0)
     one_device: dict[tuple[Any, ...], dict[str, float]] = {}  # same-run single-device fftn, per grid and dtype
     try:

@@ -129,6 +129,15 @@ impl Handle {
         self.nranks
     }
 
+    /// Whether every rank of the handle runs on one node (collective).
+    ///
+    /// Nodes as the package sees them everywhere (DIRECT, copy threads, NVSHMEM peers):
+    /// the host name, or ``CUDECOMP_NODE_ID`` / ``CUDECOMP_SIMULATE_NODES`` when set.
+    fn one_node(&self, py: Python<'_>) -> PyResult<bool> {
+        let h = self.live(py)?;
+        py.detach(|| h.one_node()).py(py)
+    }
+
     /// Release the handle and its workspaces (collective).
     ///
     /// Destroy the handle's grids first. Any later use of the handle, or a second
