@@ -754,7 +754,7 @@ def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.G
             if op in OPS:
                 name, a, b = OPS[op]
                 return functools.partial(getattr(grid, name), bufs[a], bufs[b], stream=s)
-            dims = [0, 1, 2] if op == "halo" else ["xyz".index(op[1])]
+            dims = halo_dims(op)
 
             def update() -> None:
                 for d in dims:
@@ -830,6 +830,11 @@ def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup:
     return {"replay": g_med, "replay_min": g_min, "replay_host": g_host, "eager": e_med, "eager_host": e_host}
 
 
+def halo_dims(op: str) -> list[int]:
+    """Return the dimensions a halo row updates: all three for ``halo``, one for ``hx``, ``hy``, ``hz``."""
+    return [0, 1, 2] if op == "halo" else ["xyz".index(op[1])]
+
+
 def halo_rows(
     args: argparse.Namespace,
     xp: Xp,
@@ -864,9 +869,8 @@ def halo_rows(
         ident = Row(op, gdims, pdims, halo_backend.name, dname, ac, halo=(h[0], h[1], h[2]))
         return measured_row(comm, ceils, ident, med, mn, off, sum(faces[d] for d in dims), distributed)
 
-    rows = [halo_row("halo", [0, 1, 2])]
-    rows += [halo_row(f"h{'xyz'[d]}", [d]) for d in range(3) if h[d] > 0]
-    return rows
+    ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]
+    return [halo_row(op, halo_dims(op)) for op in ops]
 
 
 def fft_kind(dname: str) -> str:
