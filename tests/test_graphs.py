@@ -1,7 +1,8 @@
-"""Operations inside the caller's CUDA graph capture (GPU variant, NCCL backends).
+"""Operations inside the caller's CUDA graph capture (GPU variant, NCCL and NVSHMEM backends).
 
-Captured: the four transposes and three halo updates of NCCL/NCCL_PL grids, replayed many
-times with changing data and checked against the global-index oracle on every replay.
+Captured: the four transposes and three halo updates of NCCL, NCCL_PL and NVSHMEM-family
+grids, replayed many times with changing data and checked against the global-index oracle
+on every replay.
 Refused with NotSupportedError, the stream staying usable: captures before the first
 (eager) run, with the performance report on, with MPI or DIRECT backends, and growth of a
 workspace a graph uses."""
@@ -19,7 +20,7 @@ from mpi4py import MPI
 import cudecomp
 from conftest import gpu_available
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
-from oracle import direct_usable, factor_pairs, make, nccl_usable
+from oracle import direct_usable, factor_pairs, make, nccl_usable, nvshmem_usable
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (12, 10, 9)
@@ -103,11 +104,24 @@ def stream() -> Iterator[Any]:
     s.synchronize()
 
 
+CAPTURABLE = [
+    (TransposeCommBackend.NCCL, HaloCommBackend.NCCL),
+    (TransposeCommBackend.NCCL_PL, HaloCommBackend.NCCL),
+    (TransposeCommBackend.NVSHMEM, HaloCommBackend.NVSHMEM),
+    (TransposeCommBackend.NVSHMEM_PL, HaloCommBackend.NVSHMEM_BLOCKING),
+    (TransposeCommBackend.NVSHMEM_SM, HaloCommBackend.NVSHMEM),
+]
+
+
 @pytest.mark.parametrize("pdims", factor_pairs(NRANKS), ids=lambda p: f"{p[0]}x{p[1]}")
-@pytest.mark.parametrize("backend", [TransposeCommBackend.NCCL, TransposeCommBackend.NCCL_PL], ids=lambda b: b.name)
-def test_capture_and_replay(comm: MPI.Comm, stream: Any, backend: TransposeCommBackend, pdims: tuple[int, int]) -> None:
+@pytest.mark.parametrize("backend, halo", CAPTURABLE, ids=lambda b: b.name)
+def test_capture_and_replay(
+    comm: MPI.Comm, stream: Any, backend: TransposeCommBackend, halo: HaloCommBackend, pdims: tuple[int, int]
+) -> None:
+    if backend.name.startswith("NVSHMEM") and not nvshmem_usable():
+        pytest.skip("needs NVSHMEM's host library (pip install nvidia-nvshmem-cu13)")
     # A handle of its own: a capture freezes the handle's workspace at its size.
-    with cudecomp.Handle(comm) as h, h.create_grid(config(backend, HaloCommBackend.NCCL, pdims)) as grid:
+    with cudecomp.Handle(comm) as h, h.create_grid(config(backend, halo, pdims)) as grid:
         seq = Sequence7(grid, stream)
         seq.load(1.0)
         seq.run()  # warm-up: workspace, library stream and kernels set up eagerly

@@ -113,18 +113,18 @@ def test_explicit_work_checked(handle: cudecomp.Handle) -> None:
         assert np.array_equal(y.get(), make(ib, GDIMS, DataType.DOUBLE))
 
 
-def test_capture_refused(handle: cudecomp.Handle) -> None:
+def test_capture_before_warm_up_refused(comm: MPI.Comm) -> None:
+    # Captures replay (tests/test_graphs.py); one before the first eager run is refused.
     import cupy as cp
 
-    with handle.create_grid(config(TransposeCommBackend.NVSHMEM, HaloCommBackend.NVSHMEM)) as g:
-        round_trip(g)
+    with cudecomp.Handle(comm) as h, h.create_grid(config(TransposeCommBackend.NVSHMEM, HaloCommBackend.NVSHMEM)) as g:
         ia, ib = g.get_pencil_info(0), g.get_pencil_info(1)
         x = cp.asarray(make(ia, GDIMS, DataType.DOUBLE))
         y = cp.zeros(ib.array_shape)
         s = cp.cuda.Stream(non_blocking=True)
         s.begin_capture()
         try:
-            with pytest.raises(cudecomp.NotSupportedError, match="captured"):
+            with pytest.raises(cudecomp.NotSupportedError, match="run the operation once"):
                 g.transpose_x_to_y(x, y, stream=s)
         finally:
             s.end_capture()

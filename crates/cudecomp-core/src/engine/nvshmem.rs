@@ -2,14 +2,16 @@
 //! ([`NvshmemFaces`]) put into peers' copies of the symmetric workspace, each followed by a
 //! signal in the peer's signal array, all ordered on streams (no host synchronisation).
 //!
-//! Signals (see [`crate::engine::workspace::SymmetricWork`]): a writer sets its delivery
-//! slot for item `k` at the receiver to the operation's number `op` after the item's data
-//! (one slot per writer and item, so nothing depends on puts completing in order); the
-//! receiver waits until the slot is at least `op`. At the start of every operation each
-//! rank tells its peers that its workspace is free (its own stream has passed its previous
-//! operation's unpacking) by setting its free slot at them to `op`; writers wait for that
-//! before their first write into a peer. Numbers only grow, so an earlier operation's
-//! signals never read as this one's.
+//! Signals (see [`crate::engine::workspace::SymmetricWork`]): a writer raises its delivery
+//! slot for item `k` at the receiver after the item's data (one slot per writer and item,
+//! so nothing depends on puts completing in order); the receiver waits for it, then lowers
+//! it again on its own stream. At the start of every operation each rank tells its peers
+//! that its workspace is free (its own stream has passed its previous operation's
+//! unpacking) by raising its free slot at them; a writer waits for that, and lowers it,
+//! before its first write into a peer. Every raised slot is lowered exactly once by the
+//! one who waits for it, before anything could raise it again (the next raise follows a
+//! free notice that comes after the lowering), so the values never change from one
+//! operation to the next and a CUDA graph of the operations replays correctly.
 
 use std::cell::RefCell;
 
@@ -21,8 +23,10 @@ use crate::mem::Buf;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
-/// What both exchanges share: the runtime, this rank's symmetric buffers and the
-/// operation's number.
+/// The value of a raised signal slot (lowered ones hold 0).
+const RAISED: u64 = 1;
+
+/// What both exchanges share: the runtime and this rank's symmetric buffers.
 #[derive(Clone, Copy)]
 pub struct Symmetric<'a> {
     /// The NVSHMEM runtime (PE numbers are handle ranks).
@@ -31,8 +35,6 @@ pub struct Symmetric<'a> {
     pub work: Buf,
     /// Symmetric address of the signal array.
     pub signals: u64,
-    /// Number of the operation.
-    pub op: u64,
     /// This rank's handle rank.
     pub rank: usize,
     /// Ranks of the handle (the signal array holds two slots per rank).
@@ -54,17 +56,23 @@ impl Symmetric<'_> {
     pub fn announce_free(&self, peers: impl Iterator<Item = usize>, stream: Stream) {
         for p in peers {
             // SAFETY: the free slot is inside the symmetric signal array.
-            unsafe {
-                self.nv
-                    .signal(self.free_slot(self.rank), self.op, p, stream)
-            };
+            unsafe { self.nv.signal(self.free_slot(self.rank), RAISED, p, stream) };
         }
     }
 
-    /// Enqueues on `stream`: waits until `peer`'s workspace is free for this operation.
+    /// Enqueues on `stream`: waits until `peer`'s workspace is free for this operation,
+    /// then lowers the notice.
     fn wait_free(&self, peer: usize, stream: Stream) {
-        // SAFETY: as above.
-        unsafe { self.nv.wait(self.free_slot(peer), self.op, stream) };
+        self.consume(self.free_slot(peer), stream);
+    }
+
+    /// Enqueues on `stream`: waits until this rank's slot `sig` is raised, then lowers it.
+    fn consume(&self, sig: u64, stream: Stream) {
+        // SAFETY: `sig` is inside the symmetric signal array (callers compute it so).
+        unsafe {
+            self.nv.wait(sig, RAISED, stream);
+            self.nv.signal(sig, 0, self.rank, stream);
+        }
     }
 
     /// Enqueues on `stream`: puts `len` bytes at `src` into `to`'s workspace at byte `at`,
@@ -100,7 +108,7 @@ impl Symmetric<'_> {
                     src,
                     len,
                     sig: self.delivery_slot(self.rank, k),
-                    value: self.op,
+                    value: RAISED,
                     pe: to,
                 },
                 stream,
@@ -116,8 +124,7 @@ impl Symmetric<'_> {
                 "NVSHMEM: item {k} has no signal slot"
             )));
         }
-        // SAFETY: the delivery slot is inside the symmetric signal array.
-        unsafe { self.nv.wait(self.delivery_slot(from, k), self.op, stream) };
+        self.consume(self.delivery_slot(from, k), stream);
         Ok(())
     }
 
@@ -132,7 +139,7 @@ impl Symmetric<'_> {
         // SAFETY: the delivery slot is inside the symmetric signal array.
         unsafe {
             self.nv
-                .signal(self.delivery_slot(self.rank, k), self.op, to, stream)
+                .signal(self.delivery_slot(self.rank, k), RAISED, to, stream)
         };
         Ok(())
     }
@@ -250,6 +257,11 @@ impl SliceExchange for NvshmemSlices<'_> {
     }
 
     fn finish(&self) -> Result<()> {
+        // Every free notice is lowered once per operation, also where nothing was packed.
+        let waited = self.waited.borrow();
+        for p in self.others().filter(|&p| self.mapped(p) && !waited[p]) {
+            self.sym.wait_free(self.members[p], self.main);
+        }
         self.sym.nv.quiet(self.pipe.side());
         self.sym.nv.quiet(self.main);
         self.pipe.finish(self.main)

@@ -216,8 +216,8 @@ impl Runtime<'_> {
     }
 
     /// Whether `exec`'s stream is being captured into a CUDA graph; if so, NotSupported
-    /// unless `route` can be captured (NCCL: stream-ordered, no host synchronisation) and
-    /// the performance report is off.
+    /// unless `route` can be captured (NCCL, NVSHMEM: stream-ordered, no host
+    /// synchronisation) and the performance report is off.
     fn capture_check(&self, exec: Exec, route: Route, backend: &str) -> Result<bool> {
         let Exec::Device(stream) = exec else {
             return Ok(false);
@@ -229,15 +229,12 @@ impl Runtime<'_> {
             unsupported!("CUDA graph capture with the performance report on (CUDECOMP_ENABLE_PERFORMANCE_REPORT=1): it times each operation by synchronising its stream; turn the report off while capturing");
         }
         match route {
-            Route::Nccl { .. } => Ok(true),
-            Route::Nvshmem { .. } | Route::NvshmemFaces { .. } => unsupported!(
-                "{backend} cannot be captured into a CUDA graph yet: its signals carry operation numbers that a replay would repeat; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
-            ),
+            Route::Nccl { .. } | Route::Nvshmem { .. } | Route::NvshmemFaces { .. } => Ok(true),
             Route::Ipc { .. } => unsupported!(
-                "{backend} cannot be captured into a CUDA graph: DIRECT signals its peers through interprocess events after a host barrier; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
+                "{backend} cannot be captured into a CUDA graph: DIRECT signals its peers through interprocess events after a host barrier; capturable backends are NCCL, NCCL_PL and the NVSHMEM family (transposes) and NCCL, NVSHMEM and NVSHMEM_BLOCKING (halo updates)"
             ),
             _ => unsupported!(
-                "{backend} cannot be captured into a CUDA graph: MPI runs on the host and synchronises the stream; capturable backends are NCCL and NCCL_PL (transposes) and NCCL (halo updates)"
+                "{backend} cannot be captured into a CUDA graph: MPI runs on the host and synchronises the stream; capturable backends are NCCL, NCCL_PL and the NVSHMEM family (transposes) and NCCL, NVSHMEM and NVSHMEM_BLOCKING (halo updates)"
             ),
         }
     }
@@ -299,7 +296,10 @@ impl Runtime<'_> {
                     direct,
                 },
                 Exec::Device(stream),
-            ) => self.transpose_nvshmem(c, need, (sliced, per_peer, direct), stream, sample),
+            ) => {
+                let mode = (sliced, per_peer, direct);
+                self.transpose_nvshmem(c, need, mode, stream, capturing, sample)
+            }
             (route, Exec::Device(stream)) => self.on_device(
                 stream,
                 c.work,
@@ -351,7 +351,7 @@ impl Runtime<'_> {
     ) -> Result<()> {
         let plan = c.plan;
         let elem = c.dtype.size() as i64;
-        self.signalled(stream, plan.npeers(), |dev, mover, pipe, ws| {
+        self.signalled(stream, plan.npeers(), false, |dev, mover, pipe, ws| {
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let work = unsafe { ws.device(&dev.device, need, stream)? };
             let run = c.run(mover, work);
@@ -421,7 +421,7 @@ impl Runtime<'_> {
             }
             (Route::Ipc { .. }, Exec::Device(stream)) => self.halo_ipc(c, need, stream, sample),
             (Route::NvshmemFaces { blocking }, Exec::Device(stream)) => {
-                self.halo_nvshmem(c, need, blocking, stream, sample)
+                self.halo_nvshmem(c, need, blocking, stream, capturing, sample)
             }
             (route, Exec::Device(stream)) => {
                 let everyone: Vec<usize> = (0..self.world.size()).collect();
@@ -461,10 +461,11 @@ impl Runtime<'_> {
         need: usize,
         (sliced, per_peer, direct): (bool, bool, bool),
         stream: Stream,
+        capturing: bool,
         sample: Sample<'_>,
     ) -> Result<()> {
         let plan = c.plan;
-        self.signalled(stream, plan.npeers(), |dev, mover, pipe, ws| {
+        self.signalled(stream, plan.npeers(), capturing, |dev, mover, pipe, ws| {
             let nv = dev.nvshmem()?;
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
@@ -499,9 +500,10 @@ impl Runtime<'_> {
         need: usize,
         blocking: bool,
         stream: Stream,
+        capturing: bool,
         sample: Sample<'_>,
     ) -> Result<()> {
-        self.signalled(stream, 1, |dev, mover, pipe, ws| {
+        self.signalled(stream, 1, capturing, |dev, mover, pipe, ws| {
             let nv = dev.nvshmem()?;
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
@@ -522,13 +524,12 @@ impl Runtime<'_> {
         })
     }
 
-    /// The NVSHMEM buffers and numbers of an operation of this rank.
+    /// The NVSHMEM buffers of an operation of this rank.
     fn symmetric<'n>(&self, nv: &'n Nvshmem, sym: &SymmetricWork) -> Symmetric<'n> {
         Symmetric {
             nv,
             work: sym.work,
             signals: sym.signals,
-            op: sym.op,
             rank: self.rank,
             nranks: self.world.size(),
         }
@@ -536,21 +537,23 @@ impl Runtime<'_> {
 
     /// Frame of the device operations that signal peers themselves (DIRECT, NVSHMEM):
     /// binds the device, takes the library's stream (room for `npeers` peers) and the
-    /// workspace, runs `f` and orders the next user of the workspace after this operation.
+    /// workspace, runs `f` and orders the next user of the workspace after this operation
+    /// (`capturing`: inside a CUDA graph capture, with everything set up beforehand).
     fn signalled(
         &self,
         stream: Stream,
         npeers: usize,
+        capturing: bool,
         f: impl FnOnce(&DeviceState, &DeviceMover<'_>, &Pipe, &mut Workspace) -> Result<()>,
     ) -> Result<()> {
-        let (dev, kernels) = self.bound_device(false)?;
+        let (dev, kernels) = self.bound_device(capturing)?;
         let mover = DeviceMover::new(&kernels, stream);
-        let pipe = self.slot.pipe(&dev.device, npeers, false)?;
+        let pipe = self.slot.pipe(&dev.device, npeers, capturing)?;
         let pipe = pipe
             .as_ref()
             .ok_or_else(|| Error::Internal("no library stream".into()))?;
         let mut ws = lock(&self.slot.ws);
-        ws.begin(false);
+        ws.begin(capturing);
         let result = f(dev, &mover, pipe, &mut ws);
         ws.release(stream)?;
         result
@@ -566,7 +569,7 @@ impl Runtime<'_> {
         stream: Stream,
         sample: Sample<'_>,
     ) -> Result<()> {
-        self.signalled(stream, 1, |dev, mover, pipe, ws| {
+        self.signalled(stream, 1, false, |dev, mover, pipe, ws| {
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let work = unsafe { ws.device(&dev.device, need, stream)? };
             let run = c.run(mover, work);

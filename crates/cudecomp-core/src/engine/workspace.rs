@@ -52,9 +52,8 @@ pub struct Workspace {
     /// NVSHMEM signals: `MAX_SLICES` delivery slots per writer rank, then one "workspace
     /// free" slot per receiver rank.
     signals: Option<SymmetricAlloc>,
-    /// NVSHMEM operations run on this workspace (the same count on every rank): signal
-    /// values carry it, so that an earlier operation's never read as this one's.
-    nvshmem_ops: u64,
+    /// A captured graph uses the symmetric workspace and signals: likewise.
+    symmetric_frozen: bool,
 }
 
 /// What an NVSHMEM operation gets from the workspace.
@@ -64,8 +63,6 @@ pub struct SymmetricWork {
     pub work: Buf,
     /// Symmetric address of the signal array.
     pub signals: u64,
-    /// Number of this operation (see [`Workspace`]).
-    pub op: u64,
 }
 
 /// What a capture needs that only an eager run can set up.
@@ -257,6 +254,17 @@ impl Workspace {
             .into_iter()
             .max()
             .unwrap_or(0) as usize;
+        if self.capturing && self.signals.is_none() {
+            return Err(warm_up_first("the NVSHMEM symmetric workspace"));
+        }
+        let have = self.symmetric.as_ref().map_or(0, SymmetricAlloc::bytes);
+        freeze_check(
+            self.capturing,
+            &mut self.symmetric_frozen,
+            have,
+            most,
+            "the NVSHMEM symmetric workspace",
+        )?;
         if self.symmetric.as_ref().is_none_or(|s| s.bytes() < most) {
             // Every rank waits for its own stream, then frees collectively: no put of an
             // earlier operation is still under way anywhere.
@@ -275,13 +283,11 @@ impl Workspace {
         let (Some(w), Some(s)) = (&self.symmetric, &self.signals) else {
             return Err(Error::Internal("NVSHMEM workspace missing".into()));
         };
-        self.nvshmem_ops += 1;
         Ok(SymmetricWork {
             // SAFETY: the allocation is owned here and lives until the next growth, which
             // the caller's contract rules out while the buffer is in use.
             work: unsafe { Buf::new(w.ptr() as usize as *mut u8, w.bytes()) },
             signals: s.ptr(),
-            op: self.nvshmem_ops,
         })
     }
 
