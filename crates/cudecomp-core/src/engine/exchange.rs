@@ -4,7 +4,7 @@
 //! the memory they move through ([`super::streamed`] and [`super::staged`] on GPUs,
 //! [`super::direct`] in node-shared host memory).
 
-use crate::mem::Buf;
+use crate::mem::{Buf, Mover};
 use crate::plan::SLICE_BYTES;
 use crate::Result;
 
@@ -31,6 +31,11 @@ pub trait SliceExchange {
     /// The peer's workspace when this rank can write into it directly: slices for `peer`
     /// are then packed straight into their slot there (no send, no separate copy).
     fn pack_into(&self, _peer: usize) -> Option<Buf> {
+        None
+    }
+    /// The mover of packs into peers' memory ([`SliceExchange::pack_into`]) when they run
+    /// on a stream of their own; `None`: the pipeline's mover, on the main stream.
+    fn far_mover(&self) -> Option<&dyn Mover> {
         None
     }
     /// Units packed ahead of the first wait for an arrival (`usize::MAX`: pack all first,

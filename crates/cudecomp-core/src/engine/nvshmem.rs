@@ -19,7 +19,7 @@ use crate::cuda::nvshmem::{Nvshmem, Put};
 use crate::cuda::Stream;
 use crate::engine::exchange::{FaceExchange, Piece, SliceExchange};
 use crate::engine::streamed::Pipe;
-use crate::mem::Buf;
+use crate::mem::{Buf, Mover};
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
@@ -149,6 +149,11 @@ impl Symmetric<'_> {
 /// copy kernels straight into the peers' workspaces (addressed through `nvshmem_ptr`) and
 /// only signalled; otherwise they are packed locally and put by the copy engine from the
 /// library's stream.
+///
+/// Packs into peers run on the library's stream, on part of the SMs, so that this rank's
+/// own cells and the unpacking of what arrives proceed on the user's stream meanwhile:
+/// one stream would run the NVLink-bound packs and the memory-bound local copies one
+/// after the other (measured: bench/RESULTS.md).
 pub struct NvshmemSlices<'a> {
     /// Buffers, signals and operation number.
     pub sym: Symmetric<'a>,
@@ -162,8 +167,9 @@ pub struct NvshmemSlices<'a> {
     pub me: usize,
     /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
     pub slots: Vec<u64>,
-    /// Pack into peers' memory with the copy kernels (NVSHMEM_SM).
-    pub direct: bool,
+    /// Pack into peers' memory with the copy kernels (NVSHMEM_SM), enqueued by this
+    /// mover on the library's stream; `None`: puts only.
+    pub direct: Option<&'a dyn Mover>,
     /// Peers whose workspace was waited for (direct packing waits before the first pack).
     pub waited: RefCell<Vec<bool>>,
 }
@@ -176,7 +182,7 @@ impl NvshmemSlices<'_> {
     /// Whether slices for `peer` are packed straight into its memory (NVSHMEM_SM, peers
     /// this GPU can address); the others are put from the library's stream.
     fn mapped(&self, peer: usize) -> bool {
-        self.direct
+        self.direct.is_some()
             && self
                 .sym
                 .nv
@@ -185,9 +191,14 @@ impl NvshmemSlices<'_> {
     }
 
     /// Enqueues the start of the operation on the user's stream (see the module doc).
-    pub fn start(&self) {
+    pub fn start(&self) -> Result<()> {
         let peers: Vec<usize> = self.others().map(|p| self.members[p]).collect();
         self.sym.announce_free(peers.into_iter(), self.main);
+        if self.direct.is_some() {
+            // Packs into peers start on the library's stream, after the input is written.
+            self.pipe.ready(self.main)?;
+        }
+        Ok(())
     }
 }
 
@@ -197,21 +208,23 @@ impl SliceExchange for NvshmemSlices<'_> {
     }
 
     fn pack_into(&self, peer: usize) -> Option<Buf> {
-        if !self.direct {
-            return None;
-        }
+        self.direct?;
         let pe = self.members[peer];
         let base = self.sym.nv.peer_ptr(self.sym.work.ptr() as u64, pe)?;
         let mut waited = self.waited.borrow_mut();
         if !waited[peer] {
             // The pack kernels write into the peer: after it has announced it is free.
-            self.sym.wait_free(pe, self.main);
+            self.sym.wait_free(pe, self.pipe.side());
             waited[peer] = true;
         }
         // SAFETY: the peer's copy of the symmetric workspace, of this rank's size, mapped
         // into this context by NVSHMEM for the runtime's lifetime; writes are ordered after
         // the peer's free notice (above).
         Some(unsafe { Buf::new(base as usize as *mut u8, self.sym.work.len()) })
+    }
+
+    fn far_mover(&self) -> Option<&dyn Mover> {
+        self.direct
     }
 
     fn max_slices(&self) -> usize {
@@ -235,7 +248,7 @@ impl SliceExchange for NvshmemSlices<'_> {
             let to = self.members[s.peer];
             if self.mapped(s.peer) {
                 // Packed into the peer already: raise the signal after the pack kernels.
-                self.sym.signal_item(to, k, self.main)?;
+                self.sym.signal_item(to, k, self.pipe.side())?;
             } else {
                 let at = self.slots[s.peer] + s.rel as u64;
                 self.sym

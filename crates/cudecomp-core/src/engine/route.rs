@@ -51,6 +51,10 @@ pub enum Route {
         /// Whole faces, no slices (NVSHMEM_BLOCKING).
         blocking: bool,
     },
+    /// Nothing to exchange (a transpose within one rank on the device, a halo's periodic
+    /// wrap onto this rank): the copies alone, on the host or the stream, whatever the
+    /// backend.
+    Local,
 }
 
 /// The route of a transpose; `mpi_cuda_aware` says whether MPI takes device pointers.
@@ -61,7 +65,7 @@ pub fn transpose_route(
     plan: &TransposePlan,
 ) -> Result<Route> {
     let peers = plan.npeers() > 1;
-    Ok(match (exec, backend) {
+    let route = match (exec, backend) {
         (Exec::Host, TransposeBackend::Direct) => Route::HostShared { sliced: peers },
         (Exec::Host, b) if b.is_mpi() => Route::HostMpi,
         (Exec::Device(_), TransposeBackend::Direct) => Route::Ipc { sliced: peers },
@@ -82,6 +86,13 @@ pub fn transpose_route(
             b.enum_name(),
             exec.describe()
         ),
+    };
+    // A transpose within one rank exchanges nothing on the device, whatever the backend
+    // (checked above): its copies alone, on the stream (no NCCL communicator, no staging,
+    // no interprocess signals; capturable).
+    Ok(match exec {
+        Exec::Device(_) if !peers => Route::Local,
+        _ => route,
     })
 }
 
@@ -92,12 +103,10 @@ pub fn halo_route(
     mpi_cuda_aware: bool,
     plan: &HaloPlan,
 ) -> Result<Route> {
-    let direct = backend == HaloBackend::Direct && !plan.local_wrap;
-    let nvshmem = backend.is_nvshmem() && !plan.local_wrap;
-    // A periodic wrap onto this rank exchanges nothing: DIRECT and NVSHMEM grids take the
-    // plain route for it.
-    let mpi = backend.is_mpi() || backend == HaloBackend::Direct || backend.is_nvshmem();
-    Ok(match exec {
+    let direct = backend == HaloBackend::Direct;
+    let nvshmem = backend.is_nvshmem();
+    let mpi = backend.is_mpi() || direct || nvshmem;
+    let route = match exec {
         // Faces always go in slices, each signalled on its own.
         Exec::Host if direct => Route::HostShared { sliced: true },
         Exec::Host if mpi => Route::HostMpi,
@@ -113,5 +122,7 @@ pub fn halo_route(
             backend.enum_name(),
             exec.describe()
         ),
-    })
+    };
+    // The backend is checked above even where it has nothing to do.
+    Ok(if plan.local_wrap { Route::Local } else { route })
 }

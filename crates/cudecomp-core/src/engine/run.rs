@@ -229,7 +229,10 @@ impl Runtime<'_> {
             unsupported!("CUDA graph capture with the performance report on (CUDECOMP_ENABLE_PERFORMANCE_REPORT=1): it times each operation by synchronising its stream; turn the report off while capturing");
         }
         match route {
-            Route::Nccl { .. } | Route::Nvshmem { .. } | Route::NvshmemFaces { .. } => Ok(true),
+            Route::Nccl { .. }
+            | Route::Nvshmem { .. }
+            | Route::NvshmemFaces { .. }
+            | Route::Local => Ok(true),
             Route::Ipc { .. } => unsupported!(
                 "{backend} cannot be captured into a CUDA graph: DIRECT signals its peers through interprocess events after a host barrier; capturable backends are NCCL, NCCL_PL and the NVSHMEM family (transposes) and NCCL, NVSHMEM and NVSHMEM_BLOCKING (halo updates)"
             ),
@@ -389,6 +392,20 @@ impl Runtime<'_> {
         let route = halo_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
         let capturing = self.capture_check(exec, route, c.backend.enum_name())?;
         match (route, exec) {
+            (Route::Local, Exec::Host) => {
+                let mover = HostMover::new(self.host_threads);
+                let r = c.run(&mover, Buf::empty());
+                self.reported(&Clock::Host, self.world, sample, CommTime::PerCall, |t| {
+                    r.run(t)
+                })
+            }
+            (Route::Local, Exec::Device(stream)) => {
+                let (_, kernels) = self.bound_device(capturing)?;
+                let mover = DeviceMover::new(&kernels, stream);
+                let r = c.run(&mover, Buf::empty());
+                let clock = Clock::Device(stream);
+                self.reported(&clock, self.world, sample, CommTime::PerCall, |t| r.run(t))
+            }
             (Route::HostMpi, _) => {
                 let mut ws = lock(&self.slot.ws);
                 // SAFETY: the workspace stays locked, and not grown again, until the end.
@@ -470,6 +487,9 @@ impl Runtime<'_> {
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
             let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
             let run = c.run(mover, sym.work);
+            // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
+            let far = DeviceMover::new(mover.kernels, pipe.side());
+            far.background(true);
             let x = NvshmemSlices {
                 sym: self.symmetric(&nv, &sym),
                 pipe,
@@ -477,7 +497,7 @@ impl Runtime<'_> {
                 members: &plan.members,
                 me: plan.me,
                 slots: peer_slots(plan, c.dtype.size() as i64),
-                direct,
+                direct: direct.then_some(&far as &dyn Mover),
                 waited: RefCell::new(vec![false; plan.npeers()]),
             };
             let span = || pipe.span_ms();
@@ -486,7 +506,7 @@ impl Runtime<'_> {
                 if !sliced {
                     return run.run(t);
                 }
-                x.start();
+                x.start()?;
                 run.sliced(&x, self.slice_bytes, per_peer)
             })
         })
@@ -669,6 +689,8 @@ impl Runtime<'_> {
             Route::CudaAwareMpi => {
                 run(&CudaAwareMpi::new(ex.comm, stream), None, CommTime::PerCall)
             }
+            // Nothing leaves the rank: the communicator is never called.
+            Route::Local => run(ex.comm, None, CommTime::PerCall),
             _ => {
                 let (base, cap) = ws.staging(&dev.device, ex.staging)?;
                 // SAFETY: the arena belongs to the locked workspace; the next user waits for

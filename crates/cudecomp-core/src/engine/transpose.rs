@@ -504,7 +504,8 @@ impl TransposeRun<'_> {
                 None => natural,
             };
             c.dst_offset += rel - natural;
-            self.mover.copy(self.elem, self.input, far, &c)?;
+            let mover = x.far_mover().unwrap_or(self.mover);
+            mover.copy(self.elem, self.input, far, &c)?;
             let len = part.volume() * self.e();
             let at = (plan.peer_recv_offsets[peer] + rel) * self.e();
             return Ok(Piece {

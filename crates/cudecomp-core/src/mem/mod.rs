@@ -34,6 +34,15 @@ impl Buf {
         Buf { ptr, len }
     }
 
+    /// The empty buffer, for operations that need none (nothing can be read or written
+    /// through it, so no promise is needed).
+    pub fn empty() -> Buf {
+        Buf {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        }
+    }
+
     /// A buffer over a mutable slice.
     ///
     /// # Safety
