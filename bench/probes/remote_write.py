@@ -45,7 +45,7 @@ extern "C" __global__ void copy8(const e16* s, e16* d, long long n) { body<8>(s,
 
 
 def main() -> None:
-    """Runs the probe and prints one line per configuration."""
+    """Run the probe and print one line per configuration."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--gib", type=float, default=2.0)
     ap.add_argument("--reps", type=int, default=5)
@@ -58,9 +58,7 @@ def main() -> None:
             for p in (0, 1):
                 if p != g:
                     cp.cuda.runtime.deviceEnablePeerAccess(p)
-            bufs.append(
-                (cp.ones(nbytes, dtype=cp.uint8), cp.zeros(nbytes, dtype=cp.uint8))
-            )
+            bufs.append((cp.ones(nbytes, dtype=cp.uint8), cp.zeros(nbytes, dtype=cp.uint8)))
             mod = cp.RawModule(code=SOURCE, options=("--std=c++17",))
             kern.append({u: mod.get_function(f"copy{u}") for u in (1, 2, 4, 8)})
             streams.append(cp.cuda.Stream(non_blocking=True))

@@ -106,6 +106,7 @@ mod error;
 pub mod geometry;
 pub mod handle;
 pub mod mem;
+pub mod notices;
 pub mod perf;
 pub mod plan;
 

@@ -70,6 +70,21 @@ pub fn warn_resource(msg: &str) {
     });
 }
 
+/// Emits the library's queued advice ([`cudecomp_core::notices`]) as `RuntimeWarning`s.
+pub fn warn_notices(py: Python<'_>) -> PyResult<()> {
+    for text in cudecomp_core::notices::take() {
+        let msg = std::ffi::CString::new(text.replace('\0', " "))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyRuntimeWarning>(),
+            &msg,
+            1,
+        )?;
+    }
+    Ok(())
+}
+
 /// Logs `lines` through the `cudecomp` Python logger (INFO).
 pub fn log_lines(py: Python<'_>, lines: &[String]) -> PyResult<()> {
     py.import("cudecomp._log")?

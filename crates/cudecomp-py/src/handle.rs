@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
-use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
+use crate::errors::{invalid, log_lines, warn_notices, warn_resource, IntoPy};
 use crate::grid::GridDesc;
 use crate::variant;
 
@@ -201,14 +201,15 @@ impl Handle {
             }
             other => other,
         };
-        let (gd, report) = match options {
+        let created = match options {
             Some(o) => {
                 let opts = read_autotune_options(o)?;
                 py.detach(|| autotune::create_grid(&h, &cfg, &opts))
-                    .py(py)?
             }
-            None => (py.detach(|| h.create_grid(&cfg)).py(py)?, None),
+            None => py.detach(|| h.create_grid(&cfg)).map(|g| (g, None)),
         };
+        warn_notices(py)?;
+        let (gd, report) = created.py(py)?;
         let grid = gd.grid();
         let (pdims, tb, hb) = (
             (grid.pdims[0], grid.pdims[1]),

@@ -1,0 +1,42 @@
+//! Advice for the user found while the library sets itself up (a slow configuration that
+//! still works), queued here and handed to the user by the bindings (as Python warnings)
+//! after the call that found it. Each distinct text is queued once per process.
+
+use std::sync::Mutex;
+
+static QUEUE: Mutex<(Vec<String>, Vec<String>)> = Mutex::new((Vec::new(), Vec::new()));
+
+/// Queues `text` unless it was queued before in this process.
+pub fn notice(text: String) {
+    let mut q = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
+    if !q.1.contains(&text) {
+        q.1.push(text.clone());
+        q.0.push(text);
+    }
+}
+
+/// The notices queued since the last call.
+pub fn take() -> Vec<String> {
+    let mut q = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
+    std::mem::take(&mut q.0)
+}
+
+/// Cores this process may run on (its CPU affinity, e.g. an MPI launcher's binding).
+pub fn cores_allowed() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_text_is_handed_out_once() {
+        notice("a test notice".into());
+        notice("a test notice".into());
+        let first = take();
+        assert_eq!(first.iter().filter(|t| *t == "a test notice").count(), 1);
+        notice("a test notice".into());
+        assert!(!take().contains(&"a test notice".to_string()));
+    }
+}
