@@ -8,7 +8,7 @@ import numpy as np
 
 from ._enums import DataType
 
-__all__ = ["allocate", "numpy_dtype"]
+__all__ = ["allocate", "numpy_dtype", "view_of"]
 
 _NAMES = {
     DataType.FLOAT: "float32",
@@ -43,3 +43,9 @@ def allocate(shape: tuple[int, int, int], dtype: Any, zero: bool, cpu_only: bool
     except ImportError as e:
         raise TypeError("empty_pencil: the GPU variant allocates CuPy arrays, but CuPy cannot be imported") from e
     return cupy.zeros(shape, d) if zero else cupy.empty(shape, d)
+
+
+def view_of(owner: Any, shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
+    """Return a C-contiguous ``shape`` array of ``dtype`` over ``owner``'s bytes (kept alive as its base)."""
+    n = int(np.prod(shape))
+    return np.asarray(owner).view(dtype)[:n].reshape(shape)

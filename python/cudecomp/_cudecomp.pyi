@@ -27,6 +27,7 @@ def get_data_type_size(dtype: int) -> int:
     """Bytes per element of a ``DataType`` value."""
 
 def _compile_kernels(major: int, minor: int) -> int: ...
+def _single_copy_count() -> int: ...
 
 Triple = tuple[int, int, int] | list[int] | Any
 """Three non-negative ints in global axis order (X, Y, Z): a tuple, list or NumPy array."""
@@ -286,7 +287,10 @@ class GridDesc:
         Returns:
             A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
             padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
-            GPU variant.
+            GPU variant. On DIRECT grids of the CPU variant, arrays of 1 MiB or more live
+            in node-shared memory: when every rank's output of a transpose is such an
+            array, each rank writes its chunks straight into the others' outputs (one copy
+            instead of two). Such memory is zero-filled and freed with the last view.
         """
     def zeros_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
         """As ``empty_pencil``, filled with zeros."""

@@ -702,7 +702,13 @@ def run_config(
         return [Row("all", gdims, pdims, bname, dname, ac, note=f"skipped: {type(e).__name__}: {e}")]
     try:
         infos = [grid.get_pencil_info(a) for a in range(3)]
-        bufs = [xp.m.ones(i.array_shape, NP_DTYPES[dtype]) for i in infos]
+        if args.alloc == "library":
+            # The library's own arrays (node-shared on the CPU variant's DIRECT grids).
+            bufs = [grid.empty_pencil(a, NP_DTYPES[dtype]) for a in range(3)]
+            for b in bufs:
+                b[...] = 1
+        else:
+            bufs = [xp.m.ones(i.array_shape, NP_DTYPES[dtype]) for i in infos]
         for key in args.ops:
             if key not in OPS:
                 continue
@@ -1266,6 +1272,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="GPU: also capture N of each transpose and halo update into a CUDA graph and time its replay against "
         "N eager calls, wall clock per operation (rows op-graph; capturable backends only; 0 = off) (default: 0)",
+    )
+    p.add_argument(
+        "--alloc",
+        choices=["user", "library"],
+        default="user",
+        help="arrays of the transposes: user (NumPy/CuPy arrays made by the benchmark) or library "
+        "(GridDesc.empty_pencil: node-shared on DIRECT grids of the CPU variant, where transposes then run as "
+        "single copies) (default: user)",
     )
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: 3)")
     p.add_argument("--reps", type=int, default=10, help="timed calls; the median is reported (default: 10)")

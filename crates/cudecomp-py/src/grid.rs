@@ -454,7 +454,16 @@ impl GridDesc {
         let halo = int_triple(py, halo_extents, "halo_extents")?;
         let pad = int_triple(py, padding, "padding")?;
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
-        py.import("cudecomp._alloc")?.call_method1(
+        let alloc = py.import("cudecomp._alloc")?;
+        // DIRECT grids of the CPU variant: node-shared, so peers write into it directly.
+        let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
+        let dtype = alloc.call_method1("numpy_dtype", (dtype,))?;
+        let nbytes = info.size as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
+        if variant::CPU_ONLY && direct && crate::shared::wanted(nbytes) {
+            let owner = crate::shared::allocate(py, nbytes)?;
+            return alloc.call_method1("view_of", (owner, info.array_shape(), dtype));
+        }
+        alloc.call_method1(
             "allocate",
             (info.array_shape(), dtype, zero, variant::CPU_ONLY),
         )
@@ -731,7 +740,10 @@ impl GridDesc {
     /// Returns:
     ///     A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
     ///     padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
-    ///     GPU variant.
+    ///     GPU variant. On DIRECT grids of the CPU variant, arrays of 1 MiB or more live
+    ///     in node-shared memory: when every rank's output of a transpose is such an
+    ///     array, each rank writes its chunks straight into the others' outputs (one copy
+    ///     instead of two). Such memory is zero-filled and freed with the last view.
     #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
     fn empty_pencil<'py>(
         &self,

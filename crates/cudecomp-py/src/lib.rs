@@ -13,6 +13,7 @@ mod array;
 mod errors;
 mod grid;
 mod handle;
+mod shared;
 mod variant;
 
 use cudecomp_core::config::{DataType, HaloBackend, TransposeBackend};
@@ -56,15 +57,24 @@ fn _compile_kernels(py: Python<'_>, major: i32, minor: i32) -> PyResult<usize> {
         .map(|c| c.len())
 }
 
+/// Transposes this process ran as single copies into peers' registered arrays (a testing
+/// aid for the CPU variant's DIRECT backend).
+#[pyfunction]
+fn _single_copy_count() -> u64 {
+    cudecomp_core::engine::direct::single_copies()
+}
+
 #[pymodule]
 fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
     m.add_class::<grid::GridDesc>()?;
     m.add_class::<grid::PencilInfo>()?;
+    m.add_class::<shared::SharedMemory>()?;
     m.add_function(wrap_pyfunction!(transpose_comm_backend_to_string, m)?)?;
     m.add_function(wrap_pyfunction!(halo_comm_backend_to_string, m)?)?;
     m.add_function(wrap_pyfunction!(get_data_type_size, m)?)?;
     m.add_function(wrap_pyfunction!(_compile_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(_single_copy_count, m)?)?;
     #[cfg(not(cpu_only))]
     m.add_class::<variant::DeviceBuffer>()?;
     m.add("CPU_ONLY", variant::CPU_ONLY)?;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::engine::exchange::FaceExchange;
-use crate::engine::exchange::{Piece, SliceExchange};
+use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
 use crate::mem::shm::SharedWorkspaces;
 use crate::mem::Buf;
 use crate::{Error, Result};
@@ -91,6 +91,55 @@ impl SharedSlices<'_> {
                 "DIRECT: no acknowledgement slot of rank {reader} at rank {r}"
             ))
         })
+    }
+}
+
+/// Single-copy transposes run by this process (what tests check the path by).
+static SINGLE_COPIES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one single-copy transpose.
+pub(crate) fn count_single_copy() {
+    SINGLE_COPIES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Number of transposes this process ran as single copies (registered outputs on every
+/// member): a testing aid.
+pub fn single_copies() -> u64 {
+    SINGLE_COPIES.load(Ordering::Relaxed)
+}
+
+/// Single-copy host transposes between registered arrays: after writing its chunk into a
+/// member's output, a rank raises its delivery slot in that member's shared workspace;
+/// each member waits for all of its peers'. The operation's workspace exchange, which every
+/// rank enters only after finishing its previous operation, is what lets writers start.
+pub struct SharedChunks<'a> {
+    /// The handle's node-shared workspaces (their signal slots).
+    pub workspaces: &'a SharedWorkspaces,
+    /// Handle rank of each member of the plan's sub-communicator.
+    pub members: &'a [usize],
+    /// This rank's index in `members`.
+    pub me: usize,
+    /// Milliseconds spent waiting for peers' chunks (the report's communication time).
+    pub waited_ms: Cell<f64>,
+}
+
+impl ChunkSignals for SharedChunks<'_> {
+    fn delivered(&self, peer: usize) -> Result<()> {
+        let rank = self.members[self.me];
+        slot(self.workspaces, self.members[peer], rank)?
+            .store(mark(self.workspaces, 0), Ordering::Release);
+        Ok(())
+    }
+
+    fn arrived(&self) -> Result<()> {
+        let rank = self.members[self.me];
+        for (p, &from) in self.members.iter().enumerate() {
+            if p != self.me {
+                let flag = slot(self.workspaces, rank, from)?;
+                wait_for(flag, mark(self.workspaces, 0), from, &self.waited_ms)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -118,3 +118,12 @@ pub trait FaceExchange {
     /// Orders what follows after every delivery of this rank.
     fn finish(&self) -> Result<()>;
 }
+
+/// Signals of a single-copy transpose, where each rank writes its chunks straight into the
+/// receiving members' outputs (see [`crate::engine::transpose::TransposeRun::single_copy`]).
+pub trait ChunkSignals {
+    /// This rank's chunk is in `peer`'s output.
+    fn delivered(&self, peer: usize) -> Result<()>;
+    /// Waits until every peer's chunk is in this rank's output.
+    fn arrived(&self) -> Result<()>;
+}

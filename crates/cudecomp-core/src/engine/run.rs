@@ -12,7 +12,7 @@ use crate::cuda::nvshmem::Nvshmem;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
 use crate::cuda::{self, Stream};
 use crate::engine::device::{lock, DeviceState};
-use crate::engine::direct::{SharedFaces, SharedSlices, HOST_RING_PLACES};
+use crate::engine::direct::{SharedChunks, SharedFaces, SharedSlices, HOST_RING_PLACES};
 use crate::engine::exchange::SliceExchange;
 use crate::engine::halo::HaloRun;
 use crate::engine::nvshmem::{NvshmemFaces, NvshmemSlices, Symmetric};
@@ -22,6 +22,7 @@ use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
 use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
+use crate::mem::shm::{ArrayRef, PeerArrays, SharedArray};
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
     halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
@@ -268,10 +269,36 @@ impl Runtime<'_> {
             }
             (Route::HostShared { sliced }, _) => {
                 let mut ws = lock(&self.slot.ws);
-                // Always the handle's shared workspace: peers write into it.
-                let work = ws.shared.exchange(self.world, need)?;
+                // Always the handle's shared workspace: peers write into it. Each rank
+                // tells the others, in the same collective, where its output lies when
+                // peers could write into it (see `single_copy_note`).
+                let note = single_copy_note(c, sliced);
+                let (work, notes) = ws.shared.exchange_noting(self.world, need, &note)?;
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
                 let r = c.run(&mover, work);
+                let ws = &mut *ws;
+                if let Some(outs) = peer_outputs(&notes, plan, c.dtype.size(), &mut ws.peer_arrays)?
+                {
+                    let x = SharedChunks {
+                        workspaces: &ws.shared,
+                        members: &plan.members,
+                        me: plan.me,
+                        waited_ms: Cell::new(0.0),
+                    };
+                    let threads = self.host_threads;
+                    let movers = |dst: Buf| -> Box<dyn Mover> {
+                        Box::new(HostMover::new(threads).streaming_into(dst))
+                    };
+                    let waited = || Ok(x.waited_ms.get());
+                    crate::engine::direct::count_single_copy();
+                    return self.reported(
+                        &Clock::Host,
+                        c.group,
+                        sample,
+                        CommTime::Own(&waited),
+                        |_| r.single_copy(&outs, &movers, &x),
+                    );
+                }
                 let x = SharedSlices {
                     workspaces: &ws.shared,
                     members: &plan.members,
@@ -753,4 +780,46 @@ impl Runtime<'_> {
         perf.record((sample.key)(), total, comm_ms.min(total), sample.bytes);
         Ok(())
     }
+}
+
+/// What this rank publishes for a single-copy host DIRECT transpose: its output's place in
+/// a registered node-shared array (`GridDesc.empty_pencil`), when peers may write into it
+/// (out of place, peers to exchange with, `CUDECOMP_SINGLE_COPY` not `0`); empty otherwise.
+fn single_copy_note(c: &TransposeCall<'_>, sliced: bool) -> Vec<u8> {
+    let allowed = std::env::var("CUDECOMP_SINGLE_COPY").map_or(true, |v| v.trim() != "0");
+    if !sliced || !allowed || c.input.overlaps(&c.output) {
+        return Vec::new();
+    }
+    SharedArray::find(c.output).map_or_else(Vec::new, |a| a.encode())
+}
+
+/// The outputs of every member of `plan`'s sub-communicator, mapped here, when every member
+/// published one (the same answer on every member: all see the same notes); `None` when
+/// some member did not, and the two-copy exchange runs.
+fn peer_outputs(
+    notes: &[Vec<u8>],
+    plan: &TransposePlan,
+    elem: usize,
+    arrays: &mut PeerArrays,
+) -> Result<Option<Vec<Buf>>> {
+    let refs: Option<Vec<ArrayRef>> = plan
+        .members
+        .iter()
+        .map(|&r| notes.get(r).and_then(|n| ArrayRef::decode(n)))
+        .collect();
+    let Some(refs) = refs else {
+        return Ok(None);
+    };
+    refs.iter()
+        .enumerate()
+        .map(|(p, a)| {
+            let bytes = plan.peer_out_elems[p] as usize * elem;
+            if p == plan.me {
+                // This rank's own output is the operation's; the entry keeps indices aligned.
+                return Ok(Buf::empty());
+            }
+            arrays.map(plan.members[p], a, bytes)
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }

@@ -7,11 +7,11 @@
 
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::config::TransposeBackend;
-use crate::engine::exchange::{Piece, SliceExchange};
+use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
 use crate::geometry::Box3;
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, Slicing, TransposePlan};
-use crate::{unsupported, Result};
+use crate::{unsupported, Error, Result};
 
 /// Pieces this rank's own cells are cut into when the exchange polls: each fills part of
 /// a wait for a peer's slice.
@@ -476,6 +476,38 @@ impl TransposeRun<'_> {
             self.mover.copy(self.elem, self.input, self.output, &c)?;
         }
         self.self_after()
+    }
+
+    /// Single-copy exchange, out of place: each chunk goes once, straight from this rank's
+    /// input into the receiving member's output (`outs[peer]`, mapped here), peers in
+    /// staggered order so that writers spread over receivers. `movers(dst)` gives the mover
+    /// for a destination; `x.delivered(peer)` follows each chunk, `x.arrived()` waits for
+    /// every chunk written into this rank's output.
+    pub fn single_copy(
+        &self,
+        outs: &[Buf],
+        movers: &dyn Fn(Buf) -> Box<dyn Mover>,
+        x: &dyn ChunkSignals,
+    ) -> Result<()> {
+        let plan = self.plan;
+        let np = plan.npeers();
+        if outs.len() != np || self.in_place() {
+            return Err(Error::Internal(format!(
+                "single copy with {} outputs for {np} members (in place: {})",
+                outs.len(),
+                self.in_place()
+            )));
+        }
+        for step in 1..np {
+            let p = (plan.me + step) % np;
+            if plan.sends[p].count > 0 {
+                movers(outs[p]).copy(self.elem, self.input, outs[p], &plan.into_peer_output(p))?;
+            }
+            x.delivered(p)?;
+        }
+        self.mover
+            .copy(self.elem, self.input, self.output, &plan.self_copy())?;
+        x.arrived()
     }
 
     /// Packs slice `part` of `peer`'s chunk (straight into the peer's workspace when the

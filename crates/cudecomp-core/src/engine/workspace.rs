@@ -12,7 +12,7 @@ use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc};
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::device::lock;
 use crate::engine::streamed::Pipe;
-use crate::mem::shm::SharedWorkspaces;
+use crate::mem::shm::{PeerArrays, SharedWorkspaces};
 use crate::mem::Buf;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
@@ -40,6 +40,8 @@ pub struct Workspace {
     ipc: IpcPeers,
     /// Node-shared host workspaces of the DIRECT backend (this rank's and its peers').
     pub(crate) shared: SharedWorkspaces,
+    /// Peers' registered arrays mapped for single-copy DIRECT transposes on the host.
+    pub(crate) peer_arrays: PeerArrays,
     /// The current operation is being captured into a CUDA graph: nothing may grow, and
     /// the ordering events of eager operations are left alone.
     capturing: bool,

@@ -252,10 +252,22 @@ impl SharedWorkspaces {
     /// New objects are anonymous memory files; when some peer cannot open them, every
     /// rank that made one makes a named object instead and all map again.
     pub fn exchange(&mut self, comm: &dyn Communicator, bytes: usize) -> Result<Buf> {
+        self.exchange_noting(comm, bytes, &[]).map(|(b, _)| b)
+    }
+
+    /// [`SharedWorkspaces::exchange`], also handing every rank's `note` to every rank
+    /// (what an operation's ranks must agree on, at no extra collective).
+    pub fn exchange_noting(
+        &mut self,
+        comm: &dyn Communicator,
+        bytes: usize,
+        note: &[u8],
+    ) -> Result<(Buf, Vec<Vec<u8>>)> {
         self.ranks = comm.size();
         let bytes = bytes.div_ceil(SLOT) * SLOT + self.tail();
         let grow = self.own.as_ref().is_none_or(|o| o.map.len < bytes);
         let mut kind = Kind::Memfd;
+        let mut notes;
         loop {
             let mut failure = None;
             if grow {
@@ -265,9 +277,12 @@ impl SharedWorkspaces {
                     Err(e) => failure = Some(e),
                 }
             }
-            // Record: failed, fresh, kind, operations so far, length, then "id\npath".
+            // Record: failed, fresh, kind, operations so far, note length, note, length,
+            // then "id\npath".
             let mut mine = vec![u8::from(failure.is_some()), u8::from(grow), kind as u8];
             mine.extend(self.ops.to_le_bytes());
+            mine.extend((note.len() as u64).to_le_bytes());
+            mine.extend(note);
             if let Some(o) = &self.own {
                 mine.extend((o.map.len as u64).to_le_bytes());
                 mine.extend(format!("{}\n{}", o.id, o.path).as_bytes());
@@ -291,8 +306,12 @@ impl SharedWorkspaces {
             self.ops = all.iter().map(|v| word(v, 3)).max().unwrap_or(0) + 1;
             self.peers.resize_with(all.len(), || None);
             let mut mapped = Ok(());
+            notes = Vec::with_capacity(all.len());
             for (r, v) in all.iter().enumerate() {
-                if r == comm.rank() || v.len() < 19 {
+                let n = word(v, 11) as usize;
+                let at = 19usize.saturating_add(n);
+                notes.push(v.get(19..at).map(<[u8]>::to_vec).unwrap_or_default());
+                if r == comm.rank() || v.len() < at + 8 {
                     continue;
                 }
                 let peer_kind = if v[2] == Kind::Named as u8 {
@@ -300,8 +319,8 @@ impl SharedWorkspaces {
                 } else {
                     Kind::Memfd
                 };
-                let len = word(v, 11) as usize;
-                let text = String::from_utf8_lossy(&v[19..]).into_owned();
+                let len = word(v, at) as usize;
+                let text = String::from_utf8_lossy(&v[at + 8..]).into_owned();
                 let (id, path) = text.split_once('\n').unwrap_or((&text, ""));
                 if self.peers[r].as_ref().is_some_and(|(i, _)| i == id) {
                     continue;
@@ -336,7 +355,7 @@ impl SharedWorkspaces {
             // made one make a named object instead, everyone again.
             kind = Kind::Named;
         }
-        self.own_buf()
+        Ok((self.own_buf()?, notes))
     }
 
     fn own_buf(&self) -> Result<Buf> {
@@ -393,5 +412,174 @@ impl SharedWorkspaces {
         // SAFETY: the mapping lives as long as `self`; peers order their use of it with
         // the operation's barrier and signals.
         Some(unsafe { Buf::new(m.ptr, m.len.checked_sub(self.tail())?) })
+    }
+}
+
+/// What peers need to map a registered array: its object and where a buffer lies in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayRef {
+    /// Unique within the job: what peers compare to reuse a mapping.
+    pub id: String,
+    /// What peers open.
+    pub path: String,
+    /// Memory file or named object.
+    kind: Kind,
+    /// Bytes of the whole object.
+    pub len: usize,
+    /// Byte offset of the buffer asked about inside the object.
+    pub offset: usize,
+}
+
+/// Arrays of this process that peers may map: (start address, length, reference).
+static ARRAYS: std::sync::Mutex<Vec<(usize, usize, ArrayRef)>> = std::sync::Mutex::new(Vec::new());
+
+fn arrays() -> std::sync::MutexGuard<'static, Vec<(usize, usize, ArrayRef)>> {
+    ARRAYS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Node-shared memory handed to the user as an array (`GridDesc.empty_pencil` on the CPU
+/// variant), registered so that DIRECT transposes can write straight into it from other
+/// ranks of the node. Zero-filled; unregistered and unmapped on drop (peers that mapped it
+/// keep their mapping, and the memory, until they drop it).
+pub struct SharedArray {
+    own: Own,
+}
+
+impl SharedArray {
+    /// `len` bytes (at least one page is mapped) of node-shared memory: a memory file, or
+    /// a named object where memory files cannot be made.
+    pub fn new(len: usize) -> Result<SharedArray> {
+        let len = len.max(1);
+        let (own, kind) = match Own::create(Kind::Memfd, len) {
+            Ok(o) => (o, Kind::Memfd),
+            Err(first) => match Own::create(Kind::Named, len) {
+                Ok(o) => (o, Kind::Named),
+                Err(e) => {
+                    return Err(Error::NotSupported(format!(
+                        "cannot allocate {len} bytes of node-shared memory ({first}; {e}): raise the memory limit or enlarge /dev/shm"
+                    )))
+                }
+            },
+        };
+        let a = SharedArray { own };
+        let entry = ArrayRef {
+            id: a.own.id.clone(),
+            path: a.own.path.clone(),
+            kind,
+            len: a.own.map.len,
+            offset: 0,
+        };
+        arrays().push((a.own.map.ptr as usize, a.own.map.len, entry));
+        Ok(a)
+    }
+
+    /// Start address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.own.map.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.own.map.len
+    }
+
+    /// True when empty (never: at least one byte is mapped).
+    pub fn is_empty(&self) -> bool {
+        self.own.map.len == 0
+    }
+
+    /// How peers find `buf` when it lies inside a registered array of this process.
+    pub fn find(buf: Buf) -> Option<ArrayRef> {
+        let (start, len) = (buf.ptr() as usize, buf.len());
+        arrays()
+            .iter()
+            .find(|(a, n, _)| start >= *a && start.saturating_add(len) <= a + n)
+            .map(|(a, _, r)| ArrayRef {
+                offset: start - a,
+                ..r.clone()
+            })
+    }
+}
+
+impl Drop for SharedArray {
+    fn drop(&mut self) {
+        let start = self.own.map.ptr as usize;
+        arrays().retain(|(a, _, _)| *a != start);
+    }
+}
+
+impl ArrayRef {
+    /// Bytes peers receive to find this array (see [`ArrayRef::decode`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![self.kind as u8];
+        v.extend((self.len as u64).to_le_bytes());
+        v.extend((self.offset as u64).to_le_bytes());
+        v.extend(format!("{}\n{}", self.id, self.path).as_bytes());
+        v
+    }
+
+    /// The reference [`ArrayRef::encode`] wrote; `None` for anything else.
+    pub fn decode(v: &[u8]) -> Option<ArrayRef> {
+        let kind = match *v.first()? {
+            k if k == Kind::Memfd as u8 => Kind::Memfd,
+            k if k == Kind::Named as u8 => Kind::Named,
+            _ => return None,
+        };
+        let word = |at: usize| -> Option<usize> {
+            Some(u64::from_le_bytes(v.get(at..at + 8)?.try_into().ok()?) as usize)
+        };
+        let text = String::from_utf8_lossy(v.get(17..)?).into_owned();
+        let (id, path) = text.split_once('\n')?;
+        Some(ArrayRef {
+            id: id.to_owned(),
+            path: path.to_owned(),
+            kind,
+            len: word(1)?,
+            offset: word(9)?,
+        })
+    }
+}
+
+/// Peers' registered arrays as mapped here, a few per peer, most recently used first
+/// (a stale one keeps its memory alive until it is pushed out).
+#[derive(Default)]
+pub struct PeerArrays {
+    maps: Vec<Vec<(String, Mapping)>>,
+}
+
+/// Arrays of each peer kept mapped: a solver alternates among a few pencil arrays.
+const PEER_ARRAYS_KEPT: usize = 6;
+
+impl PeerArrays {
+    /// The buffer of `bytes` that `r` (a rank of the node) described with `a`, mapped here.
+    pub fn map(&mut self, r: usize, a: &ArrayRef, bytes: usize) -> Result<Buf> {
+        if self.maps.len() <= r {
+            self.maps.resize_with(r + 1, Vec::new);
+        }
+        let kept = &mut self.maps[r];
+        let at = match kept.iter().position(|(id, _)| *id == a.id) {
+            Some(i) => i,
+            None => {
+                let m = map_peer(a.kind, &a.path, a.len).map_err(|e| {
+                    Error::Internal(format!("DIRECT: mapping rank {r}'s array: {e}"))
+                })?;
+                kept.insert(0, (a.id.clone(), m));
+                kept.truncate(PEER_ARRAYS_KEPT);
+                0
+            }
+        };
+        let m = &kept[at].1;
+        if a.offset.checked_add(bytes).is_none_or(|end| end > m.len) {
+            return Err(Error::Internal(format!(
+                "DIRECT: rank {r}'s array holds {} bytes, not {bytes} at {}",
+                m.len, a.offset
+            )));
+        }
+        // Most recently used first.
+        kept[..=at].rotate_right(1);
+        let m = &kept[0].1;
+        // SAFETY: inside the mapping (checked above), which lives in `self` until pushed
+        // out; the operation using the buffer holds `self` borrowed.
+        Ok(unsafe { Buf::new(m.ptr.add(a.offset), bytes) })
     }
 }

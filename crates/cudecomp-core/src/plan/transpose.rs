@@ -196,6 +196,11 @@ pub struct TransposePlan {
     /// Largest input, output or workspace (elements) of any member: decisions that every
     /// member must take alike (message counts fitting MPI's `int`) use this bound.
     pub max_member_elems: i64,
+    /// Where each global cell of each member's output sits in its array (by member):
+    /// what a rank writing straight into peers' outputs addresses.
+    pub peer_out_layouts: Vec<Layout>,
+    /// Elements of each member's output array (by member), halos and padding included.
+    pub peer_out_elems: Vec<i64>,
 }
 
 impl TransposePlan {
@@ -239,9 +244,13 @@ impl TransposePlan {
         let mut seen = vec![(input.shape, output.shape, mine_in.len, mine_out.len)];
         let mut packed_everywhere = !send_from_input && !recv_into_output;
         let mut max_member_elems = 0;
+        let mut peer_out_layouts = Vec::with_capacity(members.len());
+        let mut peer_out_elems = Vec::with_capacity(members.len());
         for &r in &members {
             let i = grid.pencil_info(a as i64, r, layouts.input_halo, layouts.input_padding)?;
             let o = grid.pencil_info(b as i64, r, layouts.output_halo, layouts.output_padding)?;
+            peer_out_layouts.push(Layout::of_pencil(&o));
+            peer_out_elems.push(o.size);
             let work = align(grid.owned_box(a, r).volume()) + grid.owned_box(b, r).volume();
             max_member_elems = max_member_elems.max(i.size).max(o.size).max(work);
             let (ib, ob) = (i.interior(), o.interior());
@@ -288,6 +297,8 @@ impl TransposePlan {
             packed_everywhere,
             peer_recv_offsets,
             max_member_elems,
+            peer_out_layouts,
+            peer_out_elems,
         })
     }
 
@@ -353,6 +364,15 @@ impl TransposePlan {
         let c = &self.sends[peer];
         let dst = Layout::packed(&c.region, self.pack_order, self.peer_recv_offsets[peer]);
         Copy3::between(part, &self.in_layout, &dst)
+    }
+
+    /// The chunk for `peer`: input → the peer's output array (single-copy exchanges).
+    pub fn into_peer_output(&self, peer: usize) -> Copy3 {
+        Copy3::between(
+            &self.sends[peer].region,
+            &self.in_layout,
+            &self.peer_out_layouts[peer],
+        )
     }
 
     /// Input → output for the cells that stay on this rank.
@@ -526,6 +546,10 @@ mod tests {
                                 .iter()
                                 .all(|&r| !plans[r].send_from_input && !plans[r].recv_into_output);
                             assert_eq!(p.packed_everywhere, want, "{gdims:?} {pdims:?} {d:?}");
+                            // A single-copy writer addresses each member's own output layout.
+                            for (k, &r) in p.members.iter().enumerate() {
+                                assert_eq!(p.peer_out_layouts[k], plans[r].out_layout);
+                            }
                             seen[usize::from(want)] = true;
                         }
                     }

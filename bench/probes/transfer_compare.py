@@ -1,0 +1,99 @@
+"""CPU transposes against mpi4py-fft's own ``Pencil.transfer`` (issue #20).
+
+For each dtype and each of X→Y and Y→Z on an ``n³`` grid and a ``PRxPC`` process grid,
+prints the slowest rank's median time of:
+
+* ``user``: cudecomp ``DIRECT`` between NumPy arrays made here (two copies: pack into the
+  receiver's node-shared workspace, unpack);
+* ``library 2-copy``: the same between ``GridDesc.empty_pencil`` arrays with
+  ``CUDECOMP_SINGLE_COPY=0``;
+* ``library``: between ``empty_pencil`` arrays (one copy, into the receivers' outputs);
+* ``mpi4py-fft``: ``Pencil.transfer(...).forward`` (its ``Alltoallw`` of subarray types)
+  with the same decomposition: NumPy axes (z, y, x), the X-pencil aligned in axis 2 with
+  y over PR ranks and z over PC, so that each exchange runs within groups of the same size.
+
+Usage: ``mpirun -np 16 python3 bench/probes/transfer_compare.py --n 256 --pdims 4x4``
+(needs ``mpi4py-fft``; compare with ``bench/probes/host_floor.py`` at the same ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+import cudecomp
+
+
+def main() -> None:
+    """Print one line per (dtype, transpose) on rank 0."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=256)
+    ap.add_argument("--pdims", default="4x4")
+    ap.add_argument("--dtypes", nargs="+", default=["c128", "f64"])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    a = ap.parse_args()
+    from mpi4py_fft.pencil import Pencil, Subcomm
+
+    comm = MPI.COMM_WORLD
+    pr, pc = (int(v) for v in a.pdims.split("x"))
+    n = a.n
+
+    def timed(fn: Callable[[], object]) -> float:
+        for _ in range(a.warmup):
+            fn()
+        ts = []
+        for _ in range(a.reps):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return comm.allreduce(float(np.median(ts)), op=MPI.MAX)
+
+    h = cudecomp.Handle(comm)
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = (n, n, n), (pr, pc)
+    cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.DIRECT
+    g = h.create_grid(cfg)
+    sub = Subcomm(comm, [pc, pr, 1])
+    px = Pencil(sub, (n, n, n), axis=2)
+    py = px.pencil(1)
+    pz = py.pencil(0)
+    if comm.rank == 0:
+        print(f"# {comm.size} ranks, {n}^3, pdims {pr}x{pc}, medians of {a.reps} (ms, slowest rank)")
+        head = f"{'dtype':6s} {'op':4s} {'user':>9s} {'lib 2-copy':>11s} {'library':>9s} {'mpi4py-fft':>11s}"
+        print(head + "  ratios mpi4py-fft/(user, library)")
+    for dname in a.dtypes:
+        dt = {"c128": np.complex128, "f64": np.float64, "c64": np.complex64, "f32": np.float32}[dname]
+        for op, (fa, fb), (pa, pb) in (("xy", (0, 1), (px, py)), ("yz", (1, 2), (py, pz))):
+            name = {"xy": "transpose_x_to_y", "yz": "transpose_y_to_z"}[op]
+            fn = getattr(g, name)
+            ua = np.ones(g.get_pencil_info(fa).array_shape, dt)
+            ub = np.zeros(g.get_pencil_info(fb).array_shape, dt)
+            la, lb = g.empty_pencil(fa, dt), g.empty_pencil(fb, dt)
+            la[...] = 1
+            t_user = timed(functools.partial(fn, ua, ub))
+            os.environ["CUDECOMP_SINGLE_COPY"] = "0"
+            t_two = timed(functools.partial(fn, la, lb))
+            del os.environ["CUDECOMP_SINGLE_COPY"]
+            t_lib = timed(functools.partial(fn, la, lb))
+            tr = pa.transfer(pb, dt)
+            ma, mb = np.ones(pa.subshape, dt), np.zeros(pb.subshape, dt)
+            t_pf = timed(functools.partial(tr.forward, ma, mb))
+            if comm.rank == 0:
+                ms = [t * 1e3 for t in (t_user, t_two, t_lib, t_pf)]
+                print(
+                    f"{dname:6s} {op:4s} {ms[0]:9.3f} {ms[1]:11.3f} {ms[2]:9.3f} {ms[3]:11.3f}  {t_pf / t_user:5.2f}x {t_pf / t_lib:5.2f}x"
+                )
+    g.destroy()
+    h.finalize()
+
+
+if __name__ == "__main__":
+    main()

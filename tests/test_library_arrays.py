@@ -1,0 +1,192 @@
+"""Arrays the library allocates (``GridDesc.empty_pencil`` / ``zeros_pencil``).
+
+On DIRECT grids of the CPU variant such arrays live in node-shared memory, and when every
+member's output of a transpose is one, each rank writes its chunks straight into the
+others' outputs: one copy instead of two. These tests run the global-index oracle over
+that path (every direction, layouts with halos and padding, both MPI families under
+``mpiexec`` with 1-6 ranks), check that the path is really taken (the process's count of
+single copies), and that everything else falls back to the two-copy exchange: outputs that
+are not library arrays on some rank, in-place calls, small arrays. Arrays outlive their
+grid and handle; a wrong array is refused like any other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from test_halo import expected as expected_halo
+
+import cudecomp
+from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
+from cudecomp import _cudecomp as ext
+from oracle import factor_pairs, make
+
+NRANKS = MPI.COMM_WORLD.size
+GDIMS = (13, 11, 7)
+DIRECTIONS = [("transpose_x_to_y", 0, 1), ("transpose_y_to_z", 1, 2), ("transpose_z_to_y", 2, 1), ("transpose_y_to_x", 1, 0)]
+LAYOUTS = [
+    {},
+    {"input_halo_extents": (1, 0, 2), "output_padding": (0, 1, 0)},
+    {"input_padding": (2, 0, 1), "output_halo_extents": (0, 2, 1)},
+]
+
+pytestmark = pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="node-shared pencil arrays belong to the CPU variant")
+
+
+@pytest.fixture(autouse=True)
+def every_array_shared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Small test arrays are node-shared too (the default keeps arrays under 1 MiB private)."""
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    yield
+
+
+def grid_of(
+    handle: cudecomp.Handle, pdims: tuple[int, int], contiguous: tuple[bool, bool, bool], backend: Any = TransposeCommBackend.DIRECT
+) -> cudecomp.GridDesc:
+    c = cudecomp.GridDescConfig()
+    c.gdims, c.pdims = GDIMS, pdims
+    c.transpose_axis_contiguous = contiguous
+    c.transpose_comm_backend, c.halo_comm_backend = (
+        backend,
+        HaloCommBackend.DIRECT if backend is TransposeCommBackend.DIRECT else HaloCommBackend.MPI,
+    )
+    return handle.create_grid(c)
+
+
+def shared(a: np.ndarray) -> bool:
+    """Whether ``a`` is a view of the library's node-shared memory."""
+    b: Any = a
+    while isinstance(b, np.ndarray):
+        b = b.base
+    return type(b).__name__ == "_SharedMemory"
+
+
+def members(grid: cudecomp.GridDesc, a: int, b: int) -> int:
+    """Ranks exchanging in the transpose from axis ``a`` to ``b``."""
+    pr, pc = grid.config.pdims
+    return pr if 0 in (a, b) else pc
+
+
+def library_pair(
+    grid: cudecomp.GridDesc, a: int, b: int, dtype: DataType, layout: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, Any, Any]:
+    """Input (the oracle, in a library array) and output (a library array), with their pencils."""
+    ia = grid.get_pencil_info(a, layout.get("input_halo_extents"), layout.get("input_padding"))
+    ib = grid.get_pencil_info(b, layout.get("output_halo_extents"), layout.get("output_padding"))
+    x = grid.empty_pencil(a, dtype, layout.get("input_halo_extents"), layout.get("input_padding"))
+    x[...] = make(ia, GDIMS, dtype)
+    y = grid.zeros_pencil(b, dtype, layout.get("output_halo_extents"), layout.get("output_padding"))
+    y[...] = make(ib, GDIMS, dtype)  # every cell not written keeps the oracle's sentinel
+    y[ib.interior_slices] = 0
+    return x, y, ia, ib
+
+
+@pytest.mark.parametrize("pdims", factor_pairs(NRANKS))
+@pytest.mark.parametrize("contiguous", [(False, False, False), (True, True, True), (True, False, True)])
+@pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX])
+def test_single_copy_matches_the_oracle(
+    handle: cudecomp.Handle, pdims: tuple[int, int], contiguous: tuple[bool, bool, bool], dtype: DataType
+) -> None:
+    with grid_of(handle, pdims, contiguous) as g:
+        for layout in LAYOUTS:
+            for name, a, b in DIRECTIONS:
+                x, y, ia, ib = library_pair(g, a, b, dtype, layout)
+                assert shared(x) and shared(y)
+                before = ext._single_copy_count()
+                getattr(g, name)(x, y, **layout)
+                assert np.array_equal(y, make(ib, GDIMS, dtype)), (name, layout)
+                assert np.array_equal(x, make(ia, GDIMS, dtype)), "input changed"
+                # Every rank of a process grid row or column of several ranks took the path.
+                assert ext._single_copy_count() - before == int(members(g, a, b) > 1), (name, layout)
+
+
+def test_a_private_output_on_one_rank_falls_back_everywhere(handle: cudecomp.Handle, comm: MPI.Comm) -> None:
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+        if comm.rank == 0:
+            y = np.zeros_like(y)
+        before = ext._single_copy_count()
+        g.transpose_x_to_y(x, y)
+        assert np.array_equal(y, make(ib, GDIMS, DataType.DOUBLE))
+        assert ext._single_copy_count() == before
+        # Agreed again at the next call: all library arrays, single copy.
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+        g.transpose_x_to_y(x, y)
+        assert np.array_equal(y, make(ib, GDIMS, DataType.DOUBLE))
+        assert ext._single_copy_count() - before == int(NRANKS > 1)
+
+
+def test_in_place_falls_back(handle: cudecomp.Handle) -> None:
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        ia, ib = g.get_pencil_info(0), g.get_pencil_info(1)
+        n = max(ia.size, ib.size)
+        owner = g.empty_pencil(0, DataType.DOUBLE, padding=(0, 0, n))  # room for either pencil
+        buf = owner.reshape(-1)[:n]
+        buf[: ia.size] = make(ia, GDIMS, DataType.DOUBLE).ravel()
+        before = ext._single_copy_count()
+        y = g.transpose_x_to_y(buf[: ia.size].reshape(ia.array_shape), buf[: ib.size].reshape(ib.array_shape))
+        assert np.array_equal(y, make(ib, GDIMS, DataType.DOUBLE))
+        assert ext._single_copy_count() == before
+
+
+def test_arrays_outlive_their_grid_and_handle(comm: MPI.Comm) -> None:
+    h = cudecomp.Handle(comm)
+    g = grid_of(h, (NRANKS, 1), (False, False, False))
+    x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+    g.transpose_x_to_y(x, y)
+    g.destroy()
+    h.finalize()
+    assert np.array_equal(y, make(ib, GDIMS, DataType.DOUBLE))
+    y[...] = 1.0  # still ordinary, writable memory
+    assert float(y.sum()) == y.size
+    del x, y  # freed with the last view
+
+
+def test_many_arrays_come_and_go(handle: cudecomp.Handle) -> None:
+    # Peers keep a few mappings of each rank's arrays: freed arrays and new ones mix.
+    with grid_of(handle, (1, NRANKS), (False, False, False)) as g:
+        for i in range(20):
+            x, y, _, ib = library_pair(g, 1, 2, DataType.FLOAT, {})
+            g.transpose_y_to_z(x, y)
+            assert np.array_equal(y, make(ib, GDIMS, DataType.FLOAT)), i
+            if i % 3 == 0:
+                keep = (x, y)  # some stay alive a while
+        del keep
+
+
+def test_a_wrong_library_array_is_refused(handle: cudecomp.Handle) -> None:
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        x = g.empty_pencil(0, DataType.DOUBLE)
+        wrong = g.empty_pencil(0, DataType.DOUBLE)  # an X-pencil where a Y-pencil belongs
+        if g.get_pencil_info(0).array_shape == g.get_pencil_info(1).array_shape:
+            pytest.skip("X- and Y-pencils have the same shape here")
+        with pytest.raises(cudecomp.InvalidUsageError, match="out"):
+            g.transpose_x_to_y(x, wrong)
+        x[...] = make(g.get_pencil_info(0), GDIMS, DataType.DOUBLE)
+        y = g.transpose_x_to_y(x, g.empty_pencil(1, DataType.DOUBLE))  # the handle still works
+        assert np.array_equal(y, make(g.get_pencil_info(1), GDIMS, DataType.DOUBLE))
+
+
+def test_other_backends_and_small_arrays_stay_private(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    with grid_of(handle, (NRANKS, 1), (False, False, False), TransposeCommBackend.MPI_P2P) as g:
+        assert not shared(g.empty_pencil(0, DataType.DOUBLE))
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", str(1 << 30))
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        assert not shared(g.empty_pencil(0, DataType.DOUBLE))
+
+
+@pytest.mark.parametrize("pdims", factor_pairs(NRANKS))
+def test_halo_updates_of_library_arrays(handle: cudecomp.Handle, pdims: tuple[int, int]) -> None:
+    halo, periods = (1, 1, 1), (True, True, True)
+    with grid_of(handle, pdims, (False, False, False)) as g:
+        for axis, update in enumerate((g.update_halos_x, g.update_halos_y, g.update_halos_z)):
+            info = g.get_pencil_info(axis, halo)
+            a = g.empty_pencil(axis, DataType.DOUBLE, halo)
+            assert shared(a)
+            a[...] = make(info, GDIMS, DataType.DOUBLE)
+            for dim in range(3):
+                update(a, halo, periods, dim)
+            assert np.array_equal(a, expected_halo(info, GDIMS, periods, DataType.DOUBLE)), axis
