@@ -22,7 +22,7 @@ use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::TransposeRun;
 use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
-use crate::mem::shm::{ArrayRef, PeerArrays, SharedArray};
+use crate::mem::shm::{ArrayRef, PeerArrays, SharedArray, SharedWorkspaces};
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
     halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
@@ -272,7 +272,7 @@ impl Runtime<'_> {
                 // Always the handle's shared workspace: peers write into it. Each rank
                 // tells the others, in the same collective, where its output lies when
                 // peers could write into it (see `single_copy_note`).
-                let note = single_copy_note(c, sliced);
+                let note = single_copy_note(c, sliced, &ws.shared);
                 let (work, notes) = ws.shared.exchange_noting(self.world, need, &note)?;
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
                 let r = c.run(&mover, work);
@@ -785,12 +785,15 @@ impl Runtime<'_> {
 /// What this rank publishes for a single-copy host DIRECT transpose: its output's place in
 /// a registered node-shared array (`GridDesc.empty_pencil`), when peers may write into it
 /// (out of place, peers to exchange with, `CUDECOMP_SINGLE_COPY` not `0`); empty otherwise.
-fn single_copy_note(c: &TransposeCall<'_>, sliced: bool) -> Vec<u8> {
+fn single_copy_note(c: &TransposeCall<'_>, sliced: bool, ws: &SharedWorkspaces) -> Vec<u8> {
     let allowed = std::env::var("CUDECOMP_SINGLE_COPY").map_or(true, |v| v.trim() != "0");
     if !sliced || !allowed || c.input.overlaps(&c.output) {
         return Vec::new();
     }
-    SharedArray::find(c.output).map_or_else(Vec::new, |a| a.encode())
+    // Memory files only where peers could open this rank's workspace file.
+    SharedArray::find(c.output)
+        .filter(|a| a.mappable(ws))
+        .map_or_else(Vec::new, |a| a.encode())
 }
 
 /// The outputs of every member of `plan`'s sub-communicator, mapped here, when every member

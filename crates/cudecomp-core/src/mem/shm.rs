@@ -107,6 +107,8 @@ enum Kind {
 
 /// This rank's own workspace object.
 struct Own {
+    /// Memory file or named object.
+    kind: Kind,
     /// What peers compare to notice a new object (unique within the job).
     id: String,
     /// What peers open.
@@ -136,6 +138,7 @@ impl Own {
                 // SAFETY: `fd` was just created.
                 match unsafe { map_fd(fd, len, true, "a memory file") } {
                     Ok(map) => Ok(Own {
+                        kind,
                         id: format!("memfd:{pid}:{serial}"),
                         path: format!("/proc/{pid}/fd/{fd}"),
                         map,
@@ -169,6 +172,7 @@ impl Own {
                 unsafe { libc::close(fd) };
                 match mapped {
                     Ok(map) => Ok(Own {
+                        kind,
                         id: format!("named:{name}"),
                         path: name.clone(),
                         map,
@@ -358,6 +362,12 @@ impl SharedWorkspaces {
         Ok((self.own_buf()?, notes))
     }
 
+    /// Whether peers can open this rank's memory files (they could at the last exchange,
+    /// or no exchange has told otherwise yet).
+    pub fn memory_files_shared(&self) -> bool {
+        self.own.as_ref().is_none_or(|o| o.kind == Kind::Memfd)
+    }
+
     fn own_buf(&self) -> Result<Buf> {
         let m = &self
             .own
@@ -450,10 +460,10 @@ impl SharedArray {
     /// a named object where memory files cannot be made.
     pub fn new(len: usize) -> Result<SharedArray> {
         let len = len.max(1);
-        let (own, kind) = match Own::create(Kind::Memfd, len) {
-            Ok(o) => (o, Kind::Memfd),
+        let own = match Own::create(Kind::Memfd, len) {
+            Ok(o) => o,
             Err(first) => match Own::create(Kind::Named, len) {
-                Ok(o) => (o, Kind::Named),
+                Ok(o) => o,
                 Err(e) => {
                     return Err(Error::NotSupported(format!(
                         "cannot allocate {len} bytes of node-shared memory ({first}; {e}): raise the memory limit or enlarge /dev/shm"
@@ -465,7 +475,7 @@ impl SharedArray {
         let entry = ArrayRef {
             id: a.own.id.clone(),
             path: a.own.path.clone(),
-            kind,
+            kind: a.own.kind,
             len: a.own.map.len,
             offset: 0,
         };
@@ -509,6 +519,11 @@ impl Drop for SharedArray {
 }
 
 impl ArrayRef {
+    /// Whether peers can map this array, given what `ws` learnt of memory files.
+    pub fn mappable(&self, ws: &SharedWorkspaces) -> bool {
+        self.kind == Kind::Named || ws.memory_files_shared()
+    }
+
     /// Bytes peers receive to find this array (see [`ArrayRef::decode`]).
     pub fn encode(&self) -> Vec<u8> {
         let mut v = vec![self.kind as u8];
