@@ -142,38 +142,3 @@ def test_autotuner_tries_nvshmem(handle: cudecomp.Handle) -> None:
     with handle.create_grid(config(TransposeCommBackend.MPI_P2P, HaloCommBackend.MPI), o) as g:
         tried = {t.backend.name for t in g.autotune_result.trials}
     assert not tried & {"NVSHMEM", "NVSHMEM_PL", "NVSHMEM_SM"}
-
-
-ONE_CORE = """
-import os, sys, warnings
-os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-from mpi4py import MPI
-import cudecomp
-from cudecomp import HaloCommBackend as H, TransposeCommBackend as T
-c = cudecomp.GridDescConfig()
-c.gdims, c.pdims = (8, 8, 8), (1, 1)
-c.transpose_comm_backend, c.halo_comm_backend = T.NVSHMEM, H.NVSHMEM
-with cudecomp.Handle(MPI.COMM_SELF) as h, warnings.catch_warnings(record=True) as seen:
-    warnings.simplefilter("always")
-    with h.create_grid(c):
-        pass
-    with h.create_grid(c):
-        pass
-print([str(w.message) for w in seen if w.category is RuntimeWarning])
-"""
-
-
-def test_one_core_binding_warns(comm: MPI.Comm) -> None:
-    """NVSHMEM started on a rank bound to one core warns once: its proxy thread takes the core."""
-    import os
-    import subprocess
-    import sys
-
-    if comm.rank == 0:
-        # A job of its own (NVSHMEM starts once per process): not part of this MPI job.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_"))}
-        r = subprocess.run([sys.executable, "-c", ONE_CORE], env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-2000:]
-        warned = r.stdout.strip().splitlines()[-1]
-        assert warned.count("at least two cores") == 1, r.stdout
-    comm.Barrier()

@@ -64,6 +64,12 @@ fn _single_copy_count() -> u64 {
     cudecomp_core::engine::direct::single_copies()
 }
 
+/// Queues `text` as the library's advice (a testing aid: the next `create_grid` warns).
+#[pyfunction]
+fn _queue_notice(text: String) {
+    cudecomp_core::notices::notice(text);
+}
+
 #[pymodule]
 fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
@@ -75,6 +81,7 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_data_type_size, m)?)?;
     m.add_function(wrap_pyfunction!(_compile_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(_single_copy_count, m)?)?;
+    m.add_function(wrap_pyfunction!(_queue_notice, m)?)?;
     #[cfg(not(cpu_only))]
     m.add_class::<variant::DeviceBuffer>()?;
     m.add("CPU_ONLY", variant::CPU_ONLY)?;

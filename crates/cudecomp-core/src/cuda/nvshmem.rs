@@ -146,13 +146,8 @@ pub fn acquire(
         (Some(n), _) => n,
         (None, Some(api)) => {
             let runtime = Arc::new(init(api, comm, same_node.to_vec())?);
-            if crate::notices::cores_allowed() < 2 {
-                // Measured on 2×H200 with Open MPI's default one-core binding: 2.3× slower
-                // transposes, every backend of the process, in about half the runs.
-                crate::notices::notice(format!(
-                    "NVSHMEM started on a rank bound to {} CPU core: NVSHMEM's proxy thread polls on the core the library's host thread needs, which can make every transfer of the process (all backends) up to 2.4x slower; give each rank at least two cores (Open MPI: mpirun --bind-to none, or --map-by slot:PE=2; Slurm: --cpus-per-task=2)",
-                    crate::notices::cores_allowed()
-                ));
+            if let Some(advice) = crate::notices::nvshmem_binding(crate::notices::cores_allowed()) {
+                crate::notices::notice(advice);
             }
             runtime
         }
