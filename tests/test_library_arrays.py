@@ -190,3 +190,17 @@ def test_halo_updates_of_library_arrays(handle: cudecomp.Handle, pdims: tuple[in
             for dim in range(3):
                 update(a, halo, periods, dim)
             assert np.array_equal(a, expected_halo(info, GDIMS, periods, DataType.DOUBLE)), axis
+
+
+@pytest.mark.parametrize("library", [False, True])
+def test_autotuner_times_library_arrays_when_asked(handle: cudecomp.Handle, library: bool) -> None:
+    c = cudecomp.GridDescConfig()
+    c.gdims, c.pdims = GDIMS, (0, 0)  # the grid search times DIRECT on every process grid
+    c.transpose_comm_backend, c.halo_comm_backend = TransposeCommBackend.DIRECT, HaloCommBackend.DIRECT
+    o = cudecomp.GridDescAutotuneOptions()
+    o.n_warmup_trials, o.n_trials = 1, 1
+    o.transpose_use_library_arrays = library
+    before = ext._single_copy_count()
+    with handle.create_grid(c, o) as g:
+        assert g.autotune_result is not None
+    assert (ext._single_copy_count() > before) == (library and NRANKS > 1)

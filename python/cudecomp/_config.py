@@ -350,6 +350,12 @@ class GridDescAutotuneOptions(_Struct):
     transpose_use_inplace_buffers = _ArrayField[bool](
         (4,), "bool", False, "Per transpose (X->Y, Y->Z, Z->Y, Y->X): time it in place instead of out of place."
     )
+    transpose_use_library_arrays = _ScalarField[bool](
+        bool,
+        False,
+        "Time the transposes between arrays like GridDesc.empty_pencil's: node-shared on the CPU variant, where DIRECT "
+        "then copies each cell once (set it when the solver allocates its pencils with empty_pencil).",
+    )
     transpose_op_weights = _ArrayField[float](
         (4,),
         "float",

@@ -11,6 +11,7 @@ use crate::engine::Exec;
 use crate::geometry::{split_axes, Grid};
 use crate::handle::grid::TransposeOp;
 use crate::handle::{GridDesc, Handle};
+use crate::mem::shm::SharedArray;
 use crate::mem::Buf;
 use crate::plan::{Direction, HaloSpec, TransposeLayouts};
 use crate::{invalid, unsupported, Error, Result};
@@ -42,6 +43,9 @@ pub struct AutotuneOptions {
     pub autotune_transpose_backend: bool,
     /// Per transpose (X→Y, Y→Z, Z→Y, Y→X): run it in place.
     pub transpose_use_inplace_buffers: [bool; 4],
+    /// Time the transposes between node-shared library arrays (as `GridDesc.empty_pencil`
+    /// returns on the CPU variant's DIRECT grids, where DIRECT then copies once).
+    pub transpose_use_library_arrays: bool,
     /// Per transpose: weight of its mean time in the score (0: not run).
     pub transpose_op_weights: [f64; 4],
     /// Per transpose: halo extents (X, Y, Z) of its input pencil.
@@ -89,6 +93,7 @@ impl AutotuneOptions {
         self.transpose_use_inplace_buffers
             .iter()
             .for_each(|&b| flag(&mut v, b));
+        flag(&mut v, self.transpose_use_library_arrays);
         self.transpose_op_weights
             .iter()
             .for_each(|w| v.extend(w.to_bits().to_le_bytes()));
@@ -284,6 +289,8 @@ fn backend_candidates<B: CommBackend>(
 /// Scratch data for timing (contents never matter).
 enum Scratch {
     Host(Vec<u64>),
+    /// Node-shared and registered, like the CPU variant's library arrays.
+    Shared(SharedArray),
     Device(DeviceAlloc),
 }
 
@@ -296,6 +303,15 @@ impl Scratch {
         })
     }
 
+    /// As [`Scratch::new`], node-shared on the host when `library` (see
+    /// [`AutotuneOptions::transpose_use_library_arrays`]).
+    fn like_user(handle: &Handle, bytes: usize, library: bool) -> Result<Scratch> {
+        if library && !handle.is_gpu() {
+            return Ok(Scratch::Shared(SharedArray::new(bytes)?));
+        }
+        Scratch::new(handle, bytes)
+    }
+
     fn buf(&mut self) -> Buf {
         match self {
             Scratch::Host(v) => {
@@ -303,6 +319,8 @@ impl Scratch {
                 // SAFETY: the vector is owned here and outlives every use of the buffer.
                 unsafe { Buf::new(v.as_mut_ptr().cast(), len) }
             }
+            // SAFETY: the mapping is owned here and outlives every use of the buffer.
+            Scratch::Shared(a) => unsafe { Buf::new(a.ptr(), a.len()) },
             // SAFETY: as above, for the device allocation.
             Scratch::Device(d) => unsafe { Buf::new(d.ptr() as usize as *mut u8, d.bytes()) },
         }
@@ -374,8 +392,9 @@ fn time_transposes(grid: &GridDesc, o: &AutotuneOptions, best: f64) -> Result<Me
             );
     }
     let bytes = largest as usize * elem;
-    let mut a = Scratch::new(grid.handle(), bytes)?;
-    let mut b = Scratch::new(grid.handle(), bytes)?;
+    let library = o.transpose_use_library_arrays;
+    let mut a = Scratch::like_user(grid.handle(), bytes, library)?;
+    let mut b = Scratch::like_user(grid.handle(), bytes, library)?;
     let (ab, bb) = (a.buf(), b.buf());
     let round = |record: &mut [f64; 4]| -> Result<()> {
         for (i, d) in Direction::ALL.iter().enumerate() {
@@ -749,6 +768,7 @@ mod tests {
             skip_threshold: 0.0,
             autotune_transpose_backend: true,
             transpose_use_inplace_buffers: [false, true, false, true],
+            transpose_use_library_arrays: false,
             transpose_op_weights: [1.0; 4],
             transpose_input_halo_extents: [[0; 3]; 4],
             transpose_output_halo_extents: [[0; 3]; 4],

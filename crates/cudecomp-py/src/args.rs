@@ -250,6 +250,7 @@ pub fn read_autotune_options(v: &Bound<'_, PyAny>) -> PyResult<AutotuneOptions> 
         skip_threshold: get("skip_threshold")?.extract()?,
         autotune_transpose_backend: get("autotune_transpose_backend")?.extract()?,
         transpose_use_inplace_buffers: get("transpose_use_inplace_buffers")?.extract()?,
+        transpose_use_library_arrays: get("transpose_use_library_arrays")?.extract()?,
         transpose_op_weights: get("transpose_op_weights")?.extract()?,
         transpose_input_halo_extents: get("transpose_input_halo_extents")?.extract()?,
         transpose_output_halo_extents: get("transpose_output_halo_extents")?.extract()?,
