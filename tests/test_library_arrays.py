@@ -204,3 +204,24 @@ def test_autotuner_times_library_arrays_when_asked(handle: cudecomp.Handle, libr
     with handle.create_grid(c, o) as g:
         assert g.autotune_result is not None
     assert (ext._single_copy_count() > before) == (library and NRANKS > 1)
+
+
+def test_without_shared_memory_arrays_are_ordinary(handle: cudecomp.Handle) -> None:
+    import resource
+    import warnings
+
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            # No descriptor left: neither a memory file nor a named object can be made.
+            resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))
+            try:
+                a = g.empty_pencil(0, DataType.DOUBLE)
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert not shared(a) and a.shape == g.get_pencil_info(0).array_shape
+        assert any("node-shared memory unavailable" in str(w.message) for w in seen)
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+        g.transpose_x_to_y(x, y)  # and the next arrays are shared again
+        assert shared(y) and np.array_equal(y, make(ib, GDIMS, DataType.DOUBLE))

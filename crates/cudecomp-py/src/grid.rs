@@ -460,8 +460,18 @@ impl GridDesc {
         let dtype = alloc.call_method1("numpy_dtype", (dtype,))?;
         let nbytes = info.size as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
         if variant::CPU_ONLY && direct && crate::shared::wanted(nbytes) {
-            let owner = crate::shared::allocate(py, nbytes)?;
-            return alloc.call_method1("view_of", (owner, info.array_shape(), dtype));
+            match crate::shared::allocate(py, nbytes) {
+                Ok(owner) => {
+                    return alloc.call_method1("view_of", (owner, info.array_shape(), dtype))
+                }
+                // Ordinary memory still works (transposes into it take two copies).
+                Err(e) => {
+                    cudecomp_core::notices::notice(format!(
+                        "empty_pencil: node-shared memory unavailable ({e}); allocating ordinary arrays, whose DIRECT transposes take two copies"
+                    ));
+                    crate::errors::warn_notices(py)?;
+                }
+            }
         }
         alloc.call_method1(
             "allocate",
