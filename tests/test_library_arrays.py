@@ -22,7 +22,7 @@ from test_halo import expected as expected_halo
 import cudecomp
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from cudecomp import _cudecomp as ext
-from oracle import factor_pairs, make
+from oracle import ALL_CONTIGUOUS, factor_pairs, make
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (13, 11, 7)
@@ -85,8 +85,8 @@ def library_pair(
 
 
 @pytest.mark.parametrize("pdims", factor_pairs(NRANKS))
-@pytest.mark.parametrize("contiguous", [(False, False, False), (True, True, True), (True, False, True)])
-@pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX])
+@pytest.mark.parametrize("contiguous", ALL_CONTIGUOUS)
+@pytest.mark.parametrize("dtype", list(DataType))
 def test_single_copy_matches_the_oracle(
     handle: cudecomp.Handle, pdims: tuple[int, int], contiguous: tuple[bool, bool, bool], dtype: DataType
 ) -> None:
