@@ -498,15 +498,38 @@ impl TransposeRun<'_> {
                 self.in_place()
             )));
         }
-        for step in 1..np {
-            let p = (plan.me + step) % np;
-            if plan.sends[p].count > 0 {
-                movers(outs[p]).copy(self.elem, self.input, outs[p], &plan.into_peer_output(p))?;
+        // Where the chunks cut the input's rows (each chunk reads a part of every row),
+        // the copies are cache-blocked: all chunks are cut alike along the rows and the
+        // pieces over the same rows go to every receiver in turn, so each stretch of input
+        // comes from memory once. Chunks of whole rows go one after the other: cutting
+        // them only breaks their long runs (both measured: bench/RESULTS.md).
+        let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
+        let pieces = match single_copy_block_bytes(cuts_rows(plan)) {
+            0 => 1,
+            b => (src_bytes / b).max(1) as usize,
+        };
+        let parts: Vec<(Buf, Box<dyn Mover>, Vec<Copy3>)> = (1..=np)
+            .map(|step| (plan.me + step) % np)
+            .filter(|&p| plan.sends[p].count > 0)
+            .map(|p| {
+                let (dst, c) = if p == plan.me {
+                    (self.output, plan.self_copy())
+                } else {
+                    (outs[p], plan.into_peer_output(p))
+                };
+                (dst, movers(dst), c.split(pieces))
+            })
+            .collect();
+        for j in 0..pieces {
+            for (dst, mover, cuts) in &parts {
+                if let Some(c) = cuts.get(j) {
+                    mover.copy(self.elem, self.input, *dst, c)?;
+                }
             }
-            x.delivered(p)?;
         }
-        self.mover
-            .copy(self.elem, self.input, self.output, &plan.self_copy())?;
+        for step in 1..np {
+            x.delivered((plan.me + step) % np)?;
+        }
         x.arrived()
     }
 
@@ -593,6 +616,29 @@ impl TransposeRun<'_> {
         }
         Ok(())
     }
+}
+
+/// Bytes of input per piece of a single-copy transpose whose chunks cut the input's rows
+/// or not (`cuts`): `CUDECOMP_SINGLE_COPY_BLOCK_BYTES` when set, else 1 MiB where the
+/// chunks cut rows and 0 (whole chunks) where they do not.
+fn single_copy_block_bytes(cuts: bool) -> i64 {
+    std::env::var("CUDECOMP_SINGLE_COPY_BLOCK_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|&b| b >= 0)
+        .unwrap_or(if cuts { 1 << 20 } else { 0 })
+}
+
+/// Whether some chunk sent to a peer covers only part of the input's rows (its fastest
+/// axis in memory).
+fn cuts_rows(plan: &TransposePlan) -> bool {
+    let fast = (0..3)
+        .min_by_key(|&g| plan.in_layout.strides[g].abs())
+        .unwrap_or(0);
+    let whole = plan.input.interior().len[fast];
+    plan.sends
+        .iter()
+        .any(|c| c.count > 0 && c.region.len[fast] < whole)
 }
 
 #[cfg(test)]
