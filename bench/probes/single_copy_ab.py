@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--op", default="xy", choices=["xy", "yz"])
     ap.add_argument("--env", required=True, help="NAME=v1,v2,... (unset: the variable removed)")
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--out-none", action="store_true", help="call transposes without out (a fresh output each call)")
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     name, values = a.env.split("=", 1)
@@ -55,7 +56,10 @@ def main() -> None:
             for _ in range(a.reps):
                 comm.Barrier()
                 t0 = time.perf_counter()
-                fn(x, y)
+                if a.out_none:
+                    fn(x)
+                else:
+                    fn(x, y)
                 t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
                 if r > 0:  # round 0 warms up
                     times[v].append(t)

@@ -369,6 +369,9 @@ fn prepare_transpose<'py>(
     let exec = variant::exec(py, c.stream, c.input)?;
     let out_obj = match c.out.filter(|o| !o.is_none()) {
         Some(o) => o.clone(),
+        // A fresh output per call stays ordinary memory: a node-shared array costs more
+        // to make and map than a single copy saves (4 ranks on 2 cores, 64³ c128 X→Y
+        // without `out`: 1.93 ms node-shared, 0.40 ms ordinary).
         None => variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?,
     };
     let out = variant::array(py, gd, &out_obj, "out", false)?;
@@ -455,28 +458,46 @@ impl GridDesc {
         let pad = int_triple(py, padding, "padding")?;
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
         let alloc = py.import("cudecomp._alloc")?;
-        // DIRECT grids of the CPU variant: node-shared, so peers write into it directly.
-        let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
         let dtype = alloc.call_method1("numpy_dtype", (dtype,))?;
-        let nbytes = info.size as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
-        if variant::CPU_ONLY && direct && crate::shared::wanted(nbytes) {
-            match crate::shared::allocate(py, nbytes) {
-                Ok(owner) => {
-                    return alloc.call_method1("view_of", (owner, info.array_shape(), dtype))
-                }
-                // Ordinary memory still works (transposes into it take two copies).
-                Err(e) => {
-                    cudecomp_core::notices::notice(format!(
-                        "empty_pencil: node-shared memory unavailable ({e}); allocating ordinary arrays, whose DIRECT transposes take two copies"
-                    ));
-                    crate::errors::warn_notices(py)?;
-                }
-            }
+        if let Some(a) = shared_pencil(py, &gd, info.array_shape(), info.size, &dtype)? {
+            return Ok(a);
         }
         alloc.call_method1(
             "allocate",
             (info.array_shape(), dtype, zero, variant::CPU_ONLY),
         )
+    }
+}
+
+/// A pencil array of `shape` (`cells` elements of the NumPy `dtype`) in node-shared memory
+/// when the grid is the CPU variant's DIRECT and the array large enough (peers' DIRECT
+/// transposes then write straight into it); `None` otherwise, or, with a warning, when
+/// such memory cannot be had.
+fn shared_pencil<'py>(
+    py: Python<'py>,
+    gd: &core::GridDesc,
+    shape: [i64; 3],
+    cells: i64,
+    dtype: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
+    let nbytes = cells as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
+    if !(variant::CPU_ONLY && direct && crate::shared::wanted(nbytes)) {
+        return Ok(None);
+    }
+    match crate::shared::allocate(py, nbytes) {
+        Ok(owner) => py
+            .import("cudecomp._alloc")?
+            .call_method1("view_of", (owner, shape, dtype))
+            .map(Some),
+        // Ordinary memory still works (transposes into it take two copies).
+        Err(e) => {
+            cudecomp_core::notices::notice(format!(
+                "empty_pencil: node-shared memory unavailable ({e}); allocating ordinary arrays, whose DIRECT transposes take two copies"
+            ));
+            crate::errors::warn_notices(py)?;
+            Ok(None)
+        }
     }
 }
 
