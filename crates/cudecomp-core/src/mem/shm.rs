@@ -598,3 +598,54 @@ impl PeerArrays {
         Ok(unsafe { Buf::new(m.ptr.add(a.offset), bytes) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::mock;
+
+    #[test]
+    fn registered_arrays_are_found_described_and_mapped() {
+        let a = SharedArray::new(8192).expect("node-shared memory");
+        // SAFETY: inside the array, which outlives every use below.
+        let whole = unsafe { Buf::new(a.ptr(), a.len()) };
+        // SAFETY: as above.
+        let part = unsafe { Buf::new(a.ptr().add(100), 200) };
+        let r = SharedArray::find(part).expect("registered");
+        assert_eq!((r.offset, r.len), (100, 8192));
+        assert_eq!(ArrayRef::decode(&r.encode()), Some(r.clone()));
+        assert_eq!(ArrayRef::decode(&[9, 1, 2]), None);
+        // What a peer maps is the same memory.
+        let mut peers = PeerArrays::default();
+        let seen = peers.map(3, &r, 200).expect("mapped");
+        // SAFETY: both buffers lie inside live mappings of the same bytes.
+        unsafe {
+            *whole.ptr().add(150) = 42;
+            assert_eq!(*seen.ptr().add(50), 42);
+        }
+        assert!(peers.map(3, &r, 9000).is_err(), "beyond the array");
+        drop(a);
+        assert!(SharedArray::find(part).is_none(), "unregistered on drop");
+        // SAFETY: the peer's mapping keeps the memory alive after its owner dropped it.
+        assert_eq!(unsafe { *seen.ptr().add(50) }, 42);
+    }
+
+    #[test]
+    fn notes_travel_with_the_workspace_exchange() {
+        let results = mock::run(3, |c| -> Result<Vec<Vec<u8>>> {
+            let mut ws = SharedWorkspaces::default();
+            let note = vec![c.rank() as u8; c.rank() + 1];
+            let (_, first) = ws.exchange_noting(c, 1024, &note)?;
+            // Again without growth (no new objects), with different notes.
+            let (_, second) = ws.exchange_noting(c, 512, &[7])?;
+            assert_eq!(second, vec![vec![7u8]; 3]);
+            Ok(first)
+        });
+        for r in results {
+            assert_eq!(
+                r.expect("exchange"),
+                vec![vec![0u8], vec![1, 1], vec![2, 2, 2]]
+            );
+        }
+    }
+}
