@@ -16,7 +16,7 @@ run() {  # run NAME NRANKS
     local name=$1 n=$2
     echo "=== $name ($n ranks) ==="
     local what=${3:-tests}
-    timeout 540 mpirun --allow-run-as-root --oversubscribe -np "$n" python3 -m pytest -q -p no:cacheprovider -x ${K:+-k "$K"} $what \
+    timeout 540 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" python3 -m pytest -q -p no:cacheprovider -x ${K:+-k "$K"} $what \
         > "$OUT/$name.log" 2>&1
     local rc=$?
     grep -E "passed|failed|error" "$OUT/$name.log" | sort | uniq -c | head -5
