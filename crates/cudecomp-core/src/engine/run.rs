@@ -296,7 +296,7 @@ impl Runtime<'_> {
                         c.group,
                         sample,
                         CommTime::Own(&waited),
-                        |_| r.single_copy(&outs, &movers, &x),
+                        |_| r.single_copy(&outs, &movers, threads, &x),
                     );
                 }
                 let x = SharedSlices {
@@ -419,18 +419,21 @@ impl Runtime<'_> {
         let route = halo_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
         let capturing = self.capture_check(exec, route, c.backend.enum_name())?;
         match (route, exec) {
-            (Route::Local, Exec::Host) => {
-                let mover = HostMover::new(self.host_threads);
-                let r = c.run(&mover, Buf::empty());
-                self.reported(&Clock::Host, self.world, sample, CommTime::PerCall, |t| {
-                    r.run(t)
-                })
-            }
-            (Route::Local, Exec::Device(stream)) => {
-                let (_, kernels) = self.bound_device(capturing)?;
-                let mover = DeviceMover::new(&kernels, stream);
-                let r = c.run(&mover, Buf::empty());
-                let clock = Clock::Device(stream);
+            (Route::Local, _) => {
+                // The wrap's copies alone, on the host or the stream: no workspace, and
+                // the communicator is never called.
+                let kernels;
+                let (mover, clock): (Box<dyn Mover>, Clock) = match exec {
+                    Exec::Host => (Box::new(HostMover::new(self.host_threads)), Clock::Host),
+                    Exec::Device(stream) => {
+                        kernels = self.bound_device(capturing)?.1;
+                        (
+                            Box::new(DeviceMover::new(&kernels, stream)),
+                            Clock::Device(stream),
+                        )
+                    }
+                };
+                let r = c.run(mover.as_ref(), Buf::empty());
                 self.reported(&clock, self.world, sample, CommTime::PerCall, |t| r.run(t))
             }
             (Route::HostMpi, _) => {

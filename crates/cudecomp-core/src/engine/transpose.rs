@@ -481,12 +481,13 @@ impl TransposeRun<'_> {
     /// Single-copy exchange, out of place: each chunk goes once, straight from this rank's
     /// input into the receiving member's output (`outs[peer]`, mapped here), peers in
     /// staggered order so that writers spread over receivers. `movers(dst)` gives the mover
-    /// for a destination; `x.delivered(peer)` follows each chunk, `x.arrived()` waits for
-    /// every chunk written into this rank's output.
+    /// for a destination (copying with `threads` threads); `x.delivered(peer)` follows the
+    /// copies, `x.arrived()` waits for every chunk written into this rank's output.
     pub fn single_copy(
         &self,
         outs: &[Buf],
         movers: &dyn Fn(Buf) -> Box<dyn Mover>,
+        threads: usize,
         x: &dyn ChunkSignals,
     ) -> Result<()> {
         let plan = self.plan;
@@ -504,9 +505,10 @@ impl TransposeRun<'_> {
         // comes from memory once. Chunks of whole rows go one after the other: cutting
         // them only breaks their long runs (both measured: bench/RESULTS.md).
         let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
+        // A block per copy thread: each piece is shared among the rank's threads.
         let pieces = match single_copy_block_bytes(cuts_rows(plan)) {
             0 => 1,
-            b => (src_bytes / b).max(1) as usize,
+            b => (src_bytes / (b * threads.max(1) as i64)).max(1) as usize,
         };
         let parts: Vec<(Buf, Box<dyn Mover>, Vec<Copy3>)> = (1..=np)
             .map(|step| (plan.me + step) % np)
