@@ -500,15 +500,17 @@ impl TransposeRun<'_> {
             )));
         }
         // Where the chunks cut the input's rows (each chunk reads a part of every row),
-        // the copies are cache-blocked: all chunks are cut alike along the rows and the
+        // single-threaded copies are cache-blocked: all chunks are cut alike along the rows and the
         // pieces over the same rows go to every receiver in turn, so each stretch of input
         // comes from memory once. Chunks of whole rows go one after the other: cutting
         // them only breaks their long runs (both measured: bench/RESULTS.md).
         let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
-        // A block per copy thread: each piece is shared among the rank's threads.
-        let pieces = match single_copy_block_bytes(cuts_rows(plan)) {
+        // Only for one copy thread per rank: with several, each copy is already cut among
+        // them, and blocks of those only add hand-offs (4 ranks × 4 threads: 16-19 %
+        // slower blocked; bench/RESULTS.md).
+        let pieces = match single_copy_block_bytes(cuts_rows(plan) && threads <= 1) {
             0 => 1,
-            b => (src_bytes / (b * threads.max(1) as i64)).max(1) as usize,
+            b => (src_bytes / b).max(1) as usize,
         };
         let parts: Vec<(Buf, Box<dyn Mover>, Vec<Copy3>)> = (1..=np)
             .map(|step| (plan.me + step) % np)
@@ -620,15 +622,15 @@ impl TransposeRun<'_> {
     }
 }
 
-/// Bytes of input per piece of a single-copy transpose whose chunks cut the input's rows
-/// or not (`cuts`): `CUDECOMP_SINGLE_COPY_BLOCK_BYTES` when set, else 1 MiB where the
-/// chunks cut rows and 0 (whole chunks) where they do not.
-fn single_copy_block_bytes(cuts: bool) -> i64 {
+/// Bytes of input per piece of a single-copy transpose, blocked by default or not
+/// (`blocked`): `CUDECOMP_SINGLE_COPY_BLOCK_BYTES` when set, else 1 MiB when blocked and 0
+/// (whole chunks) when not.
+fn single_copy_block_bytes(blocked: bool) -> i64 {
     std::env::var("CUDECOMP_SINGLE_COPY_BLOCK_BYTES")
         .ok()
         .and_then(|v| v.trim().parse::<i64>().ok())
         .filter(|&b| b >= 0)
-        .unwrap_or(if cuts { 1 << 20 } else { 0 })
+        .unwrap_or(if blocked { 1 << 20 } else { 0 })
 }
 
 /// Whether some chunk sent to a peer covers only part of the input's rows (its fastest
