@@ -19,7 +19,18 @@ import cudecomp
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SNIPPETS = os.path.join(ROOT, "docs", "snippets")
 GPU_EXAMPLES = ["gpu.py"]
-CPU_EXAMPLES = ["quickstart.py", "layout.py", "halos.py", "gather.py", "workspaces.py", "autotune.py", "errors.py", "threads.py", "fft.py"]
+CPU_EXAMPLES = [
+    "quickstart.py",
+    "layout.py",
+    "halos.py",
+    "gather.py",
+    "workspaces.py",
+    "library_arrays.py",
+    "autotune.py",
+    "errors.py",
+    "threads.py",
+    "fft.py",
+]
 
 
 def test_every_example_is_covered() -> None:
