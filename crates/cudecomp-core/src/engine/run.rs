@@ -19,7 +19,7 @@ use crate::engine::nvshmem::{NvshmemFaces, NvshmemSlices, Symmetric};
 use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
-use crate::engine::transpose::TransposeRun;
+use crate::engine::transpose::{single_copy_block, TransposeRun};
 use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
 use crate::mem::shm::{ArrayRef, PeerArrays, SharedArray, SharedWorkspaces};
@@ -296,7 +296,7 @@ impl Runtime<'_> {
                         c.group,
                         sample,
                         CommTime::Own(&waited),
-                        |_| r.single_copy(&outs, &movers, threads, &x),
+                        |_| r.single_copy(&outs, &movers, single_copy_block(plan, threads), &x),
                     );
                 }
                 let x = SharedSlices {

@@ -480,14 +480,15 @@ impl TransposeRun<'_> {
 
     /// Single-copy exchange, out of place: each chunk goes once, straight from this rank's
     /// input into the receiving member's output (`outs[peer]`, mapped here), peers in
-    /// staggered order so that writers spread over receivers. `movers(dst)` gives the mover
-    /// for a destination (copying with `threads` threads); `x.delivered(peer)` follows the
-    /// copies, `x.arrived()` waits for every chunk written into this rank's output.
+    /// staggered order so that writers spread over receivers, in pieces of about
+    /// `block_bytes` of input (0: whole chunks). `movers(dst)` gives the mover for a
+    /// destination; `x.delivered(peer)` follows the copies, `x.arrived()` waits for every
+    /// chunk written into this rank's output.
     pub fn single_copy(
         &self,
         outs: &[Buf],
         movers: &dyn Fn(Buf) -> Box<dyn Mover>,
-        threads: usize,
+        block_bytes: i64,
         x: &dyn ChunkSignals,
     ) -> Result<()> {
         let plan = self.plan;
@@ -499,17 +500,11 @@ impl TransposeRun<'_> {
                 self.in_place()
             )));
         }
-        // Where the chunks cut the input's rows (each chunk reads a part of every row),
-        // single-threaded copies are cache-blocked: all chunks are cut alike along the rows and the
-        // pieces over the same rows go to every receiver in turn, so each stretch of input
-        // comes from memory once. Chunks of whole rows go one after the other: cutting
-        // them only breaks their long runs (both measured: bench/RESULTS.md).
+        // Cache blocking (see `single_copy_block`): all chunks are cut alike along the
+        // input's rows and the pieces over the same rows go to every receiver in turn.
         let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
-        // Only for one copy thread per rank: with several, each copy is already cut among
-        // them, and blocks of those only add hand-offs (4 ranks × 4 threads: 16-19 %
-        // slower blocked; bench/RESULTS.md).
-        let pieces = match single_copy_block_bytes(cuts_rows(plan) && threads <= 1) {
-            0 => 1,
+        let pieces = match block_bytes {
+            b if b <= 0 => 1,
             b => (src_bytes / b).max(1) as usize,
         };
         let parts: Vec<(Buf, Box<dyn Mover>, Vec<Copy3>)> = (1..=np)
@@ -622,15 +617,23 @@ impl TransposeRun<'_> {
     }
 }
 
-/// Bytes of input per piece of a single-copy transpose, blocked by default or not
-/// (`blocked`): `CUDECOMP_SINGLE_COPY_BLOCK_BYTES` when set, else 1 MiB when blocked and 0
-/// (whole chunks) when not.
-fn single_copy_block_bytes(blocked: bool) -> i64 {
+/// Bytes of input per piece of a single-copy transpose of `plan` whose rank copies with
+/// `threads` threads: `CUDECOMP_SINGLE_COPY_BLOCK_BYTES` when set; else 1 MiB where the
+/// chunks cut the input's rows (each chunk reads part of every row, so blocking lets each
+/// stretch of input come from memory once) and the rank copies on one thread, 0 (whole
+/// chunks) otherwise. Measured (bench/RESULTS.md): blocking chunks of whole rows only
+/// breaks their long runs, and with several threads each copy is already cut among them
+/// (4 ranks × 4 threads: 16-19 % slower blocked).
+pub fn single_copy_block(plan: &TransposePlan, threads: usize) -> i64 {
     std::env::var("CUDECOMP_SINGLE_COPY_BLOCK_BYTES")
         .ok()
         .and_then(|v| v.trim().parse::<i64>().ok())
         .filter(|&b| b >= 0)
-        .unwrap_or(if blocked { 1 << 20 } else { 0 })
+        .unwrap_or(if cuts_rows(plan) && threads <= 1 {
+            1 << 20
+        } else {
+            0
+        })
 }
 
 /// Whether some chunk sent to a peer covers only part of the input's rows (its fastest
@@ -787,6 +790,82 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Signals of the mock single copy: every member writes, then the group meets.
+    struct Met<'a>(&'a dyn Communicator);
+
+    impl ChunkSignals for Met<'_> {
+        fn delivered(&self, _peer: usize) -> Result<()> {
+            Ok(())
+        }
+        fn arrived(&self) -> Result<()> {
+            self.0.barrier()
+        }
+    }
+
+    #[test]
+    fn single_copies_match_the_oracle() {
+        for pdims in [[2, 2], [1, 3], [3, 1], [2, 3]] {
+            for contiguous in [false, true] {
+                // Whole chunks, pieces of a few rows, and pieces larger than the chunks.
+                for block in [0i64, 64, 1 << 20] {
+                    single_copy_case(pdims, contiguous, block);
+                }
+            }
+        }
+    }
+
+    fn single_copy_case(pdims: [i32; 2], contiguous: bool, block: i64) {
+        let n = (pdims[0] * pdims[1]) as usize;
+        let cfg = GridConfig {
+            gdims: [9, 10, 11],
+            pdims,
+            transpose_axis_contiguous: [contiguous; 3],
+            ..Default::default()
+        };
+        let g = Grid::new(&cfg, n, false).unwrap();
+        let lay = TransposeLayouts {
+            input_halo: [1, 0, 1],
+            output_padding: [0, 1, 0],
+            ..Default::default()
+        };
+        for d in Direction::ALL {
+            let plans: Vec<TransposePlan> = (0..n)
+                .map(|r| TransposePlan::new(&g, r, d, &lay).unwrap())
+                .collect();
+            // Every rank's output, written by the others straight (threads share memory).
+            let mut outputs: Vec<Vec<u64>> = plans
+                .iter()
+                .map(|p| vec![5u64; p.output.size as usize])
+                .collect();
+            let outs: Vec<Buf> = outputs.iter_mut().map(|o| bytes(o)).collect();
+            mock::run(n, |c: &dyn Communicator| {
+                let plan = &plans[c.rank()];
+                let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
+                let mut input = oracle(&plan.input, g.gdims, u64::MAX);
+                let run = TransposeRun {
+                    plan,
+                    backend: TransposeBackend::Direct,
+                    elem: 8,
+                    mover: &HostMover::default(),
+                    input: bytes(&mut input),
+                    output: outs[c.rank()],
+                    work: Buf::empty(),
+                };
+                let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
+                let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
+                run.single_copy(&members, &movers, block, &Met(sub.as_ref()))
+                    .unwrap();
+            });
+            for (r, p) in plans.iter().enumerate() {
+                assert_eq!(
+                    outputs[r],
+                    oracle(&p.output, g.gdims, 5),
+                    "{pdims:?} {contiguous} {d:?} block {block} rank {r}"
+                );
             }
         }
     }
