@@ -4,21 +4,30 @@
 
 use std::sync::Mutex;
 
-static QUEUE: Mutex<(Vec<String>, Vec<String>)> = Mutex::new((Vec::new(), Vec::new()));
+/// Texts waiting to be handed out, and every text ever queued (each goes out once).
+struct Queue {
+    pending: Vec<String>,
+    seen: Vec<String>,
+}
+
+static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+    pending: Vec::new(),
+    seen: Vec::new(),
+});
 
 /// Queues `text` unless it was queued before in this process.
 pub fn notice(text: String) {
     let mut q = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
-    if !q.1.contains(&text) {
-        q.1.push(text.clone());
-        q.0.push(text);
+    if !q.seen.contains(&text) {
+        q.seen.push(text.clone());
+        q.pending.push(text);
     }
 }
 
 /// The notices queued since the last call.
 pub fn take() -> Vec<String> {
     let mut q = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
-    std::mem::take(&mut q.0)
+    std::mem::take(&mut q.pending)
 }
 
 /// Cores this process may run on (its CPU affinity, e.g. an MPI launcher's binding).

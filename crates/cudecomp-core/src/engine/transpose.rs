@@ -714,6 +714,27 @@ mod tests {
         unsafe { Buf::new(v.as_mut_ptr().cast(), v.len() * 8) }
     }
 
+    /// The 9×10×11 grid of these tests on `pdims`, and its number of ranks.
+    fn test_grid(pdims: [i32; 2], contiguous: bool) -> (Grid, usize) {
+        let n = (pdims[0] * pdims[1]) as usize;
+        let cfg = GridConfig {
+            gdims: [9, 10, 11],
+            pdims,
+            transpose_axis_contiguous: [contiguous; 3],
+            ..Default::default()
+        };
+        (Grid::new(&cfg, n, false).unwrap(), n)
+    }
+
+    /// An input halo and output padding, so that neither array is its bare pencil.
+    fn halo_and_padding() -> TransposeLayouts {
+        TransposeLayouts {
+            input_halo: [1, 0, 1],
+            output_padding: [0, 1, 0],
+            ..Default::default()
+        }
+    }
+
     fn sliced_case(
         pdims: [i32; 2],
         contiguous: bool,
@@ -722,25 +743,14 @@ mod tests {
         land: bool,
         lag: usize,
     ) {
-        let n = (pdims[0] * pdims[1]) as usize;
+        let (g, n) = test_grid(pdims, contiguous);
         mock::run(n, |c: &dyn Communicator| {
-            let cfg = GridConfig {
-                gdims: [9, 10, 11],
-                pdims,
-                transpose_axis_contiguous: [contiguous; 3],
-                ..Default::default()
-            };
-            let g = Grid::new(&cfg, n, false).unwrap();
             let gd = g.gdims;
             for d in Direction::ALL {
                 let lay = if in_place {
                     TransposeLayouts::default()
                 } else {
-                    TransposeLayouts {
-                        input_halo: [1, 0, 1],
-                        output_padding: [0, 1, 0],
-                        ..Default::default()
-                    }
+                    halo_and_padding()
                 };
                 let plan = TransposePlan::new(&g, c.rank(), d, &lay).unwrap();
                 let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
@@ -819,19 +829,8 @@ mod tests {
     }
 
     fn single_copy_case(pdims: [i32; 2], contiguous: bool, block: i64) {
-        let n = (pdims[0] * pdims[1]) as usize;
-        let cfg = GridConfig {
-            gdims: [9, 10, 11],
-            pdims,
-            transpose_axis_contiguous: [contiguous; 3],
-            ..Default::default()
-        };
-        let g = Grid::new(&cfg, n, false).unwrap();
-        let lay = TransposeLayouts {
-            input_halo: [1, 0, 1],
-            output_padding: [0, 1, 0],
-            ..Default::default()
-        };
+        let (g, n) = test_grid(pdims, contiguous);
+        let lay = halo_and_padding();
         for d in Direction::ALL {
             let plans: Vec<TransposePlan> = (0..n)
                 .map(|r| TransposePlan::new(&g, r, d, &lay).unwrap())
