@@ -8,7 +8,7 @@ import numpy as np
 
 from ._enums import DataType
 
-__all__ = ["allocate", "numpy_dtype", "view_of"]
+__all__ = ["allocate", "device_view_of", "numpy_dtype", "view_of"]
 
 _NAMES = {
     DataType.FLOAT: "float32",
@@ -49,3 +49,11 @@ def view_of(owner: Any, shape: tuple[int, int, int], dtype: np.dtype) -> np.ndar
     """Return a C-contiguous ``shape`` array of ``dtype`` over ``owner``'s bytes (kept alive as its base)."""
     n = int(np.prod(shape))
     return np.asarray(owner).view(dtype)[:n].reshape(shape)
+
+
+def device_view_of(owner: Any, shape: tuple[int, int, int], dtype: np.dtype) -> Any:
+    """Return a C-contiguous CuPy ``shape`` array of ``dtype`` over ``owner``'s device bytes (kept alive by CuPy)."""
+    import cupy
+
+    mem = cupy.cuda.UnownedMemory(owner.ptr, owner.nbytes, owner, owner.device)
+    return cupy.ndarray(shape, np.dtype(dtype), cupy.cuda.MemoryPointer(mem, 0))

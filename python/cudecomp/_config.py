@@ -353,8 +353,9 @@ class GridDescAutotuneOptions(_Struct):
     transpose_use_library_arrays = _ScalarField[bool](
         bool,
         False,
-        "Time the transposes between arrays like GridDesc.empty_pencil's: node-shared on the CPU variant, where DIRECT "
-        "then copies each cell once (set it when the solver allocates its pencils with empty_pencil).",
+        "Time the transposes between arrays like GridDesc.empty_pencil's (node-shared host memory on the CPU variant, "
+        "exported device memory on the GPU variant), where DIRECT then copies each cell once (set it when the solver "
+        "allocates its pencils with empty_pencil).",
     )
     transpose_op_weights = _ArrayField[float](
         (4,),

@@ -288,10 +288,12 @@ class GridDesc:
         Returns:
             A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
             padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
-            GPU variant. On DIRECT grids of the CPU variant, arrays of 1 MiB or more live
-            in node-shared memory: when every rank's output of a transpose is such an
-            array, each rank writes its chunks straight into the others' outputs (one copy
-            instead of two). Such memory is zero-filled and freed with the last view.
+            GPU variant. On DIRECT grids, arrays of 1 MiB or more live in memory the other
+            ranks of the node map (node-shared host memory in the CPU variant, exported
+            device memory of the handle's GPU in the GPU variant): when every rank's
+            output of a transpose is such an array, each rank writes its chunks straight
+            into the others' outputs (one copy instead of two, no workspace pass). Such
+            memory is zero-filled and freed with the last view.
         """
     def zeros_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
         """As ``empty_pencil``, filled with zeros."""

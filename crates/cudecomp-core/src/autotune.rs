@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::comm::allgather_f64;
 use crate::config::{CommBackend, DataType, GridConfig, HaloBackend, TransposeBackend};
+use crate::cuda::vmm::DeviceArray;
 use crate::cuda::{self, DeviceAlloc, Stream};
 use crate::engine::Exec;
 use crate::geometry::{split_axes, Grid};
@@ -43,8 +44,9 @@ pub struct AutotuneOptions {
     pub autotune_transpose_backend: bool,
     /// Per transpose (X→Y, Y→Z, Z→Y, Y→X): run it in place.
     pub transpose_use_inplace_buffers: [bool; 4],
-    /// Time the transposes between node-shared library arrays (as `GridDesc.empty_pencil`
-    /// returns on the CPU variant's DIRECT grids, where DIRECT then copies once).
+    /// Time the transposes between library arrays (as `GridDesc.empty_pencil` returns on
+    /// DIRECT grids: node-shared host memory, exported device memory), where DIRECT then
+    /// copies once.
     pub transpose_use_library_arrays: bool,
     /// Per transpose: weight of its mean time in the score (0: not run).
     pub transpose_op_weights: [f64; 4],
@@ -292,6 +294,8 @@ enum Scratch {
     /// Node-shared and registered, like the CPU variant's library arrays.
     Shared(SharedArray),
     Device(DeviceAlloc),
+    /// Exported and registered, like the GPU variant's library arrays.
+    Exported(DeviceArray),
 }
 
 impl Scratch {
@@ -303,13 +307,17 @@ impl Scratch {
         })
     }
 
-    /// As [`Scratch::new`], node-shared on the host when `library` (see
+    /// As [`Scratch::new`], registered like library arrays when `library` (see
     /// [`AutotuneOptions::transpose_use_library_arrays`]).
     fn like_user(handle: &Handle, bytes: usize, library: bool) -> Result<Scratch> {
-        if library && !handle.is_gpu() {
-            return Ok(Scratch::Shared(SharedArray::new(bytes)?));
+        match (library, handle.is_gpu()) {
+            (false, _) => Scratch::new(handle, bytes),
+            (true, false) => Ok(Scratch::Shared(SharedArray::new(bytes)?)),
+            (true, true) => Ok(Scratch::Exported(DeviceArray::new(
+                &handle.device()?.device,
+                bytes,
+            )?)),
         }
-        Scratch::new(handle, bytes)
     }
 
     fn buf(&mut self) -> Buf {
@@ -323,6 +331,8 @@ impl Scratch {
             Scratch::Shared(a) => unsafe { Buf::new(a.ptr(), a.len()) },
             // SAFETY: as above, for the device allocation.
             Scratch::Device(d) => unsafe { Buf::new(d.ptr() as usize as *mut u8, d.bytes()) },
+            // SAFETY: as above.
+            Scratch::Exported(d) => unsafe { Buf::new(d.ptr() as usize as *mut u8, d.len()) },
         }
     }
 }

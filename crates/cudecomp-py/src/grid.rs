@@ -459,7 +459,7 @@ impl GridDesc {
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
         let alloc = py.import("cudecomp._alloc")?;
         let dtype = alloc.call_method1("numpy_dtype", (dtype,))?;
-        if let Some(a) = shared_pencil(py, &gd, info.array_shape(), info.size, &dtype)? {
+        if let Some(a) = self.shared_pencil(py, &gd, info.array_shape(), info.size, &dtype)? {
             return Ok(a);
         }
         alloc.call_method1(
@@ -469,34 +469,44 @@ impl GridDesc {
     }
 }
 
-/// A pencil array of `shape` (`cells` elements of the NumPy `dtype`) in node-shared memory
-/// when the grid is the CPU variant's DIRECT and the array large enough (peers' DIRECT
-/// transposes then write straight into it); `None` otherwise, or, with a warning, when
-/// such memory cannot be had.
-fn shared_pencil<'py>(
-    py: Python<'py>,
-    gd: &core::GridDesc,
-    shape: [i64; 3],
-    cells: i64,
-    dtype: &Bound<'py, PyAny>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
-    let nbytes = cells as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
-    if !(variant::CPU_ONLY && direct && crate::shared::wanted(nbytes)) {
-        return Ok(None);
-    }
-    match crate::shared::allocate(py, nbytes) {
-        Ok(owner) => py
-            .import("cudecomp._alloc")?
-            .call_method1("view_of", (owner, shape, dtype))
-            .map(Some),
-        // Ordinary memory still works (transposes into it take two copies).
-        Err(e) => {
-            cudecomp_core::notices::notice(format!(
-                "empty_pencil: node-shared memory unavailable ({e}); allocating ordinary arrays, whose DIRECT transposes take two copies"
-            ));
-            crate::errors::warn_notices(py)?;
-            Ok(None)
+impl GridDesc {
+    /// A pencil array of `shape` (`cells` elements of the NumPy `dtype`) that peers' DIRECT
+    /// transposes write straight into, when the grid's transpose backend is DIRECT and the
+    /// array large enough: node-shared memory (CPU variant) or exported device memory (GPU
+    /// variant). `None` otherwise, or, with a warning, when such memory cannot be had.
+    fn shared_pencil<'py>(
+        &self,
+        py: Python<'py>,
+        gd: &core::GridDesc,
+        shape: [i64; 3],
+        cells: i64,
+        dtype: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
+        let nbytes = cells as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
+        if !(direct && crate::shared::wanted(nbytes)) {
+            return Ok(None);
+        }
+        let alloc = py.import("cudecomp._alloc")?;
+        let made = if variant::CPU_ONLY {
+            crate::shared::allocate(py, nbytes)
+                .map(|owner| alloc.call_method1("view_of", (owner, shape, dtype)))
+        } else {
+            let h = self.handle.get().live(py)?;
+            let device = h.device().py(py)?.device.clone();
+            crate::shared::allocate_device(py, &device, nbytes)
+                .map(|owner| alloc.call_method1("device_view_of", (owner, shape, dtype)))
+        };
+        match made {
+            Ok(view) => view.map(Some),
+            // Ordinary memory still works (transposes into it take two copies).
+            Err(e) => {
+                cudecomp_core::notices::notice(format!(
+                    "empty_pencil: memory other ranks can map is unavailable ({e}); allocating ordinary arrays, whose DIRECT transposes take two copies"
+                ));
+                crate::errors::warn_notices(py)?;
+                Ok(None)
+            }
         }
     }
 }
@@ -771,10 +781,12 @@ impl GridDesc {
     /// Returns:
     ///     A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
     ///     padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
-    ///     GPU variant. On DIRECT grids of the CPU variant, arrays of 1 MiB or more live
-    ///     in node-shared memory: when every rank's output of a transpose is such an
-    ///     array, each rank writes its chunks straight into the others' outputs (one copy
-    ///     instead of two). Such memory is zero-filled and freed with the last view.
+    ///     GPU variant. On DIRECT grids, arrays of 1 MiB or more live in memory the other
+    ///     ranks of the node map (node-shared host memory in the CPU variant, exported
+    ///     device memory of the handle's GPU in the GPU variant): when every rank's
+    ///     output of a transpose is such an array, each rank writes its chunks straight
+    ///     into the others' outputs (one copy instead of two, no workspace pass). Such
+    ///     memory is zero-filled and freed with the last view.
     #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
     fn empty_pencil<'py>(
         &self,

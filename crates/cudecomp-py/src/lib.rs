@@ -76,6 +76,7 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<grid::GridDesc>()?;
     m.add_class::<grid::PencilInfo>()?;
     m.add_class::<shared::SharedMemory>()?;
+    m.add_class::<shared::DeviceMemory>()?;
     m.add_function(wrap_pyfunction!(transpose_comm_backend_to_string, m)?)?;
     m.add_function(wrap_pyfunction!(halo_comm_backend_to_string, m)?)?;
     m.add_function(wrap_pyfunction!(get_data_type_size, m)?)?;

@@ -1,19 +1,25 @@
-//! Node-shared host memory behind the CPU variant's pencil arrays (`GridDesc.empty_pencil`
-//! on DIRECT grids): NumPy sees it through the array interface; DIRECT transposes find it
-//! registered and write each chunk straight into it from the other ranks of the node.
+//! Memory behind pencil arrays that other ranks of the node write into
+//! (`GridDesc.empty_pencil` on DIRECT grids): node-shared host memory in the CPU variant
+//! (NumPy sees it through the array interface), exported device memory in the GPU variant
+//! (CuPy sees it as unowned memory). DIRECT transposes find it registered and write each
+//! chunk straight into it from the other ranks of the node.
 
+use std::sync::Arc;
+
+use cudecomp_core::cuda::vmm::DeviceArray;
+use cudecomp_core::cuda::Device;
 use cudecomp_core::mem::shm::SharedArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::IntoPy;
 
-/// Arrays smaller than this stay ordinary NumPy memory (`CUDECOMP_SHARED_ARRAY_MIN_BYTES`
+/// Arrays smaller than this stay ordinary NumPy or CuPy memory (`CUDECOMP_SHARED_ARRAY_MIN_BYTES`
 /// overrides): a single copy gains nothing on small transposes, and each shared array
 /// holds a file descriptor.
 const MIN_BYTES: usize = 1 << 20;
 
-/// Whether an array of `nbytes` is allocated node-shared.
+/// Whether an array of `nbytes` is allocated node-shared (exported, on GPUs).
 pub fn wanted(nbytes: usize) -> bool {
     let min = std::env::var("CUDECOMP_SHARED_ARRAY_MIN_BYTES")
         .ok()
@@ -48,4 +54,50 @@ impl SharedMemory {
 pub fn allocate(py: Python<'_>, nbytes: usize) -> PyResult<Bound<'_, SharedMemory>> {
     let inner = py.detach(|| SharedArray::new(nbytes)).py(py)?;
     Bound::new(py, SharedMemory { inner, nbytes })
+}
+
+/// Exported device bytes behind the GPU variant's pencil arrays (`GridDesc.empty_pencil`
+/// on DIRECT grids): CuPy sees them as unowned memory whose owner is this object; DIRECT
+/// transposes find them registered and other ranks' copies write straight into them.
+#[pyclass(module = "cudecomp", frozen, name = "_DeviceMemory")]
+pub struct DeviceMemory {
+    inner: DeviceArray,
+    device: i32,
+}
+
+#[pymethods]
+impl DeviceMemory {
+    /// Device address of the first byte.
+    #[getter]
+    fn ptr(&self) -> u64 {
+        self.inner.ptr()
+    }
+
+    /// Bytes allocated (the request rounded up to the allocation granularity).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Ordinal of the device holding the bytes.
+    #[getter]
+    fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+/// `nbytes` of zeroed exported memory on `device`.
+pub fn allocate_device<'py>(
+    py: Python<'py>,
+    device: &Arc<Device>,
+    nbytes: usize,
+) -> PyResult<Bound<'py, DeviceMemory>> {
+    let inner = py.detach(|| DeviceArray::new(device, nbytes)).py(py)?;
+    Bound::new(
+        py,
+        DeviceMemory {
+            inner,
+            device: device.ordinal,
+        },
+    )
 }

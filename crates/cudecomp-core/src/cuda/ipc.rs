@@ -9,8 +9,11 @@ use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 use cudarc::driver::sys;
 
-/// Bytes of one exported handle plus the exporter's address and length.
-const RECORD: usize = 64 + 16;
+/// Bytes of one exported handle, the exporter's address and length, and its note.
+const RECORD: usize = 64 + 16 + NOTE;
+
+/// Bytes of the note each rank publishes with its workspace (see [`IpcPeers::exchange`]).
+pub const NOTE: usize = crate::cuda::vmm::DEVICE_ARRAY_REF_BYTES;
 
 /// A peer's workspace mapped into this process.
 struct Mapped {
@@ -44,8 +47,15 @@ pub struct IpcPeers {
 
 impl IpcPeers {
     /// Collective: exports `(ptr, len)` (a whole `cuMemAlloc` allocation) and maps every
-    /// peer's, reopening only those whose allocation changed since the last call.
-    pub fn exchange(&mut self, comm: &dyn Communicator, ptr: u64, len: u64) -> Result<()> {
+    /// peer's, reopening only those whose allocation changed since the last call. Each
+    /// rank's `note` travels in the same gather; all of them are returned, by rank.
+    pub fn exchange(
+        &mut self,
+        comm: &dyn Communicator,
+        ptr: u64,
+        len: u64,
+        note: &[u8; NOTE],
+    ) -> Result<Vec<[u8; NOTE]>> {
         let mut handle = sys::CUipcMemHandle_st { reserved: [0; 64] };
         check(
             // SAFETY: `ptr` is the base of a live cuMemAlloc allocation of this process.
@@ -55,11 +65,16 @@ impl IpcPeers {
         let mut mine: Vec<u8> = handle.reserved.iter().map(|&c| c as u8).collect();
         mine.extend(ptr.to_le_bytes());
         mine.extend(len.to_le_bytes());
+        mine.extend(note);
         // Fixed-size records: one gather (this is also the start barrier of every DIRECT
         // transpose).
         let mut all = vec![0u8; RECORD * comm.size()];
         comm.allgather(&mine, &mut all)?;
         let all: Vec<&[u8]> = all.chunks_exact(RECORD).collect();
+        let notes = all
+            .iter()
+            .map(|rec| rec[80..].try_into().unwrap_or([0; NOTE]))
+            .collect();
         self.peers.resize_with(all.len(), || None);
         for (r, rec) in all.iter().enumerate() {
             if r == comm.rank() {
@@ -97,7 +112,7 @@ impl IpcPeers {
         if self.sent.is_empty() {
             self.exchange_events(comm)?;
         }
-        Ok(())
+        Ok(notes)
     }
 
     /// Collective, once: creates this rank's signal events and opens its peers'.

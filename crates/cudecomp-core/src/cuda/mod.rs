@@ -9,6 +9,7 @@ pub mod kernels;
 pub mod nccl;
 pub mod nvshmem;
 pub mod transport;
+pub mod vmm;
 
 use std::ffi::c_void;
 use std::sync::Arc;

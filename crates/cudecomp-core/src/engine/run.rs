@@ -6,10 +6,12 @@ use std::cell::{Cell, RefCell};
 
 use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
+use crate::cuda::ipc::NOTE;
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::nccl::NcclTransport;
 use crate::cuda::nvshmem::Nvshmem;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
+use crate::cuda::vmm::{DeviceArray, DeviceArrayRef};
 use crate::cuda::{self, Stream};
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::direct::{SharedChunks, SharedFaces, SharedSlices, HOST_RING_PLACES};
@@ -18,11 +20,11 @@ use crate::engine::halo::HaloRun;
 use crate::engine::nvshmem::{NvshmemFaces, NvshmemSlices, Symmetric};
 use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
-use crate::engine::streamed::{IpcFaces, IpcSlices, Pipe, TransportSlices};
+use crate::engine::streamed::{IpcChunks, IpcFaces, IpcSlices, Pipe, TransportSlices};
 use crate::engine::transpose::{single_copy_block, TransposeRun};
 use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
-use crate::mem::shm::{ArrayRef, PeerArrays, SharedArray, SharedWorkspaces};
+use crate::mem::shm::{ArrayRef, SharedArray};
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
     halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
@@ -272,13 +274,23 @@ impl Runtime<'_> {
                 // Always the handle's shared workspace: peers write into it. Each rank
                 // tells the others, in the same collective, where its output lies when
                 // peers could write into it (see `single_copy_note`).
-                let note = single_copy_note(c, sliced, &ws.shared);
+                let note = single_copy_wanted(c, sliced)
+                    .then(|| SharedArray::find(c.output))
+                    .flatten()
+                    // Memory files only where peers could open this rank's workspace file.
+                    .filter(|a| a.mappable(&ws.shared))
+                    .map_or_else(Vec::new, |a| a.encode());
                 let (work, notes) = ws.shared.exchange_noting(self.world, need, &note)?;
                 let mover = HostMover::new(self.host_threads).streaming_into(c.output);
                 let r = c.run(&mover, work);
                 let ws = &mut *ws;
-                if let Some(outs) = peer_outputs(&notes, plan, c.dtype.size(), &mut ws.peer_arrays)?
-                {
+                let outs = peer_outputs(
+                    |r| notes.get(r).and_then(|n| ArrayRef::decode(n)),
+                    plan,
+                    c.dtype.size(),
+                    |r, a, bytes| ws.peer_arrays.map_shared(r, a, bytes),
+                )?;
+                if let Some(outs) = outs {
                     let x = SharedChunks {
                         workspaces: &ws.shared,
                         members: &plan.members,
@@ -387,8 +399,41 @@ impl Runtime<'_> {
             let run = c.run(mover, work);
             let span = || pipe.span_ms();
             let clock = Clock::Device(stream);
+            let note = single_copy_wanted(c, sliced)
+                .then(|| DeviceArray::find(c.output))
+                .flatten()
+                .map_or([0; NOTE], |a| a.encode());
+            // A single copy is communication from start to end: its share is capped at
+            // the operation's time.
+            let single = Cell::new(false);
+            let span = || match single.get() {
+                true => Ok(f64::INFINITY),
+                false => span(),
+            };
             self.reported(&clock, c.group, sample, timing(sliced, &span), |t| {
-                ws.start_direct(self.world, work, stream)?;
+                let notes = ws.start_direct(self.world, work, stream, &note)?;
+                let outs = peer_outputs(
+                    |r| notes.get(r).and_then(|n| DeviceArrayRef::decode(n)),
+                    plan,
+                    c.dtype.size(),
+                    |r, a, bytes| ws.peer_device_arrays.map_device(&dev.device, r, a, bytes),
+                )?;
+                if let Some(outs) = outs {
+                    single.set(true);
+                    crate::engine::direct::count_single_copy();
+                    let x = IpcChunks {
+                        peers: ws.ipc(),
+                        main: stream,
+                        members: &plan.members,
+                        me: plan.me,
+                        comm: c.group,
+                    };
+                    x.start()?;
+                    let movers = |_| -> Box<dyn Mover + '_> {
+                        Box::new(DeviceMover::new(mover.kernels, stream))
+                    };
+                    return run.single_copy(&outs, &movers, 0, &x);
+                }
                 if !sliced {
                     return run.run(t);
                 }
@@ -626,7 +671,7 @@ impl Runtime<'_> {
             let span = || pipe.span_ms();
             let clock = Clock::Device(stream);
             self.reported(&clock, self.world, sample, CommTime::Own(&span), |_| {
-                ws.start_direct(self.world, work, stream)?;
+                ws.start_direct(self.world, work, stream, &[0; NOTE])?;
                 let x = IpcFaces {
                     pipe,
                     main: stream,
@@ -785,34 +830,25 @@ impl Runtime<'_> {
     }
 }
 
-/// What this rank publishes for a single-copy host DIRECT transpose: its output's place in
-/// a registered node-shared array (`GridDesc.empty_pencil`), when peers may write into it
-/// (out of place, peers to exchange with, `CUDECOMP_SINGLE_COPY` not `0`); empty otherwise.
-fn single_copy_note(c: &TransposeCall<'_>, sliced: bool, ws: &SharedWorkspaces) -> Vec<u8> {
+/// Whether this rank offers its output for a single-copy DIRECT transpose: out of place,
+/// with peers to exchange with, and `CUDECOMP_SINGLE_COPY` not `0`. It then publishes
+/// where its output lies when that is a registered array (`GridDesc.empty_pencil`).
+fn single_copy_wanted(c: &TransposeCall<'_>, sliced: bool) -> bool {
     let allowed = std::env::var("CUDECOMP_SINGLE_COPY").map_or(true, |v| v.trim() != "0");
-    if !sliced || !allowed || c.input.overlaps(&c.output) {
-        return Vec::new();
-    }
-    // Memory files only where peers could open this rank's workspace file.
-    SharedArray::find(c.output)
-        .filter(|a| a.mappable(ws))
-        .map_or_else(Vec::new, |a| a.encode())
+    sliced && allowed && !c.input.overlaps(&c.output)
 }
 
-/// The outputs of every member of `plan`'s sub-communicator, mapped here, when every member
-/// published one (the same answer on every member: all see the same notes); `None` when
-/// some member did not, and the two-copy exchange runs.
-fn peer_outputs(
-    notes: &[Vec<u8>],
+/// The outputs of every member of `plan`'s sub-communicator, mapped here by `map`, when
+/// every member published one (`published`, by handle rank; the same answer on every
+/// member: all see the same notes); `None` when some member did not, and the two-copy
+/// exchange runs.
+fn peer_outputs<R>(
+    published: impl Fn(usize) -> Option<R>,
     plan: &TransposePlan,
     elem: usize,
-    arrays: &mut PeerArrays,
+    mut map: impl FnMut(usize, &R, usize) -> Result<Buf>,
 ) -> Result<Option<Vec<Buf>>> {
-    let refs: Option<Vec<ArrayRef>> = plan
-        .members
-        .iter()
-        .map(|&r| notes.get(r).and_then(|n| ArrayRef::decode(n)))
-        .collect();
+    let refs: Option<Vec<R>> = plan.members.iter().map(|&r| published(r)).collect();
     let Some(refs) = refs else {
         return Ok(None);
     };
@@ -824,7 +860,7 @@ fn peer_outputs(
                 // This rank's own output is the operation's; the entry keeps indices aligned.
                 return Ok(Buf::empty());
             }
-            arrays.map(plan.members[p], a, bytes)
+            map(plan.members[p], a, bytes)
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)

@@ -10,7 +10,7 @@ use crate::comm::{post_pieces, Communicator, Transport, Way};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::{copy_device, Event, OwnedStream, Stream};
 use crate::engine::exchange::FaceExchange;
-use crate::engine::exchange::{Piece, SliceExchange};
+use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
 use crate::mem::Buf;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
@@ -276,6 +276,52 @@ impl SliceExchange for IpcSlices<'_> {
 
     fn finish(&self) -> Result<()> {
         self.pipe.finish(self.main)
+    }
+}
+
+/// Single-copy transposes between registered device arrays (DIRECT): chunks are copied
+/// on the user's stream straight into the members' outputs, after each member's `free`
+/// event (its stream is done with its output), and each is followed by an interprocess
+/// event the receiver's stream waits for.
+pub struct IpcChunks<'a> {
+    /// The peers' interprocess events.
+    pub peers: &'a IpcPeers,
+    /// The user's stream.
+    pub main: Stream,
+    /// Handle rank of each member of the plan's sub-communicator.
+    pub members: &'a [usize],
+    /// This rank's index in `members`.
+    pub me: usize,
+    /// The plan's sub-communicator (its barrier separates records from waits).
+    pub comm: &'a dyn Communicator,
+}
+
+impl IpcChunks<'_> {
+    /// Orders this rank's writes after every member's last use of its output.
+    pub fn start(&self) -> Result<()> {
+        for (p, &r) in self.members.iter().enumerate() {
+            if p != self.me {
+                self.peers.peer_free(r)?.wait_on(self.main)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ChunkSignals for IpcChunks<'_> {
+    fn delivered(&self, peer: usize) -> Result<()> {
+        self.peers.sent(self.members[peer], 0)?.record(self.main)
+    }
+
+    fn arrived(&self) -> Result<()> {
+        // Peers have enqueued their records: waits enqueued from now on see them.
+        self.comm.barrier()?;
+        for (p, &w) in self.members.iter().enumerate() {
+            if p != self.me {
+                self.peers.landed(w, 0)?.wait_on(self.main)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -484,10 +484,10 @@ impl TransposeRun<'_> {
     /// `block_bytes` of input (0: whole chunks). `movers(dst)` gives the mover for a
     /// destination; `x.delivered(peer)` follows the copies, `x.arrived()` waits for every
     /// chunk written into this rank's output.
-    pub fn single_copy(
+    pub fn single_copy<'m>(
         &self,
         outs: &[Buf],
-        movers: &dyn Fn(Buf) -> Box<dyn Mover>,
+        movers: &dyn Fn(Buf) -> Box<dyn Mover + 'm>,
         block_bytes: i64,
         x: &dyn ChunkSignals,
     ) -> Result<()> {
@@ -507,7 +507,7 @@ impl TransposeRun<'_> {
             b if b <= 0 => 1,
             b => (src_bytes / b).max(1) as usize,
         };
-        let parts: Vec<(Buf, Box<dyn Mover>, Vec<Copy3>)> = (1..=np)
+        let parts: Vec<(Buf, Box<dyn Mover + 'm>, Vec<Copy3>)> = (1..=np)
             .map(|step| (plan.me + step) % np)
             .filter(|&p| plan.sends[p].count > 0)
             .map(|p| {

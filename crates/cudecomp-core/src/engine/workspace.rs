@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{allgather_u64, Communicator};
-use crate::cuda::ipc::IpcPeers;
+use crate::cuda::ipc::{IpcPeers, NOTE};
 use crate::cuda::nccl::{Nccl, RegisteredAlloc};
 use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc};
+use crate::cuda::vmm::PeerDeviceArrays;
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::device::lock;
 use crate::engine::streamed::Pipe;
@@ -42,6 +43,8 @@ pub struct Workspace {
     pub(crate) shared: SharedWorkspaces,
     /// Peers' registered arrays mapped for single-copy DIRECT transposes on the host.
     pub(crate) peer_arrays: PeerArrays,
+    /// Peers' registered device arrays mapped for single-copy DIRECT transposes on GPUs.
+    pub(crate) peer_device_arrays: PeerDeviceArrays,
     /// The current operation is being captured into a CUDA graph: nothing may grow, and
     /// the ordering events of eager operations are left alone.
     capturing: bool,
@@ -326,20 +329,23 @@ impl Workspace {
     /// here (it already waits for every earlier user of the workspace). That is said with
     /// the `free` event, recorded before the start barrier so that peers' waits after it
     /// see it; the first operation, before the events exist, waits on the host instead.
-    /// Then maps new peer workspaces (the start barrier).
+    /// Then maps new peer workspaces (the start barrier), which also carries each rank's
+    /// `note` (see [`IpcPeers::exchange`]); the operation's output, when it is a
+    /// registered device array, is free for peers' writes at the same point.
     pub fn start_direct(
         &mut self,
         comm: &dyn Communicator,
         work: Buf,
         stream: Stream,
-    ) -> Result<()> {
+        note: &[u8; NOTE],
+    ) -> Result<Vec<[u8; NOTE]>> {
         if self.ipc.has_signals() {
             self.ipc.free()?.record(stream)?;
         } else {
             cuda::synchronize(stream)?;
         }
         self.ipc
-            .exchange(comm, work.ptr() as u64, work.len() as u64)
+            .exchange(comm, work.ptr() as u64, work.len() as u64, note)
     }
 
     /// Marks the end of a device operation on `stream` (not of a captured one: its work

@@ -1,7 +1,9 @@
 //! Memory spaces. Buffers are borrowed, never owned: the library moves bytes inside
 //! memory that Python (NumPy, CuPy, ...) or the handle's workspace owns.
 
+pub mod fdpass;
 pub mod host;
+pub mod registry;
 pub mod shm;
 
 use crate::plan::Copy3;

@@ -7,6 +7,7 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::registry::{self, Mapped, Registry};
 use super::Buf;
 use crate::comm::{allgather_bytes, Communicator};
 use crate::{Error, Result};
@@ -16,7 +17,7 @@ use crate::{Error, Result};
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// A shared mapping, unmapped on drop.
-struct Mapping {
+pub struct Mapping {
     ptr: *mut u8,
     len: usize,
 }
@@ -440,12 +441,8 @@ pub struct ArrayRef {
     pub offset: usize,
 }
 
-/// Arrays of this process that peers may map: (start address, length, reference).
-static ARRAYS: std::sync::Mutex<Vec<(usize, usize, ArrayRef)>> = std::sync::Mutex::new(Vec::new());
-
-fn arrays() -> std::sync::MutexGuard<'static, Vec<(usize, usize, ArrayRef)>> {
-    ARRAYS.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Arrays of this process that peers may map.
+static ARRAYS: Registry<ArrayRef> = Registry::new();
 
 /// Node-shared memory handed to the user as an array (`GridDesc.empty_pencil` on the CPU
 /// variant), registered so that DIRECT transposes can write straight into it from other
@@ -479,7 +476,7 @@ impl SharedArray {
             len: a.own.map.len,
             offset: 0,
         };
-        arrays().push((a.own.map.ptr as usize, a.own.map.len, entry));
+        ARRAYS.insert(a.own.map.ptr as usize, a.own.map.len, entry);
         Ok(a)
     }
 
@@ -500,21 +497,13 @@ impl SharedArray {
 
     /// How peers find `buf` when it lies inside a registered array of this process.
     pub fn find(buf: Buf) -> Option<ArrayRef> {
-        let (start, len) = (buf.ptr() as usize, buf.len());
-        arrays()
-            .iter()
-            .find(|(a, n, _)| start >= *a && start.saturating_add(len) <= a + n)
-            .map(|(a, _, r)| ArrayRef {
-                offset: start - a,
-                ..r.clone()
-            })
+        ARRAYS.find(buf).map(|(r, offset)| ArrayRef { offset, ..r })
     }
 }
 
 impl Drop for SharedArray {
     fn drop(&mut self) {
-        let start = self.own.map.ptr as usize;
-        arrays().retain(|(a, _, _)| *a != start);
+        ARRAYS.remove(self.own.map.ptr as usize);
     }
 }
 
@@ -555,47 +544,27 @@ impl ArrayRef {
     }
 }
 
-/// Peers' registered arrays as mapped here, a few per peer, most recently used first
-/// (a stale one keeps its memory alive until it is pushed out).
-#[derive(Default)]
-pub struct PeerArrays {
-    maps: Vec<Vec<(String, Mapping)>>,
+impl Mapped for Mapping {
+    fn base(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.len
+    }
 }
 
-/// Arrays of each peer kept mapped: a solver alternates among a few pencil arrays.
-const PEER_ARRAYS_KEPT: usize = 6;
+/// Peers' node-shared arrays mapped here.
+pub type PeerArrays = registry::PeerArrays<Mapping>;
 
 impl PeerArrays {
     /// The buffer of `bytes` that `r` (a rank of the node) described with `a`, mapped here.
-    pub fn map(&mut self, r: usize, a: &ArrayRef, bytes: usize) -> Result<Buf> {
-        if self.maps.len() <= r {
-            self.maps.resize_with(r + 1, Vec::new);
-        }
-        let kept = &mut self.maps[r];
-        let at = match kept.iter().position(|(id, _)| *id == a.id) {
-            Some(i) => i,
-            None => {
-                let m = map_peer(a.kind, &a.path, a.len).map_err(|e| {
-                    Error::Internal(format!("DIRECT: mapping rank {r}'s array: {e}"))
-                })?;
-                kept.insert(0, (a.id.clone(), m));
-                kept.truncate(PEER_ARRAYS_KEPT);
-                0
-            }
+    pub fn map_shared(&mut self, r: usize, a: &ArrayRef, bytes: usize) -> Result<Buf> {
+        let open = || {
+            map_peer(a.kind, &a.path, a.len)
+                .map_err(|e| Error::Internal(format!("DIRECT: mapping rank {r}'s array: {e}")))
         };
-        let m = &kept[at].1;
-        if a.offset.checked_add(bytes).is_none_or(|end| end > m.len) {
-            return Err(Error::Internal(format!(
-                "DIRECT: rank {r}'s array holds {} bytes, not {bytes} at {}",
-                m.len, a.offset
-            )));
-        }
-        // Most recently used first.
-        kept[..=at].rotate_right(1);
-        let m = &kept[0].1;
-        // SAFETY: inside the mapping (checked above), which lives in `self` until pushed
-        // out; the operation using the buffer holds `self` borrowed.
-        Ok(unsafe { Buf::new(m.ptr.add(a.offset), bytes) })
+        // Host copies are done when an operation returns: nothing to wait for.
+        self.map(r, &a.id, a.offset, bytes, open, || Ok(()))
     }
 }
 
@@ -617,13 +586,13 @@ mod tests {
         assert_eq!(ArrayRef::decode(&[9, 1, 2]), None);
         // What a peer maps is the same memory.
         let mut peers = PeerArrays::default();
-        let seen = peers.map(3, &r, 200).expect("mapped");
+        let seen = peers.map_shared(3, &r, 200).expect("mapped");
         // SAFETY: both buffers lie inside live mappings of the same bytes.
         unsafe {
             *whole.ptr().add(150) = 42;
             assert_eq!(*seen.ptr().add(50), 42);
         }
-        assert!(peers.map(3, &r, 9000).is_err(), "beyond the array");
+        assert!(peers.map_shared(3, &r, 9000).is_err(), "beyond the array");
         drop(a);
         assert!(SharedArray::find(part).is_none(), "unregistered on drop");
         // SAFETY: the peer's mapping keeps the memory alive after its owner dropped it.
