@@ -703,7 +703,8 @@ def run_config(
     try:
         infos = [grid.get_pencil_info(a) for a in range(3)]
         if args.alloc == "library":
-            # The library's own arrays (node-shared on the CPU variant's DIRECT grids).
+            # The library's own arrays (on DIRECT grids: node-shared host memory, exported
+            # device memory).
             bufs = [grid.empty_pencil(a, NP_DTYPES[dtype]) for a in range(3)]
             for b in bufs:
                 b[...] = 1
@@ -1278,8 +1279,8 @@ def parser() -> argparse.ArgumentParser:
         choices=["user", "library"],
         default="user",
         help="arrays of the transposes: user (NumPy/CuPy arrays made by the benchmark) or library "
-        "(GridDesc.empty_pencil: node-shared on DIRECT grids of the CPU variant, where transposes then run as "
-        "single copies) (default: user)",
+        "(GridDesc.empty_pencil: on DIRECT grids node-shared host memory or exported device memory, where "
+        "transposes then run as single copies) (default: user)",
     )
     p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: 3)")
     p.add_argument("--reps", type=int, default=10, help="timed calls; the median is reported (default: 10)")

@@ -403,13 +403,6 @@ impl Runtime<'_> {
                 .then(|| DeviceArray::find(c.output))
                 .flatten()
                 .map_or([0; NOTE], |a| a.encode());
-            // A single copy is communication from start to end: its share is capped at
-            // the operation's time.
-            let single = Cell::new(false);
-            let span = || match single.get() {
-                true => Ok(f64::INFINITY),
-                false => span(),
-            };
             self.reported(&clock, c.group, sample, timing(sliced, &span), |t| {
                 let notes = ws.start_direct(self.world, work, stream, &note)?;
                 let outs = peer_outputs(
@@ -419,9 +412,9 @@ impl Runtime<'_> {
                     |r, a, bytes| ws.peer_device_arrays.map_device(&dev.device, r, a, bytes),
                 )?;
                 if let Some(outs) = outs {
-                    single.set(true);
                     crate::engine::direct::count_single_copy();
                     let x = IpcChunks {
+                        pipe,
                         peers: ws.ipc(),
                         main: stream,
                         members: &plan.members,
@@ -429,8 +422,8 @@ impl Runtime<'_> {
                         comm: c.group,
                     };
                     x.start()?;
-                    let movers = |_| -> Box<dyn Mover + '_> {
-                        Box::new(DeviceMover::new(mover.kernels, stream))
+                    let movers = |dst| -> Box<dyn Mover + '_> {
+                        Box::new(DeviceMover::new(mover.kernels, x.stream_for(dst, c.output)))
                     };
                     return run.single_copy(&outs, &movers, 0, &x);
                 }

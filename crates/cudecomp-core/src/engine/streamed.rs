@@ -279,11 +279,14 @@ impl SliceExchange for IpcSlices<'_> {
     }
 }
 
-/// Single-copy transposes between registered device arrays (DIRECT): chunks are copied
-/// on the user's stream straight into the members' outputs, after each member's `free`
-/// event (its stream is done with its output), and each is followed by an interprocess
-/// event the receiver's stream waits for.
+/// Single-copy transposes between registered device arrays (DIRECT): chunks for peers
+/// are copied on the library's stream straight into their outputs, after each member's
+/// `free` event (its stream is done with its output), each followed by an interprocess
+/// event the receiver's stream waits for; this rank's own chunk is copied on the user's
+/// stream meanwhile.
 pub struct IpcChunks<'a> {
+    /// The library's stream (peers' chunks) and its events.
+    pub pipe: &'a Pipe,
     /// The peers' interprocess events.
     pub peers: &'a IpcPeers,
     /// The user's stream.
@@ -297,20 +300,34 @@ pub struct IpcChunks<'a> {
 }
 
 impl IpcChunks<'_> {
-    /// Orders this rank's writes after every member's last use of its output.
+    /// Orders the library's stream after the user's (the input is ready) and after every
+    /// member's last use of its output.
     pub fn start(&self) -> Result<()> {
-        for (p, &r) in self.members.iter().enumerate() {
-            if p != self.me {
-                self.peers.peer_free(r)?.wait_on(self.main)?;
-            }
+        self.pipe.ready(self.main)?;
+        let others = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|&(p, _)| p != self.me);
+        wait_peers_free(self.peers, self.pipe, others.map(|(_, &r)| r))
+    }
+
+    /// Where chunks for `dst` are copied: this rank's own output on the user's stream,
+    /// peers' outputs on the library's.
+    pub fn stream_for(&self, dst: Buf, own: Buf) -> Stream {
+        if dst == own {
+            self.main
+        } else {
+            self.pipe.side()
         }
-        Ok(())
     }
 }
 
 impl ChunkSignals for IpcChunks<'_> {
     fn delivered(&self, peer: usize) -> Result<()> {
-        self.peers.sent(self.members[peer], 0)?.record(self.main)
+        self.peers
+            .sent(self.members[peer], 0)?
+            .record(self.pipe.side())
     }
 
     fn arrived(&self) -> Result<()> {
@@ -321,7 +338,7 @@ impl ChunkSignals for IpcChunks<'_> {
                 self.peers.landed(w, 0)?.wait_on(self.main)?;
             }
         }
-        Ok(())
+        self.pipe.finish(self.main)
     }
 }
 
