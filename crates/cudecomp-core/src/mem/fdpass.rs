@@ -83,10 +83,18 @@ pub fn fetch(at: Endpoint, key: u64) -> Result<OwnedFd> {
 }
 
 fn server() -> Result<Endpoint> {
-    SERVER
+    let at = SERVER
         .get_or_init(start)
         .clone()
-        .map_err(|e| Error::NotSupported(format!("cannot serve descriptors to peers: {e}")))
+        .map_err(|e| Error::NotSupported(format!("cannot serve descriptors to peers: {e}")))?;
+    // A forked child inherits the parent's server record but not its thread: its offers
+    // would be asked of the parent.
+    if at.pid != std::process::id() {
+        return Err(Error::NotSupported(
+            "cannot serve descriptors to peers from a forked child of the process that started serving".into(),
+        ));
+    }
+    Ok(at)
 }
 
 fn start() -> std::result::Result<Endpoint, String> {
