@@ -142,3 +142,91 @@ def test_autotuner_tries_nvshmem(handle: cudecomp.Handle) -> None:
     with handle.create_grid(config(TransposeCommBackend.MPI_P2P, HaloCommBackend.MPI), o) as g:
         tried = {t.backend.name for t in g.autotune_result.trials}
     assert not tried & {"NVSHMEM", "NVSHMEM_PL", "NVSHMEM_SM"}
+
+
+def work_view(buf: Any, nbytes: int, offset: int = 0) -> Any:
+    """``nbytes`` of a ``Handle.malloc`` buffer from ``offset`` on, as a CuPy byte array."""
+    import cupy as cp
+
+    return cp.asarray(buf)[offset : offset + nbytes]
+
+
+@pytest.mark.parametrize("t", [TransposeCommBackend.NVSHMEM, TransposeCommBackend.NVSHMEM_PL, TransposeCommBackend.NVSHMEM_SM])
+def test_symmetric_malloc_serves_as_the_workspace(handle: cudecomp.Handle, t: TransposeCommBackend) -> None:
+    import cupy as cp
+
+    with handle.create_grid(config(t, HaloCommBackend.NVSHMEM)) as g:
+        need = g.get_transpose_workspace_size() * 8
+        # Ranks may ask for different sizes: every rank gets the largest.
+        buf = handle.malloc(g, need + MPI.COMM_WORLD.rank)
+        assert buf.symmetric and buf.nbytes == need + NRANKS - 1
+        work = work_view(buf, need)
+        for name, a, b in (("transpose_x_to_y", 0, 1), ("transpose_y_to_z", 1, 2), ("transpose_z_to_y", 2, 1), ("transpose_y_to_x", 1, 0)):
+            ia, ib = g.get_pencil_info(a), g.get_pencil_info(b)
+            for _ in range(3):  # again through the same buffer
+                y = getattr(g, name)(cp.asarray(make(ia, GDIMS, DataType.DOUBLE)), cp.zeros(ib.array_shape), work=work)
+                assert np.array_equal(y.get(), make(ib, GDIMS, DataType.DOUBLE)), name
+        info = g.get_pencil_info(0, (1, 1, 1))
+        hw = work_view(buf, g.get_halo_workspace_size(0, (1, 1, 1)) * 8)
+        arr = cp.asarray(make(info, GDIMS, DataType.DOUBLE))
+        for dim in range(3):
+            g.update_halos_x(arr, (1, 1, 1), (True, True, True), dim, work=hw)
+        from test_halo import expected
+
+        assert np.array_equal(arr.get(), expected(info, GDIMS, (True, True, True), DataType.DOUBLE))
+        handle.free(g, buf)
+        with pytest.raises(cudecomp.InvalidUsageError, match="freed"):
+            handle.free(g, buf)
+        with pytest.raises(cudecomp.InvalidUsageError, match="freed"):
+            _ = buf.__cuda_array_interface__
+
+
+def test_ordinary_grids_get_ordinary_buffers(handle: cudecomp.Handle) -> None:
+    with handle.create_grid(config(TransposeCommBackend.NCCL, HaloCommBackend.NCCL)) as g:
+        buf = handle.malloc(g, 1024)
+        assert not buf.symmetric
+        handle.free(g, buf)
+
+
+def test_unfreed_symmetric_buffers_go_at_finalize(comm: MPI.Comm) -> None:
+    h = cudecomp.Handle(comm)
+    g = h.create_grid(config(TransposeCommBackend.NVSHMEM, HaloCommBackend.NVSHMEM))
+    kept = [h.malloc(g, 1 << 20) for _ in range(3)]
+    h.free(g, kept[1])
+    del kept[2]  # dropping one frees nothing (that would be collective) ...
+    g.destroy()
+    h.finalize()  # ... finalize frees what is left, collectively
+    with pytest.raises(cudecomp.InvalidUsageError, match="freed"):
+        _ = kept[0].__cuda_array_interface__
+    round_trip_on_new_handle(comm)
+
+
+def round_trip_on_new_handle(comm: MPI.Comm) -> None:
+    with cudecomp.Handle(comm) as h, h.create_grid(config(TransposeCommBackend.NVSHMEM, HaloCommBackend.NVSHMEM)) as g:
+        round_trip(g)
+
+
+@pytest.mark.skipif(NRANKS < 2, reason="needs two ranks")
+def test_symmetric_buffers_must_agree(handle: cudecomp.Handle) -> None:
+    import cupy as cp
+
+    with handle.create_grid(config(TransposeCommBackend.NVSHMEM, HaloCommBackend.NVSHMEM)) as g:
+        need = g.get_transpose_workspace_size() * 8
+        a, b = handle.malloc(g, need), handle.malloc(g, need)
+        ia, ib = g.get_pencil_info(0), g.get_pencil_info(1)
+        x = cp.asarray(make(ia, GDIMS, DataType.DOUBLE))
+        rank = MPI.COMM_WORLD.rank
+        mixes = [
+            work_view(a, need) if rank == 0 else cp.zeros(need, np.uint8),  # lent on one rank only
+            work_view(a if rank == 0 else b, need),  # different buffers
+            work_view(a, need, 8 * (rank == 0)),  # different places in one buffer
+        ]
+        for w in mixes:
+            with pytest.raises(cudecomp.InvalidUsageError, match="same Handle.malloc buffer"):
+                g.transpose_x_to_y(x, cp.zeros(ib.array_shape), work=w)
+        with pytest.raises(cudecomp.InvalidUsageError, match="every rank must free the same"):
+            handle.free(g, a if rank == 0 else b)
+        y = g.transpose_x_to_y(x, cp.zeros(ib.array_shape), work=work_view(b, need))  # still works
+        assert np.array_equal(y.get(), make(ib, GDIMS, DataType.DOUBLE))
+        handle.free(g, a)
+        handle.free(g, b)

@@ -210,15 +210,23 @@ class Handle:
             A NumPy ``uint8`` array of ``nbytes`` zeros in the CPU variant; in the GPU
             variant a device buffer of the handle's device exposing
             ``__cuda_array_interface__`` (``ptr`` and ``nbytes`` attributes). Pass it as
-            the ``work`` argument of transposes and halo updates.
+            the ``work`` argument of transposes and halo updates. When ``grid``'s
+            transpose or halo backend is of the NVSHMEM family the buffer is NVSHMEM
+            symmetric memory (``symmetric`` is true) of the largest ``nbytes`` any rank
+            asks for: NVSHMEM operations to which every rank passes it exchange through
+            it instead of the handle's own symmetric workspace. Such a buffer is freed by
+            ``free`` (collective) or, when left, by ``finalize``; dropping it frees
+            nothing.
         """
     def free(self, grid: GridDesc, buffer: Any) -> None:
         """Release a buffer returned by ``malloc`` (collective; ``None`` is accepted).
 
         The GPU variant synchronises the default stream before releasing the memory
-        (finish work on other streams that uses the buffer first); freeing a buffer
-        twice raises ``InvalidUsageError``, freeing anything else ``TypeError``. In the
-        CPU variant the memory goes when the last reference to the array goes.
+        (finish work on other streams that uses the buffer first; symmetric buffers:
+        the whole device); freeing a buffer twice raises ``InvalidUsageError``, freeing
+        anything else ``TypeError``. Every rank must free the same symmetric buffer at
+        once (checked: ``InvalidUsageError`` on every rank otherwise, nothing freed). In
+        the CPU variant the memory goes when the last reference to the array goes.
         """
     def __enter__(self) -> Handle: ...
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool: ...
@@ -774,3 +782,9 @@ class DeviceBuffer:
     @property
     def nbytes(self) -> int:
         """Size in bytes."""
+    @property
+    def symmetric(self) -> bool:
+        """True for NVSHMEM symmetric memory (``malloc`` for a grid with an NVSHMEM backend).
+
+        NVSHMEM operations exchange through it when every rank passes it as ``work``.
+        """

@@ -277,7 +277,7 @@ impl GridDesc {
         Ok(())
     }
 
-    fn live(&self, py: Python<'_>) -> PyResult<Arc<core::GridDesc>> {
+    pub(crate) fn live(&self, py: Python<'_>) -> PyResult<Arc<core::GridDesc>> {
         self.handle.get().live(py)?;
         self.state
             .lock()

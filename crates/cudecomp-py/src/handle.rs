@@ -265,7 +265,13 @@ impl Handle {
     ///     A NumPy ``uint8`` array of ``nbytes`` zeros in the CPU variant; in the GPU
     ///     variant a device buffer of the handle's device exposing
     ///     ``__cuda_array_interface__`` (``ptr`` and ``nbytes`` attributes). Pass it as
-    ///     the ``work`` argument of transposes and halo updates.
+    ///     the ``work`` argument of transposes and halo updates. When ``grid``'s
+    ///     transpose or halo backend is of the NVSHMEM family the buffer is NVSHMEM
+    ///     symmetric memory (``symmetric`` is true) of the largest ``nbytes`` any rank
+    ///     asks for: NVSHMEM operations to which every rank passes it exchange through
+    ///     it instead of the handle's own symmetric workspace. Such a buffer is freed by
+    ///     ``free`` (collective) or, when left, by ``finalize``; dropping it frees
+    ///     nothing.
     fn malloc<'py>(
         slf: &Bound<'py, Self>,
         grid: &Bound<'py, GridDesc>,
@@ -281,24 +287,29 @@ impl Handle {
                 format!("malloc(): expected nbytes > 0, got {n}"),
             ));
         }
-        variant::allocate_bytes(py, &h, n as usize)
+        let g = grid.get().live(py)?;
+        let symmetric =
+            g.grid().transpose_backend.is_nvshmem() || g.grid().halo_backend.is_nvshmem();
+        variant::allocate_bytes(py, &h, n as usize, symmetric)
     }
 
     /// Release a buffer returned by ``malloc`` (collective; ``None`` is accepted).
     ///
     /// The GPU variant synchronises the default stream before releasing the memory
-    /// (finish work on other streams that uses the buffer first); freeing a buffer
-    /// twice raises ``InvalidUsageError``, freeing anything else ``TypeError``. In the
-    /// CPU variant the memory goes when the last reference to the array goes.
+    /// (finish work on other streams that uses the buffer first; symmetric buffers:
+    /// the whole device); freeing a buffer twice raises ``InvalidUsageError``, freeing
+    /// anything else ``TypeError``. Every rank must free the same symmetric buffer at
+    /// once (checked: ``InvalidUsageError`` on every rank otherwise, nothing freed). In
+    /// the CPU variant the memory goes when the last reference to the array goes.
     fn free(
         slf: &Bound<'_, Self>,
         grid: &Bound<'_, GridDesc>,
         buffer: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let py = slf.py();
-        slf.get().live(py)?;
+        let h = slf.get().live(py)?;
         grid.get().check_owner(py, slf)?;
-        variant::release_bytes(py, buffer)
+        variant::release_bytes(py, &h, buffer)
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

@@ -95,17 +95,18 @@ mod cpu {
             .call_method1("empty", (shape, numpy_name(dtype)))
     }
 
-    /// `Handle.malloc`: zeroed host bytes.
+    /// `Handle.malloc`: zeroed host bytes (nothing is symmetric on the host).
     pub fn allocate_bytes<'py>(
         py: Python<'py>,
         _h: &Handle,
         n: usize,
+        _symmetric: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         py.import("numpy")?.call_method1("zeros", (n, "uint8"))
     }
 
     /// `Handle.free`: host buffers are released by Python's reference counting.
-    pub fn release_bytes(_py: Python<'_>, _buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub fn release_bytes(_py: Python<'_>, _h: &Handle, _buffer: &Bound<'_, PyAny>) -> PyResult<()> {
         Ok(())
     }
 }
@@ -116,6 +117,7 @@ mod gpu {
 
     use cudecomp_core::comm::Communicator;
     use cudecomp_core::config::DataType;
+    use cudecomp_core::cuda::nvshmem::SymmetricBuffer;
     use cudecomp_core::cuda::{self, Device, DeviceAlloc};
     use cudecomp_core::engine::Exec;
     use cudecomp_core::handle::{CudaLibraries, GridDesc, Handle};
@@ -306,9 +308,28 @@ mod gpu {
     /// Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes).
     #[pyclass(module = "cudecomp", frozen)]
     pub struct DeviceBuffer {
-        alloc: Mutex<Option<DeviceAlloc>>,
+        alloc: Mutex<Option<Memory>>,
         ptr: u64,
         nbytes: usize,
+    }
+
+    /// What a `DeviceBuffer` holds.
+    enum Memory {
+        /// Freed when dropped.
+        Plain { _alloc: DeviceAlloc },
+        /// NVSHMEM symmetric memory, freed collectively (by `Handle.free` or at finalize),
+        /// never when the Python object goes.
+        Symmetric(SymmetricBuffer),
+    }
+
+    impl DeviceBuffer {
+        fn live(&self) -> bool {
+            match &*self.alloc.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(Memory::Plain { .. }) => true,
+                Some(Memory::Symmetric(b)) => b.live(),
+                None => false,
+            }
+        }
     }
 
     #[pymethods]
@@ -316,7 +337,7 @@ mod gpu {
         /// The CUDA array interface (version 3) of the bytes; ``InvalidUsageError`` once freed.
         #[getter]
         fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-            if self.alloc.lock().map(|a| a.is_none()).unwrap_or(true) {
+            if !self.live() {
                 return Err(invalid(py, "DeviceBuffer: the buffer was freed".into()));
             }
             let d = PyDict::new(py);
@@ -340,26 +361,48 @@ mod gpu {
         fn nbytes(&self) -> usize {
             self.nbytes
         }
+
+        /// True for NVSHMEM symmetric memory (``malloc`` for a grid with an NVSHMEM backend).
+        ///
+        /// NVSHMEM operations exchange through it when every rank passes it as ``work``.
+        #[getter]
+        fn symmetric(&self) -> bool {
+            matches!(
+                &*self.alloc.lock().unwrap_or_else(|e| e.into_inner()),
+                Some(Memory::Symmetric(_))
+            )
+        }
     }
 
-    /// `Handle.malloc`: device bytes.
+    /// `Handle.malloc`: device bytes; NVSHMEM symmetric memory (collective, sized by the
+    /// largest request of any rank) when `symmetric`.
     pub fn allocate_bytes<'py>(
         py: Python<'py>,
         h: &Handle,
         n: usize,
+        symmetric: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let device = h.device().py(py)?.device.clone();
-        let alloc = py.detach(|| DeviceAlloc::new(&device, n)).py(py)?;
+        let (memory, ptr, nbytes) = if symmetric {
+            let b = py.detach(|| h.malloc_symmetric(n)).py(py)?;
+            let (ptr, nbytes) = (b.ptr(), b.bytes());
+            (Memory::Symmetric(b), ptr, nbytes)
+        } else {
+            let a = py.detach(|| DeviceAlloc::new(&device, n)).py(py)?;
+            let ptr = a.ptr();
+            (Memory::Plain { _alloc: a }, ptr, n)
+        };
         let buf = DeviceBuffer {
-            ptr: alloc.ptr(),
-            nbytes: n,
-            alloc: Mutex::new(Some(alloc)),
+            ptr,
+            nbytes,
+            alloc: Mutex::new(Some(memory)),
         };
         Ok(Bound::new(py, buf)?.into_any())
     }
 
-    /// `Handle.free`: releases a `DeviceBuffer` (None accepted).
-    pub fn release_bytes(py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// `Handle.free`: releases a `DeviceBuffer` (None accepted); symmetric ones
+    /// collectively.
+    pub fn release_bytes(py: Python<'_>, h: &Handle, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
         if buffer.is_none() {
             return Ok(());
         }
@@ -373,12 +416,22 @@ mod gpu {
                     .unwrap_or_default()
             ))
         })?;
-        let freed = b.get().alloc.lock().map(|mut a| a.take()).unwrap_or(None);
-        if freed.is_none() {
-            return Err(invalid(py, "free(): the buffer was already freed".into()));
+        let mut slot = b.get().alloc.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(Memory::Symmetric(s)) => {
+                let s = s.clone();
+                drop(slot);
+                // Every rank frees the same buffer (checked), or none does.
+                py.detach(|| h.free_symmetric(&s)).py(py)
+            }
+            Some(Memory::Plain { .. }) => {
+                let freed = slot.take();
+                drop(slot);
+                cuda::synchronize(cuda::Stream::from_handle(0)).py(py)?;
+                drop(freed);
+                Ok(())
+            }
+            None => Err(invalid(py, "free(): the buffer was already freed".into())),
         }
-        cuda::synchronize(cuda::Stream::from_handle(0)).py(py)?;
-        drop(freed);
-        Ok(())
     }
 }

@@ -8,12 +8,15 @@
 //! use the copy engine between GPUs that can address each other.
 
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use libloading::os::unix::Library;
 
 use super::{check, Device, Stream};
 use crate::comm::{allgather_bytes, allgather_u64, Communicator};
+use crate::mem::registry::Registry;
+use crate::mem::Buf;
 use crate::{Error, Result};
 
 /// `NVSHMEM_SIGNAL_SET`.
@@ -369,11 +372,117 @@ impl SymmetricAlloc {
     }
 }
 
+/// Waits for all work of the bound device (before a collective free).
+fn device_idle() -> Result<()> {
+    check(
+        // SAFETY: plain synchronisation of the current context.
+        unsafe { cudarc::driver::sys::cuCtxSynchronize() }.result(),
+        "cuCtxSynchronize",
+    )
+}
+
 impl Drop for SymmetricAlloc {
     fn drop(&mut self) {
         // SAFETY: allocated by `new`; freed once, collectively (workspaces are dropped by
         // every rank at the same point: growth agreed on by all, or finalize), while the
         // runtime lives (it is never finalised).
         unsafe { (self.runtime.api.free)(self.ptr as usize as *mut c_void) };
+    }
+}
+
+/// Symmetric buffers lent to the user, by address: their serial numbers.
+static LENT: Registry<u64> = Registry::new();
+
+/// Serial numbers of lent buffers: allocations are collective and in the same order on
+/// every rank, so a buffer has the same number everywhere.
+static NEXT_LENT: AtomicU64 = AtomicU64::new(1);
+
+/// Symmetric memory lent to the user (`Handle.malloc` on grids with an NVSHMEM backend),
+/// to pass as the `work` of NVSHMEM operations. Clones share it. Freed collectively by
+/// [`SymmetricBuffer::free`], or by the handle that lent it when it finalizes (dropping
+/// every clone frees nothing: that would be collective).
+#[derive(Clone)]
+pub struct SymmetricBuffer {
+    slot: Arc<Mutex<Option<SymmetricAlloc>>>,
+    serial: u64,
+    ptr: u64,
+    bytes: usize,
+}
+
+impl SymmetricBuffer {
+    /// Collective: at least `bytes` (the most any rank asks for) of zeroed symmetric memory.
+    pub fn new(
+        runtime: &Arc<Nvshmem>,
+        device: &Device,
+        comm: &dyn Communicator,
+        bytes: usize,
+    ) -> Result<SymmetricBuffer> {
+        let most = allgather_u64(comm, bytes as u64)?
+            .into_iter()
+            .max()
+            .unwrap_or(0) as usize;
+        let a = SymmetricAlloc::new(runtime, device, most)?;
+        let serial = NEXT_LENT.fetch_add(1, Ordering::Relaxed);
+        let (ptr, bytes) = (a.ptr(), a.bytes());
+        LENT.insert(ptr as usize, bytes, serial);
+        Ok(SymmetricBuffer {
+            slot: Arc::new(Mutex::new(Some(a))),
+            serial,
+            ptr,
+            bytes,
+        })
+    }
+
+    /// Device (symmetric) address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes (the largest request of any rank).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the memory is still there.
+    pub fn live(&self) -> bool {
+        self.slot.lock().map(|s| s.is_some()).unwrap_or(false)
+    }
+
+    /// Collective: frees the memory once the device is idle (every rank frees the same
+    /// buffer: checked, `InvalidUsage` on every rank otherwise, nothing freed). Freeing a
+    /// freed buffer is `InvalidUsage` too (on every rank).
+    pub fn free(&self, device: &Device, comm: &dyn Communicator) -> Result<()> {
+        let mine = if self.live() { self.serial } else { 0 };
+        let all = allgather_u64(comm, mine)?;
+        if let Some(r) = all.iter().position(|&s| s != mine) {
+            return Err(Error::InvalidUsage(format!(
+                "free(): every rank must free the same Handle.malloc buffer at once (it is collective); this rank freed buffer #{mine}, rank {r} buffer #{} (#0: one already freed)",
+                all[r]
+            )));
+        }
+        if mine == 0 {
+            return Err(Error::InvalidUsage(
+                "free(): the buffer was already freed".into(),
+            ));
+        }
+        self.release(device)
+    }
+
+    /// Frees the memory with `device` bound (collective; the caller makes sure every rank
+    /// does it at once).
+    pub(crate) fn release(&self, device: &Device) -> Result<()> {
+        let taken = self.slot.lock().ok().and_then(|mut s| s.take());
+        if let Some(a) = taken {
+            device.bind()?;
+            LENT.remove(self.ptr as usize);
+            device_idle()?;
+            drop(a);
+        }
+        Ok(())
+    }
+
+    /// `(serial, byte offset)` of the lent buffer holding all of `buf`.
+    pub fn find(buf: Buf) -> Option<(u64, usize)> {
+        LENT.find(buf)
     }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::Communicator;
 use crate::cuda::nccl::Nccl;
-use crate::cuda::nvshmem::{self, Nvshmem};
+use crate::cuda::nvshmem::{self, Nvshmem, SymmetricBuffer};
 use crate::cuda::Device;
 use crate::{Error, Result};
 
@@ -19,6 +19,9 @@ pub struct DeviceState {
     pub mpi_cuda_aware: bool,
     nvshmem_path: String,
     nvshmem: Mutex<Option<Arc<Nvshmem>>>,
+    /// Symmetric buffers lent to the user, in the order they were made (the same on
+    /// every rank): those still there are freed at `finalize`.
+    lent: Mutex<Vec<SymmetricBuffer>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -41,6 +44,7 @@ impl DeviceState {
             mpi_cuda_aware,
             nvshmem_path,
             nvshmem: Mutex::new(None),
+            lent: Mutex::new(Vec::new()),
         }
     }
 
@@ -67,10 +71,31 @@ impl DeviceState {
             .ok_or_else(|| Error::Internal("NVSHMEM used before the runtime was started".into()))
     }
 
-    /// This handle stops using NVSHMEM (after its workspaces' symmetric memory was freed;
-    /// the process's runtime stays up for later handles).
-    pub(crate) fn release_nvshmem(&self) {
+    /// Collective: lends `bytes` (the most any rank asks for) of symmetric memory.
+    pub(crate) fn lend_symmetric(
+        &self,
+        comm: &dyn Communicator,
+        bytes: usize,
+    ) -> Result<SymmetricBuffer> {
+        let runtime = self.nvshmem()?;
+        let b = SymmetricBuffer::new(&runtime, &self.device, comm, bytes)?;
+        let mut lent = lock(&self.lent);
+        lent.retain(SymmetricBuffer::live);
+        lent.push(b.clone());
+        Ok(b)
+    }
+
+    /// This handle stops using NVSHMEM: frees the symmetric buffers it lent that are still
+    /// there (collective, in the order they were made), then lets go of the runtime (after
+    /// the workspaces' symmetric memory was freed; the process's runtime stays up for
+    /// later handles).
+    pub(crate) fn release_nvshmem(&self) -> Result<()> {
+        let lent = std::mem::take(&mut *lock(&self.lent));
+        for b in &lent {
+            b.release(&self.device)?;
+        }
         lock(&self.nvshmem).take();
+        Ok(())
     }
 
     /// Collective on first use: the NCCL communicator over `comm` (the handle's).

@@ -538,8 +538,8 @@ impl Runtime<'_> {
 
     /// NVSHMEM transposes: slices put into (or, NVSHMEM_SM, packed straight into) the
     /// peers' copies of the symmetric workspace, each signalled through NVSHMEM; every
-    /// wait is on a stream. Always uses the handle's symmetric workspace (an explicit
-    /// `work` is checked, not used).
+    /// wait is on a stream. Uses the handle's symmetric workspace unless every rank passes
+    /// the same `Handle.malloc` buffer as `work` (see [`Workspace::symmetric`]).
     fn transpose_nvshmem(
         &self,
         c: &TransposeCall<'_>,
@@ -553,7 +553,7 @@ impl Runtime<'_> {
         self.signalled(stream, plan.npeers(), capturing, |dev, mover, pipe, ws| {
             let nv = dev.nvshmem()?;
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
+            let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need, c.work)? };
             let run = c.run(mover, sym.work);
             // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
             let far = DeviceMover::new(mover.kernels, pipe.side());
@@ -594,7 +594,7 @@ impl Runtime<'_> {
         self.signalled(stream, 1, capturing, |dev, mover, pipe, ws| {
             let nv = dev.nvshmem()?;
             // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need)? };
+            let sym = unsafe { ws.symmetric(&nv, &dev.device, self.world, need, c.work)? };
             let run = c.run(mover, sym.work);
             let x = NvshmemFaces {
                 sym: self.symmetric(&nv, &sym),

@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::{allgather_u64, Communicator};
+use crate::comm::Communicator;
 use crate::cuda::ipc::{IpcPeers, NOTE};
 use crate::cuda::nccl::{Nccl, RegisteredAlloc};
-use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc};
+use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc, SymmetricBuffer};
 use crate::cuda::vmm::PeerDeviceArrays;
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::device::lock;
@@ -16,7 +16,7 @@ use crate::engine::streamed::Pipe;
 use crate::mem::shm::{PeerArrays, SharedWorkspaces};
 use crate::mem::Buf;
 use crate::plan::MAX_SLICES;
-use crate::{Error, Result};
+use crate::{invalid, Error, Result};
 
 /// Everything a handle's operations stage data in (host and device memory), grown on
 /// demand and never shrunk. The handle keeps it behind a lock that one operation holds
@@ -244,7 +244,11 @@ impl Workspace {
 
     /// Collective over `comm` (every rank of the handle, in the same order): the symmetric
     /// workspace of at least `bytes` (grown to the largest request of any rank, alike on
-    /// every rank), the signals, and the operation's number.
+    /// every rank), the signals, and the operation's number. When every rank passes the
+    /// same place of the same lent symmetric buffer as `explicit` work
+    /// ([`SymmetricBuffer`], `Handle.malloc`), that is the workspace instead; other
+    /// explicit work is not used (the exchange needs symmetric memory), and a mix of lent
+    /// buffers and others, or different lent buffers, is `InvalidUsage` on every rank.
     ///
     /// # Safety
     /// As [`Workspace::device`], for calls of `symmetric`.
@@ -254,11 +258,37 @@ impl Workspace {
         device: &Arc<Device>,
         comm: &dyn Communicator,
         bytes: usize,
+        explicit: Option<Buf>,
     ) -> Result<SymmetricWork> {
-        let most = allgather_u64(comm, bytes as u64)?
-            .into_iter()
-            .max()
-            .unwrap_or(0) as usize;
+        let lent = explicit.and_then(|w| SymmetricBuffer::find(w).map(|(s, o)| (w, s, o)));
+        let (serial, offset) = lent.map_or((0, 0), |(_, s, o)| (s, o as u64));
+        // Ranks exchanging through a lent buffer need none of the workspace.
+        let mine = if lent.is_some() { 0 } else { bytes as u64 };
+        let mut all = vec![0u8; 24 * comm.size()];
+        let record: Vec<u8> = [mine, serial, offset]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        comm.allgather(&record, &mut all)?;
+        let word = |r: usize, i: usize| {
+            let at = 24 * r + 8 * i;
+            u64::from_le_bytes(all[at..at + 8].try_into().unwrap_or([0; 8]))
+        };
+        let ranks = comm.size();
+        let most = (0..ranks).map(|r| word(r, 0)).max().unwrap_or(0) as usize;
+        if let Some(r) = (0..ranks).find(|&r| (word(r, 1), word(r, 2)) != (serial, offset)) {
+            let describe = |s: u64, o: u64| {
+                match s {
+                0 => "no Handle.malloc buffer (NVSHMEM operations then use the handle's symmetric workspace)".to_owned(),
+                s => format!("Handle.malloc buffer #{s} at byte {o}"),
+            }
+            };
+            invalid!(
+                "work: NVSHMEM operations exchange through the same symmetric memory on every rank: pass the same Handle.malloc buffer on all ranks, or none; this rank passed {}, rank {r} {}",
+                describe(serial, offset),
+                describe(word(r, 1), word(r, 2))
+            );
+        }
         if self.capturing && self.signals.is_none() {
             return Err(warm_up_first("the NVSHMEM symmetric workspace"));
         }
@@ -270,7 +300,8 @@ impl Workspace {
             most,
             "the NVSHMEM symmetric workspace",
         )?;
-        if self.symmetric.as_ref().is_none_or(|s| s.bytes() < most) {
+        // (Every rank agrees on `lent`: checked above.)
+        if lent.is_none() && self.symmetric.as_ref().is_none_or(|s| s.bytes() < most) {
             // Every rank waits for its own stream, then frees collectively: no put of an
             // earlier operation is still under way anywhere.
             quiesce(&self.last_use)?;
@@ -284,6 +315,12 @@ impl Workspace {
             // Every rank has zeroed its signals before any peer raises one there (a
             // notice written before a late rank's zeroing would be lost).
             comm.barrier()?;
+        }
+        if let (Some((w, _, _)), Some(s)) = (lent, &self.signals) {
+            return Ok(SymmetricWork {
+                work: w,
+                signals: s.ptr(),
+            });
         }
         let (Some(w), Some(s)) = (&self.symmetric, &self.signals) else {
             return Err(Error::Internal("NVSHMEM workspace missing".into()));

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::comm::{allgather_bytes, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
+use crate::cuda::nvshmem::SymmetricBuffer;
 use crate::cuda::Device;
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::workspace::{Lease, Pool, Workspace};
@@ -168,6 +169,26 @@ impl Handle {
         dev.start_nvshmem(self.comm(), &same_node)
     }
 
+    /// Collective: `bytes` (the most any rank asks for) of NVSHMEM symmetric memory, for
+    /// the `work` of NVSHMEM operations on this handle's grids (which then exchange through
+    /// it instead of the handle's symmetric workspace). Needs the runtime, started by the
+    /// creation of a grid with an NVSHMEM backend. Free it with
+    /// [`Handle::free_symmetric`]; what is left is freed at [`Handle::finalize`].
+    pub fn malloc_symmetric(&self, bytes: usize) -> Result<SymmetricBuffer> {
+        let dev = self.device()?;
+        let _one = lock(&self.shared.device_ops);
+        dev.lend_symmetric(self.comm(), bytes)
+    }
+
+    /// Collective: frees a buffer of [`Handle::malloc_symmetric`] once the device is idle
+    /// (`InvalidUsage` on every rank when the ranks free different buffers, or one freed
+    /// already).
+    pub fn free_symmetric(&self, b: &SymmetricBuffer) -> Result<()> {
+        let dev = self.device()?;
+        let _one = lock(&self.shared.device_ops);
+        b.free(&dev.device, self.comm())
+    }
+
     /// Collective: true when this GPU handle can run NVSHMEM backends (one GPU per rank,
     /// NVSHMEM's host library on every rank); starts the runtime when so.
     pub fn nvshmem_usable(&self) -> Result<bool> {
@@ -296,7 +317,7 @@ impl Handle {
             self.shared.pool.each(Workspace::drop_registered)?;
             self.shared.pool.each(Workspace::drop_symmetric)?;
             dev.destroy_nccl()?;
-            dev.release_nvshmem();
+            dev.release_nvshmem()?;
         }
         self.comm().free()
     }
