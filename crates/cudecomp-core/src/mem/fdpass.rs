@@ -171,33 +171,48 @@ fn peer_uid(s: &UnixStream) -> std::io::Result<u32> {
 /// Room for one descriptor's control message (u64 words keep it aligned).
 const CONTROL_WORDS: usize = 4;
 
-fn send(s: &UnixStream, fd: Option<RawFd>) -> std::io::Result<()> {
-    let mut status = [u8::from(fd.is_some())];
+/// Runs `f` on a message of one status byte and room for one descriptor's control data.
+fn message<R>(
+    status: &mut [u8; 1],
+    control: &mut [u64; CONTROL_WORDS],
+    f: impl FnOnce(&mut libc::msghdr) -> R,
+) -> R {
     let mut iov = libc::iovec {
         iov_base: status.as_mut_ptr().cast(),
         iov_len: 1,
     };
-    let mut control = [0u64; CONTROL_WORDS];
-    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive `f`.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        // SAFETY: CMSG_SPACE of one int fits in `control` (32 bytes); the header returned
-        // by CMSG_FIRSTHDR lies inside it, as does its data.
-        unsafe {
-            let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = space;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(control);
+    f(&mut msg)
+}
+
+fn send(s: &UnixStream, fd: Option<RawFd>) -> std::io::Result<()> {
+    let mut status = [u8::from(fd.is_some())];
+    let mut control = [0u64; CONTROL_WORDS];
+    let n = message(&mut status, &mut control, |msg| {
+        match fd {
+            // SAFETY: CMSG_SPACE of one int fits in the control words (32 bytes); the
+            // header returned by CMSG_FIRSTHDR lies inside them, as does its data.
+            Some(fd) => unsafe {
+                msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+                let c = libc::CMSG_FIRSTHDR(msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+            },
+            None => {
+                msg.msg_control = std::ptr::null_mut();
+                msg.msg_controllen = 0;
+            }
         }
-    }
-    // SAFETY: `msg` describes live buffers.
-    let n = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        // SAFETY: `msg` describes live buffers.
+        unsafe { libc::sendmsg(s.as_raw_fd(), msg, libc::MSG_NOSIGNAL) }
+    });
     if n != 1 {
         return Err(std::io::Error::last_os_error());
     }
@@ -206,38 +221,31 @@ fn send(s: &UnixStream, fd: Option<RawFd>) -> std::io::Result<()> {
 
 fn receive(s: &UnixStream) -> std::io::Result<(u8, Option<OwnedFd>)> {
     let mut status = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: status.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
     let mut control = [0u64; CONTROL_WORDS];
-    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: `msg` describes live buffers; received descriptors are closed on exec.
-    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n != 1 {
-        return Err(match n {
-            0 => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no answer"),
-            _ => std::io::Error::last_os_error(),
-        });
-    }
-    let mut fd = None;
-    // SAFETY: walks the control messages the kernel wrote into `control`.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
-                fd = Some(OwnedFd::from_raw_fd(raw));
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
+    message(&mut status, &mut control, |msg| {
+        // SAFETY: `msg` describes live buffers; received descriptors are closed on exec.
+        let n = unsafe { libc::recvmsg(s.as_raw_fd(), msg, libc::MSG_CMSG_CLOEXEC) };
+        if n != 1 {
+            return Err(match n {
+                0 => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "no answer"),
+                _ => std::io::Error::last_os_error(),
+            });
         }
-    }
-    Ok((status[0], fd))
+        let mut fd = None;
+        // SAFETY: walks the control messages the kernel wrote into the control words.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
+                    fd = Some(OwnedFd::from_raw_fd(raw));
+                }
+                c = libc::CMSG_NXTHDR(msg, c);
+            }
+        }
+        Ok(fd)
+    })
+    .map(|fd| (status[0], fd))
 }
 
 #[cfg(test)]
