@@ -12,7 +12,7 @@ prints the slowest rank's median time of:
   with the same decomposition: NumPy axes (z, y, x), the X-pencil aligned in axis 2 with
   y over PR ranks and z over PC, so that each exchange runs within groups of the same size.
 
-Usage: ``mpirun -np 16 python3 bench/probes/transfer_compare.py --n 256 --pdims 4x4``
+Usage: ``mpirun -np 16 python3 bench/probes/transfer_compare.py --n 256 --pdims 4x4 --rounds 5``
 (needs ``mpi4py-fft``; compare with ``bench/probes/host_floor.py`` at the same ranks).
 """
 
@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["c128", "f64"])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the four methods this many times (against drift)")
     a = ap.parse_args()
     from mpi4py_fft.pencil import Pencil, Subcomm
 
@@ -45,16 +46,17 @@ def main() -> None:
     pr, pc = (int(v) for v in a.pdims.split("x"))
     n = a.n
 
-    def timed(fn: Callable[[], object]) -> float:
+    def samples(fn: Callable[[], object], reps: int) -> list[float]:
+        """Slowest rank's time of each of ``reps`` calls after warm-up."""
         for _ in range(a.warmup):
             fn()
         ts = []
-        for _ in range(a.reps):
+        for _ in range(reps):
             comm.Barrier()
             t0 = time.perf_counter()
             fn()
-            ts.append(time.perf_counter() - t0)
-        return comm.allreduce(float(np.median(ts)), op=MPI.MAX)
+            ts.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+        return ts
 
     h = cudecomp.Handle(comm)
     cfg = cudecomp.GridDescConfig()
@@ -66,7 +68,7 @@ def main() -> None:
     py = px.pencil(1)
     pz = py.pencil(0)
     if comm.rank == 0:
-        print(f"# {comm.size} ranks, {n}^3, pdims {pr}x{pc}, medians of {a.reps} (ms, slowest rank)")
+        print(f"# {comm.size} ranks, {n}^3, pdims {pr}x{pc}, medians of {a.rounds} rounds x {a.reps} (ms, slowest rank per call)")
         head = f"{'dtype':6s} {'op':4s} {'user':>9s} {'lib 2-copy':>11s} {'library':>9s} {'mpi4py-fft':>11s}"
         print(head + "  ratios mpi4py-fft/(user, library)")
     for dname in a.dtypes:
@@ -78,14 +80,24 @@ def main() -> None:
             ub = np.zeros(g.get_pencil_info(fb).array_shape, dt)
             la, lb = g.empty_pencil(fa, dt), g.empty_pencil(fb, dt)
             la[...] = 1
-            t_user = timed(functools.partial(fn, ua, ub))
-            os.environ["CUDECOMP_SINGLE_COPY"] = "0"
-            t_two = timed(functools.partial(fn, la, lb))
-            del os.environ["CUDECOMP_SINGLE_COPY"]
-            t_lib = timed(functools.partial(fn, la, lb))
             tr = pa.transfer(pb, dt)
             ma, mb = np.ones(pa.subshape, dt), np.zeros(pb.subshape, dt)
-            t_pf = timed(functools.partial(tr.forward, ma, mb))
+
+            def two_copy(x: np.ndarray = la, y: np.ndarray = lb, f: Callable[..., object] = fn) -> None:
+                os.environ["CUDECOMP_SINGLE_COPY"] = "0"
+                try:
+                    f(x, y)
+                finally:
+                    del os.environ["CUDECOMP_SINGLE_COPY"]
+
+            methods = [functools.partial(fn, ua, ub), two_copy, functools.partial(fn, la, lb), functools.partial(tr.forward, ma, mb)]
+            # Round after round, each method in turn: the host's drift between runs minutes
+            # apart is larger than the differences sought.
+            per = [[] for _ in methods]
+            for _ in range(a.rounds):
+                for m, acc in zip(methods, per, strict=True):
+                    acc += samples(m, a.reps)
+            t_user, t_two, t_lib, t_pf = (float(np.median(v)) for v in per)
             if comm.rank == 0:
                 ms = [t * 1e3 for t in (t_user, t_two, t_lib, t_pf)]
                 print(
