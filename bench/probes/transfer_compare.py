@@ -10,7 +10,9 @@ prints the slowest rank's median time of:
 * ``library``: between ``empty_pencil`` arrays (one copy, into the receivers' outputs);
 * ``mpi4py-fft``: ``Pencil.transfer(...).forward`` (its ``Alltoallw`` of subarray types)
   with the same decomposition: NumPy axes (z, y, x), the X-pencil aligned in axis 2 with
-  y over PR ranks and z over PC, so that each exchange runs within groups of the same size.
+  y over PR ranks and z over PC, so that each exchange runs within groups of the same size;
+* ``floor``: every rank copying its own input pencil once, all at once (a 1×1 grid of its
+  own, as ``bench/probes/host_floor.py``): what no transpose can beat.
 
 Usage: ``mpirun -np 16 python3 bench/probes/transfer_compare.py --n 256 --pdims 4x4 --rounds 5``
 (needs ``mpi4py-fft``; compare with ``bench/probes/host_floor.py`` at the same ranks).
@@ -38,7 +40,7 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["c128", "f64"])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=1, help="alternate the four methods this many times (against drift)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the methods this many times (against drift)")
     a = ap.parse_args()
     from mpi4py_fft.pencil import Pencil, Subcomm
 
@@ -63,14 +65,15 @@ def main() -> None:
     cfg.gdims, cfg.pdims = (n, n, n), (pr, pc)
     cfg.transpose_comm_backend = cudecomp.TransposeCommBackend.DIRECT
     g = h.create_grid(cfg)
+    own = cudecomp.Handle(MPI.COMM_SELF)
     sub = Subcomm(comm, [pc, pr, 1])
     px = Pencil(sub, (n, n, n), axis=2)
     py = px.pencil(1)
     pz = py.pencil(0)
     if comm.rank == 0:
         print(f"# {comm.size} ranks, {n}^3, pdims {pr}x{pc}, medians of {a.rounds} rounds x {a.reps} (ms, slowest rank per call)")
-        head = f"{'dtype':6s} {'op':4s} {'user':>9s} {'lib 2-copy':>11s} {'library':>9s} {'mpi4py-fft':>11s}"
-        print(head + "  ratios mpi4py-fft/(user, library)")
+        head = f"{'dtype':6s} {'op':4s} {'user':>9s} {'lib 2-copy':>11s} {'library':>9s} {'mpi4py-fft':>11s} {'floor':>9s}"
+        print(head + "  ratios mpi4py-fft/(user, library), library/floor")
     for dname in a.dtypes:
         dt = {"c128": np.complex128, "f64": np.float64, "c64": np.complex64, "f32": np.float32}[dname]
         for op, (fa, fb), (pa, pb) in (("xy", (0, 1), (px, py)), ("yz", (1, 2), (py, pz))):
@@ -90,21 +93,36 @@ def main() -> None:
                 finally:
                     del os.environ["CUDECOMP_SINGLE_COPY"]
 
-            methods = [functools.partial(fn, ua, ub), two_copy, functools.partial(fn, la, lb), functools.partial(tr.forward, ma, mb)]
+            # The copy floor: every rank copies its own pencil once, all at once (a 1x1 grid
+            # of its own, as bench/probes/host_floor.py), in the same rounds.
+            fcfg = cudecomp.GridDescConfig()
+            fcfg.gdims, fcfg.pdims = tuple(reversed(ua.shape)), (1, 1)
+            fgrid = own.create_grid(fcfg)
+            fa, fb = np.ones(ua.shape, dt), np.zeros(fgrid.get_pencil_info(1).array_shape, dt)
+            methods = [
+                functools.partial(fn, ua, ub),
+                two_copy,
+                functools.partial(fn, la, lb),
+                functools.partial(tr.forward, ma, mb),
+                functools.partial(fgrid.transpose_x_to_y, fa, fb),
+            ]
             # Round after round, each method in turn: the host's drift between runs minutes
             # apart is larger than the differences sought.
             per = [[] for _ in methods]
             for _ in range(a.rounds):
                 for m, acc in zip(methods, per, strict=True):
                     acc += samples(m, a.reps)
-            t_user, t_two, t_lib, t_pf = (float(np.median(v)) for v in per)
+            fgrid.destroy()
+            t_user, t_two, t_lib, t_pf, t_floor = (float(np.median(v)) for v in per)
             if comm.rank == 0:
-                ms = [t * 1e3 for t in (t_user, t_two, t_lib, t_pf)]
+                ms = [t * 1e3 for t in (t_user, t_two, t_lib, t_pf, t_floor)]
                 print(
-                    f"{dname:6s} {op:4s} {ms[0]:9.3f} {ms[1]:11.3f} {ms[2]:9.3f} {ms[3]:11.3f}  {t_pf / t_user:5.2f}x {t_pf / t_lib:5.2f}x"
+                    f"{dname:6s} {op:4s} {ms[0]:9.3f} {ms[1]:11.3f} {ms[2]:9.3f} {ms[3]:11.3f} {ms[4]:9.3f}"
+                    f"  {t_pf / t_user:5.2f}x {t_pf / t_lib:5.2f}x {t_lib / t_floor:5.2f}x"
                 )
     g.destroy()
     h.finalize()
+    own.finalize()
 
 
 if __name__ == "__main__":
