@@ -261,34 +261,7 @@ impl Workspace {
         explicit: Option<Buf>,
     ) -> Result<SymmetricWork> {
         let lent = explicit.and_then(|w| SymmetricBuffer::find(w).map(|(s, o)| (w, s, o)));
-        let (serial, offset) = lent.map_or((0, 0), |(_, s, o)| (s, o as u64));
-        // Ranks exchanging through a lent buffer need none of the workspace.
-        let mine = if lent.is_some() { 0 } else { bytes as u64 };
-        let mut all = vec![0u8; 24 * comm.size()];
-        let record: Vec<u8> = [mine, serial, offset]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        comm.allgather(&record, &mut all)?;
-        let word = |r: usize, i: usize| {
-            let at = 24 * r + 8 * i;
-            u64::from_le_bytes(all[at..at + 8].try_into().unwrap_or([0; 8]))
-        };
-        let ranks = comm.size();
-        let most = (0..ranks).map(|r| word(r, 0)).max().unwrap_or(0) as usize;
-        if let Some(r) = (0..ranks).find(|&r| (word(r, 1), word(r, 2)) != (serial, offset)) {
-            let describe = |s: u64, o: u64| {
-                match s {
-                0 => "no Handle.malloc buffer (NVSHMEM operations then use the handle's symmetric workspace)".to_owned(),
-                s => format!("Handle.malloc buffer #{s} at byte {o}"),
-            }
-            };
-            invalid!(
-                "work: NVSHMEM operations exchange through the same symmetric memory on every rank: pass the same Handle.malloc buffer on all ranks, or none; this rank passed {}, rank {r} {}",
-                describe(serial, offset),
-                describe(word(r, 1), word(r, 2))
-            );
-        }
+        let most = agree_on_lent(comm, bytes, lent.map(|(_, s, o)| (s, o)))?;
         if self.capturing && self.signals.is_none() {
             return Err(warm_up_first("the NVSHMEM symmetric workspace"));
         }
@@ -399,6 +372,44 @@ impl Workspace {
             None => Ok(()),
         }
     }
+}
+
+/// Collective: checks that every rank passes the same place `(serial, byte offset)` of the
+/// same lent symmetric buffer, or none (`InvalidUsage` on every rank otherwise: all see the
+/// same records), and returns the most workspace bytes any rank without one asks for.
+fn agree_on_lent(
+    comm: &dyn Communicator,
+    bytes: usize,
+    lent: Option<(u64, usize)>,
+) -> Result<usize> {
+    let (serial, offset) = lent.map_or((0, 0), |(s, o)| (s, o as u64));
+    // Ranks exchanging through a lent buffer need none of the workspace.
+    let mine = if lent.is_some() { 0 } else { bytes as u64 };
+    let record: Vec<u8> = [mine, serial, offset]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let mut all = vec![0u8; 24 * comm.size()];
+    comm.allgather(&record, &mut all)?;
+    let word = |r: usize, i: usize| {
+        let at = 24 * r + 8 * i;
+        u64::from_le_bytes(all[at..at + 8].try_into().unwrap_or([0; 8]))
+    };
+    let ranks = comm.size();
+    if let Some(r) = (0..ranks).find(|&r| (word(r, 1), word(r, 2)) != (serial, offset)) {
+        let describe = |s: u64, o: u64| {
+            match s {
+            0 => "no Handle.malloc buffer (NVSHMEM operations then use the handle's symmetric workspace)".to_owned(),
+            s => format!("Handle.malloc buffer #{s} at byte {o}"),
+        }
+        };
+        invalid!(
+            "work: NVSHMEM operations exchange through the same symmetric memory on every rank: pass the same Handle.malloc buffer on all ranks, or none; this rank passed {}, rank {r} {}",
+            describe(serial, offset),
+            describe(word(r, 1), word(r, 2))
+        );
+    }
+    Ok((0..ranks).map(|r| word(r, 0)).max().unwrap_or(0) as usize)
 }
 
 fn quiesce(last_use: &Option<Event>) -> Result<()> {
@@ -514,5 +525,37 @@ impl Pool {
             f(&mut lock(&s.ws))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::mock;
+
+    #[test]
+    fn ranks_agree_on_lent_buffers_or_all_refuse() {
+        // Everybody on one place of one buffer: no workspace needed.
+        for r in mock::run(3, |c| agree_on_lent(c, 100 * (c.rank() + 1), Some((7, 64)))) {
+            assert_eq!(r.expect("agreed"), 0);
+        }
+        // Nobody: the largest request.
+        for r in mock::run(3, |c| agree_on_lent(c, 100 * (c.rank() + 1), None)) {
+            assert_eq!(r.expect("agreed"), 300);
+        }
+        // A mix, different buffers, different places: refused on every rank.
+        type Lent = fn(usize) -> Option<(u64, usize)>;
+        let mixes: [Lent; 3] = [
+            |r| (r == 0).then_some((7, 0)),
+            |r| Some((7 + r as u64, 0)),
+            |r| Some((7, 8 * r)),
+        ];
+        for lent in mixes {
+            for r in mock::run(3, move |c| agree_on_lent(c, 64, lent(c.rank()))) {
+                let e = r.expect_err("refused");
+                assert!(matches!(e, Error::InvalidUsage(_)), "{e}");
+                assert!(e.to_string().contains("same Handle.malloc buffer"), "{e}");
+            }
+        }
     }
 }
