@@ -243,3 +243,25 @@ def test_without_shared_memory_arrays_are_ordinary(handle: cudecomp.Handle) -> N
         x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
         g.transpose_x_to_y(x, y)  # and the next arrays are shared again
         assert shared(y) and same(y, make(ib, GDIMS, DataType.DOUBLE))
+
+
+@pytest.mark.skipif(GPU or NRANKS < 2, reason="runs one CPU rank out of descriptors; needs peers")
+def test_a_rank_that_cannot_map_fails_everyone_without_a_hang(handle: cudecomp.Handle, comm: MPI.Comm) -> None:
+    import resource
+
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+        g.transpose_x_to_y(x, y)  # warms the workspaces up
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})  # new outputs: peers must map them
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if comm.rank == 0:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (0, hard))  # rank 0 cannot open them
+        try:
+            with pytest.raises(cudecomp.CudecompError) as e:
+                g.transpose_x_to_y(x, y)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        if comm.rank != 0:
+            assert "rank 0 could not write" in str(e.value)
+        g.transpose_x_to_y(x, y)  # the next call works everywhere
+        assert same(y, make(ib, GDIMS, DataType.DOUBLE))

@@ -137,11 +137,31 @@ impl ChunkSignals for SharedChunks<'_> {
             if p != self.me {
                 let flag = slot(self.workspaces, rank, from)?;
                 wait_for(flag, mark(self.workspaces, 0), from, &self.waited_ms)?;
+                if flag.load(Ordering::Acquire) == mark(self.workspaces, ABANDONED) {
+                    return Err(Error::Internal(format!(
+                        "DIRECT: rank {from} could not write its chunk into this rank's output (its own error says why)"
+                    )));
+                }
             }
         }
         Ok(())
     }
+
+    fn abandon(&self, why: Error) -> Result<()> {
+        let rank = self.members[self.me];
+        for (p, &to) in self.members.iter().enumerate() {
+            if p != self.me {
+                slot(self.workspaces, to, rank)?
+                    .store(mark(self.workspaces, ABANDONED), Ordering::Release);
+            }
+        }
+        Err(why)
+    }
 }
+
+/// The item number a single-copy writer raises instead of delivering (above every slice
+/// number, below the operation bits).
+const ABANDONED: usize = (1 << 20) - 2;
 
 /// Spins (then yields, for oversubscribed nodes) until `flag` reaches `target`; adds the
 /// milliseconds waited to `waited`.
@@ -372,5 +392,48 @@ mod tests {
         assert_eq!(slices(16, 2, ring), HOST_RING_BYTES / 60);
         assert_eq!(slices(16, 2, None), 2 * HOST_THREAD_SLICE_BYTES);
         assert_eq!(slices(16, 1, None), HOST_SLICE_BYTES);
+    }
+
+    #[test]
+    fn an_abandoning_writer_fails_its_receivers_instead_of_stalling_them() {
+        use crate::comm::{mock, Communicator};
+        let results = mock::run(3, |c| -> Result<Option<String>> {
+            let members: Vec<usize> = (0..3).collect();
+            let me = c.rank();
+            let mut ws = SharedWorkspaces::default();
+            let round = |ws: &SharedWorkspaces, abandon: bool| {
+                let x = SharedChunks {
+                    workspaces: ws,
+                    members: &members,
+                    me,
+                    waited_ms: Cell::new(0.0),
+                };
+                if abandon {
+                    return x.abandon(Error::Internal("cannot map rank 1's output".into()));
+                }
+                for p in (0..3).filter(|&p| p != me) {
+                    x.delivered(p)?;
+                }
+                x.arrived()
+            };
+            ws.exchange(c, 1024)?;
+            let first = round(&ws, me == 0);
+            // The next operation runs normally on every rank.
+            ws.exchange(c, 1024)?;
+            round(&ws, false)?;
+            Ok(first.err().map(|e| e.to_string()))
+        });
+        let said: Vec<Option<String>> = results.into_iter().map(|r| r.expect("ran")).collect();
+        assert!(
+            said[0].as_deref().is_some_and(|e| e.contains("cannot map")),
+            "{said:?}"
+        );
+        for e in &said[1..] {
+            assert!(
+                e.as_deref()
+                    .is_some_and(|e| e.contains("rank 0 could not write")),
+                "{said:?}"
+            );
+        }
     }
 }

@@ -126,4 +126,7 @@ pub trait ChunkSignals {
     fn delivered(&self, peer: usize) -> Result<()>;
     /// Waits until every peer's chunk is in this rank's output.
     fn arrived(&self) -> Result<()>;
+    /// This rank cannot write its chunks (`why`, e.g. a peer's output it could not map):
+    /// tells the members, whose `arrived` then fails instead of waiting, and returns `why`.
+    fn abandon(&self, why: crate::Error) -> Result<()>;
 }

@@ -15,7 +15,7 @@ use crate::cuda::vmm::{DeviceArray, DeviceArrayRef};
 use crate::cuda::{self, Stream};
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::direct::{SharedChunks, SharedFaces, SharedSlices, HOST_RING_PLACES};
-use crate::engine::exchange::SliceExchange;
+use crate::engine::exchange::{ChunkSignals, SliceExchange};
 use crate::engine::halo::HaloRun;
 use crate::engine::nvshmem::{NvshmemFaces, NvshmemSlices, Symmetric};
 use crate::engine::route::{halo_route, transpose_route, Route};
@@ -289,14 +289,20 @@ impl Runtime<'_> {
                     plan,
                     c.dtype.size(),
                     |r, a, bytes| ws.peer_arrays.map_shared(r, a, bytes),
-                )?;
+                );
+                let x = SharedChunks {
+                    workspaces: &ws.shared,
+                    members: &plan.members,
+                    me: plan.me,
+                    waited_ms: Cell::new(0.0),
+                };
+                // Every member took the single-copy path: one that cannot map a peer's
+                // output tells the others rather than leaving them waiting.
+                let outs = match outs {
+                    Err(e) => return x.abandon(e),
+                    Ok(o) => o,
+                };
                 if let Some(outs) = outs {
-                    let x = SharedChunks {
-                        workspaces: &ws.shared,
-                        members: &plan.members,
-                        me: plan.me,
-                        waited_ms: Cell::new(0.0),
-                    };
                     let threads = self.host_threads;
                     let movers = |dst: Buf| -> Box<dyn Mover> {
                         Box::new(HostMover::new(threads).streaming_into(dst))
@@ -410,17 +416,22 @@ impl Runtime<'_> {
                     plan,
                     c.dtype.size(),
                     |r, a, bytes| ws.peer_device_arrays.map_device(&dev.device, r, a, bytes),
-                )?;
+                );
+                let x = IpcChunks {
+                    pipe,
+                    peers: ws.ipc(),
+                    main: stream,
+                    members: &plan.members,
+                    me: plan.me,
+                    comm: c.group,
+                };
+                // As on the host: a member that cannot map a peer's output tells the others.
+                let outs = match outs {
+                    Err(e) => return x.abandon(e),
+                    Ok(o) => o,
+                };
                 if let Some(outs) = outs {
                     crate::engine::direct::count_single_copy();
-                    let x = IpcChunks {
-                        pipe,
-                        peers: ws.ipc(),
-                        main: stream,
-                        members: &plan.members,
-                        me: plan.me,
-                        comm: c.group,
-                    };
                     x.start()?;
                     let movers = |dst| -> Box<dyn Mover + '_> {
                         Box::new(DeviceMover::new(mover.kernels, x.stream_for(dst, c.output)))

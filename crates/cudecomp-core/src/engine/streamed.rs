@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::comm::{post_pieces, Communicator, Transport, Way};
+use crate::comm::{allgather_u64, post_pieces, Communicator, Transport, Way};
 use crate::cuda::ipc::IpcPeers;
 use crate::cuda::{copy_device, Event, OwnedStream, Stream};
 use crate::engine::exchange::FaceExchange;
@@ -331,14 +331,35 @@ impl ChunkSignals for IpcChunks<'_> {
     }
 
     fn arrived(&self) -> Result<()> {
-        // Peers have enqueued their records: waits enqueued from now on see them.
-        self.comm.barrier()?;
+        // Peers have enqueued their records (waits enqueued from now on see them), or
+        // some rank could not write its chunks.
+        if let Some(r) = self.settle(false)? {
+            self.pipe.finish(self.main)?;
+            return Err(Error::Internal(format!(
+                "DIRECT: rank {r} could not write its chunks into the outputs (its own error says why)"
+            )));
+        }
         for (p, &w) in self.members.iter().enumerate() {
             if p != self.me {
                 self.peers.landed(w, 0)?.wait_on(self.main)?;
             }
         }
         self.pipe.finish(self.main)
+    }
+
+    fn abandon(&self, why: Error) -> Result<()> {
+        self.settle(true)?;
+        self.pipe.finish(self.main)?;
+        Err(why)
+    }
+}
+
+impl IpcChunks<'_> {
+    /// Collective (the barrier between records and waits): whether this rank `failed`;
+    /// the first member that did, if any.
+    fn settle(&self, failed: bool) -> Result<Option<usize>> {
+        let all = allgather_u64(self.comm, u64::from(failed))?;
+        Ok(all.iter().position(|&f| f != 0))
     }
 }
 

@@ -814,6 +814,10 @@ mod tests {
         fn arrived(&self) -> Result<()> {
             self.0.barrier()
         }
+        fn abandon(&self, why: Error) -> Result<()> {
+            self.0.barrier()?;
+            Err(why)
+        }
     }
 
     #[test]
