@@ -112,10 +112,16 @@ fn start() -> std::result::Result<Endpoint, String> {
     std::thread::Builder::new()
         .name("cudecomp-fd".into())
         .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                // One short exchange per connection; a misbehaving client only delays
-                // the next one by the timeout.
-                let _ = serve(conn);
+            for conn in listener.incoming() {
+                match conn {
+                    // One short exchange per connection; a misbehaving client only
+                    // delays the next one by the timeout.
+                    Ok(c) => {
+                        let _ = serve(c);
+                    }
+                    // Out of descriptors, say: retry later rather than spin.
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
             }
         })
         .map_err(|e| e.to_string())?;
