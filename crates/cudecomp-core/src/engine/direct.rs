@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn an_abandoning_writer_fails_its_receivers_instead_of_stalling_them() {
-        use crate::comm::{mock, Communicator};
+        use crate::comm::mock;
         let results = mock::run(3, |c| -> Result<Option<String>> {
             let members: Vec<usize> = (0..3).collect();
             let me = c.rank();
