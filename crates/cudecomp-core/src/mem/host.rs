@@ -249,7 +249,10 @@ unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
     // SAFETY: every access stays inside the ranges the caller vouches for, through raw
     // pointers (unaligned loads; the streamed stores are 16-byte aligned after `head`).
     unsafe {
-        std::ptr::copy(s, d, head);
+        // Rows are often aligned and a multiple of 16 bytes: no calls for empty ends.
+        if head > 0 {
+            std::ptr::copy(s, d, head);
+        }
         let mut i = head;
         while i + 64 <= n {
             let v0 = _mm_loadu_si128(s.add(i).cast::<__m128i>());
@@ -269,7 +272,9 @@ unsafe fn copy_streaming(s: *const u8, d: *mut u8, n: usize) {
             );
             i += 16;
         }
-        std::ptr::copy(s.add(i), d.add(i), n - i);
+        if i < n {
+            std::ptr::copy(s.add(i), d.add(i), n - i);
+        }
     }
 }
 
