@@ -273,7 +273,7 @@ impl Runtime<'_> {
                 let mut ws = lock(&self.slot.ws);
                 // Always the handle's shared workspace: peers write into it. Each rank
                 // tells the others, in the same collective, where its output lies when
-                // peers could write into it (see `single_copy_note`).
+                // peers could write into it (see `single_copy_wanted`).
                 let note = single_copy_wanted(c, sliced)
                     .then(|| SharedArray::find(c.output))
                     .flatten()
@@ -388,7 +388,9 @@ impl Runtime<'_> {
     /// IPC) from the library's stream; each slice is signalled with an interprocess event
     /// and unpacked by the receiver as it lands. One host synchronisation at the start
     /// (the peers' workspaces are free) and one barrier (signals recorded before waits).
-    /// Always uses the handle's workspace, which peers have mapped.
+    /// Always uses the handle's workspace, which peers have mapped. When every member's
+    /// output is a registered device array (`GridDesc.empty_pencil`), the start's gather
+    /// says so and each rank copies its chunks once, straight into those outputs.
     fn transpose_ipc(
         &self,
         c: &TransposeCall<'_>,
