@@ -190,6 +190,7 @@ def test_fft_op_times_forward_and_backward_beside_one_device(tmp_path: os.PathLi
 def test_library_arrays_run_single_copies(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """``--alloc library`` times transposes between ``empty_pencil`` arrays (single copies with DIRECT)."""
     monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    monkeypatch.setenv("CUDECOMP_SINGLE_COPY", "1")  # opt-in on GPUs
     path = os.path.join(shared_dir(tmp_path), "alloc.json")
     before = cudecomp._cudecomp._single_copy_count()
     argv = ["--gdims", "12^3", "--dtypes", "f64", "--ops", "xy", "yz", "--backends", "DIRECT", "--alloc", "library"]

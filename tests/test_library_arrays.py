@@ -45,8 +45,13 @@ pytestmark = pytest.mark.skipif(GPU and not gpu_available(), reason="GPU variant
 
 @pytest.fixture(autouse=True)
 def every_array_shared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Small test arrays are node-shared too (the default keeps arrays under 1 MiB private)."""
+    """Small test arrays are node-shared too (the default keeps arrays under 1 MiB private).
+
+    GPUs copy once only when asked (``CUDECOMP_SINGLE_COPY=1``): these tests ask.
+    """
     monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    if GPU:
+        monkeypatch.setenv("CUDECOMP_SINGLE_COPY", "1")
     yield
 
 
@@ -265,3 +270,15 @@ def test_a_rank_that_cannot_map_fails_everyone_without_a_hang(handle: cudecomp.H
             assert "rank 0 could not write" in str(e.value)
         g.transpose_x_to_y(x, y)  # the next call works everywhere
         assert same(y, make(ib, GDIMS, DataType.DOUBLE))
+
+
+@pytest.mark.skipif(not GPU or NRANKS < 2, reason="the GPU variant's default; needs peers")
+def test_gpus_copy_twice_unless_asked(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDECOMP_SINGLE_COPY")
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+        assert shared(x) and shared(y)
+        before = ext._single_copy_count()
+        g.transpose_x_to_y(x, y)
+        assert same(y, make(ib, GDIMS, DataType.DOUBLE))
+        assert ext._single_copy_count() == before

@@ -785,8 +785,9 @@ impl GridDesc {
     ///     ranks of the node map (node-shared host memory in the CPU variant, exported
     ///     device memory of the handle's GPU in the GPU variant): when every rank's
     ///     output of a transpose is such an array, each rank writes its chunks straight
-    ///     into the others' outputs (one copy instead of two, no workspace pass). Such
-    ///     memory is zero-filled and freed with the last view.
+    ///     into the others' outputs (one copy instead of two, no workspace pass; on
+    ///     GPUs only with ``CUDECOMP_SINGLE_COPY=1``). Such memory is zero-filled and
+    ///     freed with the last view.
     #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
     fn empty_pencil<'py>(
         &self,
