@@ -18,7 +18,7 @@ import cudecomp
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SNIPPETS = os.path.join(ROOT, "docs", "snippets")
-GPU_EXAMPLES = ["gpu.py"]
+GPU_EXAMPLES = ["gpu.py", "gpu_buffers.py"]
 CPU_EXAMPLES = [
     "quickstart.py",
     "layout.py",
