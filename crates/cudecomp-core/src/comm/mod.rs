@@ -183,11 +183,27 @@ pub fn pieces(len: usize) -> usize {
 
 /// Gathers one `u64` per rank.
 pub fn allgather_u64(comm: &dyn Communicator, v: u64) -> Result<Vec<u64>> {
-    let mut out = vec![0u8; 8 * comm.size()];
-    comm.allgather(&v.to_le_bytes(), &mut out)?;
+    Ok(allgather_words(comm, [v])?
+        .into_iter()
+        .map(|[w]| w)
+        .collect())
+}
+
+/// Gathers `N` `u64` words per rank (one collective).
+pub fn allgather_words<const N: usize>(
+    comm: &dyn Communicator,
+    v: [u64; N],
+) -> Result<Vec<[u64; N]>> {
+    let mine: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut out = vec![0u8; 8 * N * comm.size()];
+    comm.allgather(&mine, &mut out)?;
     Ok(out
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .chunks_exact(8 * N)
+        .map(|rec| {
+            std::array::from_fn(|i| {
+                u64::from_le_bytes(rec[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]))
+            })
+        })
         .collect())
 }
 

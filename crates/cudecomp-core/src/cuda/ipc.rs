@@ -9,8 +9,12 @@ use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 use cudarc::driver::sys;
 
+/// Byte offset of the note in a record: after the exported handle, the exporter's address
+/// and length.
+const NOTE_AT: usize = 64 + 16;
+
 /// Bytes of one exported handle, the exporter's address and length, and its note.
-const RECORD: usize = 64 + 16 + NOTE;
+const RECORD: usize = NOTE_AT + NOTE;
 
 /// Bytes of the note each rank publishes with its workspace (see [`IpcPeers::exchange`]).
 pub const NOTE: usize = crate::cuda::vmm::DEVICE_ARRAY_REF_BYTES;
@@ -73,7 +77,7 @@ impl IpcPeers {
         let all: Vec<&[u8]> = all.chunks_exact(RECORD).collect();
         let notes = all
             .iter()
-            .map(|rec| rec[80..].try_into().unwrap_or([0; NOTE]))
+            .map(|rec| rec[NOTE_AT..].try_into().unwrap_or([0; NOTE]))
             .collect();
         self.peers.resize_with(all.len(), || None);
         for (r, rec) in all.iter().enumerate() {

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::Communicator;
+use crate::comm::{allgather_words, Communicator};
 use crate::cuda::ipc::{IpcPeers, NOTE};
 use crate::cuda::nccl::{Nccl, RegisteredAlloc};
 use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc, SymmetricBuffer};
@@ -385,18 +385,8 @@ fn agree_on_lent(
     let (serial, offset) = lent.map_or((0, 0), |(s, o)| (s, o as u64));
     // Ranks exchanging through a lent buffer need none of the workspace.
     let mine = if lent.is_some() { 0 } else { bytes as u64 };
-    let record: Vec<u8> = [mine, serial, offset]
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
-    let mut all = vec![0u8; 24 * comm.size()];
-    comm.allgather(&record, &mut all)?;
-    let word = |r: usize, i: usize| {
-        let at = 24 * r + 8 * i;
-        u64::from_le_bytes(all[at..at + 8].try_into().unwrap_or([0; 8]))
-    };
-    let ranks = comm.size();
-    if let Some(r) = (0..ranks).find(|&r| (word(r, 1), word(r, 2)) != (serial, offset)) {
+    let all = allgather_words(comm, [mine, serial, offset])?;
+    if let Some(r) = all.iter().position(|w| (w[1], w[2]) != (serial, offset)) {
         let describe = |s: u64, o: u64| {
             match s {
             0 => "no Handle.malloc buffer (NVSHMEM operations then use the handle's symmetric workspace)".to_owned(),
@@ -406,10 +396,10 @@ fn agree_on_lent(
         invalid!(
             "work: NVSHMEM operations exchange through the same symmetric memory on every rank: pass the same Handle.malloc buffer on all ranks, or none; this rank passed {}, rank {r} {}",
             describe(serial, offset),
-            describe(word(r, 1), word(r, 2))
+            describe(all[r][1], all[r][2])
         );
     }
-    Ok((0..ranks).map(|r| word(r, 0)).max().unwrap_or(0) as usize)
+    Ok(all.iter().map(|w| w[0]).max().unwrap_or(0) as usize)
 }
 
 fn quiesce(last_use: &Option<Event>) -> Result<()> {
