@@ -4,6 +4,7 @@ The classes defined here are re-exported by the ``cudecomp`` package: use them a
 ``cudecomp.Handle``, ``cudecomp.GridDesc`` and ``cudecomp.PencilInfo``.
 """
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -349,6 +350,7 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
+        input_ready: Sequence[tuple[Any, int]] | None = None,
     ) -> Any:
         """Global transpose from X-pencils to Y-pencils (collective).
 
@@ -394,6 +396,17 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
+            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
+                or int handles), planes not decreasing: the input's first ``planes``
+                planes along its slowest axis in memory (halo planes counted) are
+                written once ``event`` has completed. The transpose may then run on
+                a stream that does not wait for the writer and move each step's
+                planes as soon as its event completes (DIRECT between
+                ``empty_pencil`` arrays: each step goes to the peers by the copy
+                engine while the writer produces the next; other backends wait for
+                all the events first). Events must be recorded before the call.
+                ``None`` (default): the stream alone orders the input. The CPU
+                variant refuses events.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -419,6 +432,7 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
+        input_ready: Sequence[tuple[Any, int]] | None = None,
     ) -> Any:
         """Global transpose from Y-pencils to Z-pencils (collective).
 
@@ -464,6 +478,17 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
+            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
+                or int handles), planes not decreasing: the input's first ``planes``
+                planes along its slowest axis in memory (halo planes counted) are
+                written once ``event`` has completed. The transpose may then run on
+                a stream that does not wait for the writer and move each step's
+                planes as soon as its event completes (DIRECT between
+                ``empty_pencil`` arrays: each step goes to the peers by the copy
+                engine while the writer produces the next; other backends wait for
+                all the events first). Events must be recorded before the call.
+                ``None`` (default): the stream alone orders the input. The CPU
+                variant refuses events.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -489,6 +514,7 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
+        input_ready: Sequence[tuple[Any, int]] | None = None,
     ) -> Any:
         """Global transpose from Z-pencils to Y-pencils (collective).
 
@@ -534,6 +560,17 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
+            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
+                or int handles), planes not decreasing: the input's first ``planes``
+                planes along its slowest axis in memory (halo planes counted) are
+                written once ``event`` has completed. The transpose may then run on
+                a stream that does not wait for the writer and move each step's
+                planes as soon as its event completes (DIRECT between
+                ``empty_pencil`` arrays: each step goes to the peers by the copy
+                engine while the writer produces the next; other backends wait for
+                all the events first). Events must be recorded before the call.
+                ``None`` (default): the stream alone orders the input. The CPU
+                variant refuses events.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -559,6 +596,7 @@ class GridDesc:
         input_padding: Triple | None = None,
         output_padding: Triple | None = None,
         stream: Stream = None,
+        input_ready: Sequence[tuple[Any, int]] | None = None,
     ) -> Any:
         """Global transpose from Y-pencils to X-pencils (collective).
 
@@ -604,6 +642,17 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
+            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
+                or int handles), planes not decreasing: the input's first ``planes``
+                planes along its slowest axis in memory (halo planes counted) are
+                written once ``event`` has completed. The transpose may then run on
+                a stream that does not wait for the writer and move each step's
+                planes as soon as its event completes (DIRECT between
+                ``empty_pencil`` arrays: each step goes to the peers by the copy
+                engine while the writer produces the next; other backends wait for
+                all the events first). Events must be recorded before the call.
+                ``None`` (default): the stream alone orders the input. The CPU
+                variant refuses events.
 
         Returns:
             ``out``, or the newly allocated output.

@@ -4,14 +4,17 @@ use std::sync::{Arc, Mutex};
 
 use cudecomp_core::config::DataType;
 
+use cudecomp_core::cuda::EventRef;
+use cudecomp_core::engine::run::ReadyMark;
 use cudecomp_core::engine::Exec;
 use cudecomp_core::geometry;
 use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
 use cudecomp_core::Error;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PySlice, PyTuple};
+use pyo3::types::{PyInt, PySlice, PyTuple};
 
 use crate::args::{bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype};
 use crate::array::{resolve_dtype, ArrayArg};
@@ -241,6 +244,59 @@ pub struct TransposeCall<'a, 'py> {
     pub input_padding: Option<&'a Bound<'py, PyAny>>,
     pub output_padding: Option<&'a Bound<'py, PyAny>>,
     pub stream: Option<&'a Bound<'py, PyAny>>,
+    pub input_ready: Option<&'a Bound<'py, PyAny>>,
+}
+
+/// `input_ready`: `(event, planes)` pairs; an event is an int handle, or an object with an
+/// int `ptr` (CuPy) or `cuda_event` (PyTorch). TypeError for anything else; the planes are
+/// checked by the core (collectively).
+fn parse_ready(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<ReadyMark>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let bad = |what: String| {
+        PyTypeError::new_err(format!(
+            "input_ready: expected a sequence of (event, planes) pairs, an event being an int handle or an object with an int .ptr or .cuda_event, got {what}"
+        ))
+    };
+    let mut marks = Vec::new();
+    for item in v.try_iter().map_err(|_| {
+        bad(v
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default())
+    })? {
+        let item = item?;
+        let pair: (Bound<'_, PyAny>, i64) = item
+            .extract()
+            .map_err(|_| bad(item.repr().map(|r| r.to_string()).unwrap_or_default()))?;
+        let (e, planes) = pair;
+        let handle = ["ptr", "cuda_event"]
+            .iter()
+            .find_map(|a| e.getattr(*a).ok().filter(|h| h.is_instance_of::<PyInt>()))
+            .unwrap_or_else(|| e.clone());
+        let h: i128 = handle.extract().map_err(|_| {
+            bad(format!(
+                "an event of type {}",
+                e.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        let h = u64::try_from(h).map_err(|_| {
+            invalid(
+                py,
+                format!("input_ready: expected a non-negative event handle, got {h}"),
+            )
+        })?;
+        marks.push(ReadyMark {
+            event: EventRef::from_handle(h),
+            planes,
+        });
+    }
+    Ok(marks)
 }
 
 /// Arguments of one halo update.
@@ -298,6 +354,7 @@ impl GridDesc {
         c: TransposeCall<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
+        let marks = parse_ready(py, c.input_ready)?;
         let ready = prepare_transpose(py, &gd, direction, &c);
         let (op, input, out, out_obj, work, exec) =
             agreed(py, &gd, direction.method_name(), ready)?;
@@ -305,7 +362,8 @@ impl GridDesc {
         // were checked to be C-contiguous and of the sizes recorded; device work is ordered
         // on the operation's stream, which the caller keeps alive as documented.
         let (i, o, w) = unsafe { (input.buf(), out.buf(), work.as_ref().map(|w| w.buf())) };
-        py.detach(|| gd.transpose(&op, i, o, w, exec)).py(py)?;
+        py.detach(|| gd.transpose_with(&op, i, o, w, exec, &marks))
+            .py(py)?;
         Ok(out_obj)
     }
 
@@ -583,6 +641,17 @@ macro_rules! grid_methods {
                 ///         current stream for CuPy inputs, else the default stream 0; an int
                 ///         handle; an object with ``__cuda_stream__``; or an object with an int
                 ///         ``ptr``). The CPU variant accepts and ignores it.
+                ///     input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
+                ///         or int handles), planes not decreasing: the input's first ``planes``
+                ///         planes along its slowest axis in memory (halo planes counted) are
+                ///         written once ``event`` has completed. The transpose may then run on
+                ///         a stream that does not wait for the writer and move each step's
+                ///         planes as soon as its event completes (DIRECT between
+                ///         ``empty_pencil`` arrays: each step goes to the peers by the copy
+                ///         engine while the writer produces the next; other backends wait for
+                ///         all the events first). Events must be recorded before the call.
+                ///         ``None`` (default): the stream alone orders the input. The CPU
+                ///         variant refuses events.
                 ///
                 /// Returns:
                 ///     ``out``, or the newly allocated output.
@@ -595,7 +664,7 @@ macro_rules! grid_methods {
                 ///     NotSupportedError: A pencil of this transpose is empty on some rank.
                 ///     TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 ///         a list as an array, a host array in the GPU variant).
-                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None))]
+                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None))]
                 #[allow(clippy::too_many_arguments)]
                 fn $tname<'py>(
                     &self,
@@ -609,11 +678,12 @@ macro_rules! grid_methods {
                     input_padding: Option<&Bound<'py, PyAny>>,
                     output_padding: Option<&Bound<'py, PyAny>>,
                     stream: Option<&Bound<'py, PyAny>>,
+                    input_ready: Option<&Bound<'py, PyAny>>,
                 ) -> PyResult<Bound<'py, PyAny>> {
                     self.transpose(
                         py,
                         $dir,
-                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream },
+                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready },
                     )
                 }
             )*

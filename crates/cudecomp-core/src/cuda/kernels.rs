@@ -231,6 +231,8 @@ pub struct DeviceMover<'a> {
     pub stream: Stream,
     /// Copies run beside NCCL's kernels (see [`Mover::background`]).
     pub background: AtomicBool,
+    /// Copies of long contiguous rows go to the copy engine (see [`DeviceMover::rows_on_engine`]).
+    pub engine_rows: bool,
 }
 
 impl<'a> DeviceMover<'a> {
@@ -240,9 +242,28 @@ impl<'a> DeviceMover<'a> {
             kernels,
             stream,
             background: AtomicBool::new(false),
+            engine_rows: false,
         }
     }
+
+    /// The same mover, sending every copy whose contiguous rows are at least
+    /// [`ENGINE_ROW_BYTES`] long to the copy engine (pitched 2-D and 3-D copies) instead of
+    /// a kernel: copies into peers then take no SMs, so kernels the caller runs meanwhile
+    /// (FFTs of the next slab) keep the whole GPU, and NVLink is driven by the engine that
+    /// reaches its peak (a kernel storing into a peer reaches 92-95 % of it).
+    pub fn rows_on_engine(mut self) -> Self {
+        self.engine_rows = true;
+        self
+    }
 }
+
+/// Shortest contiguous row (bytes) that [`DeviceMover::rows_on_engine`] hands to the copy
+/// engine; shorter rows go to kernels, which keep more of them in flight.
+pub const ENGINE_ROW_BYTES: i64 = 4096;
+
+/// Most 2-D copies one engine copy may be issued as (one per plane), beyond which a kernel
+/// is cheaper to launch.
+const ENGINE_MAX_CALLS: i64 = 64;
 
 /// Caps a launch grid at `cap` blocks in all (the kernels stride over their whole range).
 fn capped(grid: (u32, u32, u32), cap: u32) -> (u32, u32, u32) {
@@ -273,6 +294,16 @@ impl Mover for DeviceMover<'_> {
             // SAFETY: `check_copy` found both ranges inside `src` and `dst`, buffers whose
             // creators vouch for them for the whole operation (`Buf::new`).
             return unsafe { super::copy_device(d, s, n as usize * elem, self.stream) };
+        }
+        if let Some(r) = c
+            .rows()
+            .filter(|r| self.engine_rows && r.width * elem as i64 >= ENGINE_ROW_BYTES)
+        {
+            let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
+            // SAFETY: as above: `check_copy` found every cell inside `src` and `dst`.
+            if unsafe { super::copy_rows(d, s, elem, &r, ENGINE_MAX_CALLS, self.stream)? } {
+                return Ok(());
+            }
         }
         let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
         let ext = c.extent;

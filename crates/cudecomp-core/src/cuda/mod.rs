@@ -301,6 +301,39 @@ unsafe impl Send for OwnedStream {}
 // SAFETY: as above.
 unsafe impl Sync for OwnedStream {}
 
+/// A borrowed CUDA event handle, as passed by Python (a CuPy or PyTorch event); never
+/// destroyed by the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct EventRef(sys::CUevent);
+
+// SAFETY: an event handle is an opaque identifier usable from any thread.
+unsafe impl Send for EventRef {}
+// SAFETY: as above.
+unsafe impl Sync for EventRef {}
+
+impl EventRef {
+    /// The event with handle value `v`.
+    pub fn from_handle(v: u64) -> EventRef {
+        EventRef(v as usize as sys::CUevent)
+    }
+
+    /// Makes `stream` wait for the event's last record.
+    pub fn wait_on(&self, stream: Stream) -> Result<()> {
+        // SAFETY: the handle comes from the caller, who keeps the event alive for the call.
+        check(
+            unsafe {
+                cu::stream::wait_event(
+                    stream.0,
+                    self.0,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            },
+            "cuStreamWaitEvent",
+        )
+    }
+}
+
 /// A CUDA event, used to order work across streams (and, exported through CUDA IPC,
 /// across processes) and, when created with timing, to time work on a stream.
 pub struct Event(sys::CUevent);
@@ -457,6 +490,106 @@ pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Strea
         unsafe { cu::memcpy_htod_async(dst, slice, stream.0) },
         "cuMemcpyHtoDAsync",
     )
+}
+
+/// Enqueues the copy `r` (elements of `elem` bytes, offsets from `dst` and `src`) on the
+/// copy engine: one 2-D or 3-D pitched copy, or one 2-D copy per plane when the planes'
+/// strides are not a whole number of rows. Returns `false`, enqueuing nothing, when a pitch
+/// is beyond what the driver takes or it would need more than `max_calls` copies.
+///
+/// # Safety
+/// Every cell of `r` must lie inside device memory (or memory mapped into this context)
+/// that stays valid until the copies complete, with nothing else writing the destination.
+pub unsafe fn copy_rows(
+    dst: u64,
+    src: u64,
+    elem: usize,
+    r: &crate::plan::Rows,
+    max_calls: i64,
+    stream: Stream,
+) -> Result<bool> {
+    let e = elem as i64;
+    let [a, b] = r.outer;
+    let fits = |v: i64| v > 0 && v * e <= i32::MAX as i64;
+    if !(fits(a.src_stride) && fits(a.dst_stride)) {
+        return Ok(false);
+    }
+    let dev = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    let (s0, d0) = (
+        src + (r.src_offset * e) as u64,
+        dst + (r.dst_offset * e) as u64,
+    );
+    // Planes at a whole number of rows (at least the rows copied) make one 3-D copy.
+    let rows_per =
+        |plane: i64, row: i64| (plane % row == 0 && plane / row >= a.count).then(|| plane / row);
+    let heights = match (
+        b.count > 1,
+        rows_per(b.src_stride, a.src_stride),
+        rows_per(b.dst_stride, a.dst_stride),
+    ) {
+        (true, Some(hs), Some(hd)) => Some((hs, hd)),
+        _ => None,
+    };
+    if let Some((hs, hd)) = heights {
+        let p = sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: dev,
+            srcHost: std::ptr::null(),
+            srcDevice: s0,
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: (a.src_stride * e) as usize,
+            srcHeight: hs as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: dev,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: d0,
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: (a.dst_stride * e) as usize,
+            dstHeight: hd as usize,
+            WidthInBytes: (r.width * e) as usize,
+            Height: a.count as usize,
+            Depth: b.count as usize,
+        };
+        // SAFETY: the caller vouches for every cell of the copy until it completes.
+        let rc = unsafe { sys::cuMemcpy3DAsync_v2(&p, stream.0) };
+        check(rc.result(), "cuMemcpy3DAsync")?;
+        return Ok(true);
+    }
+    if b.count > max_calls {
+        return Ok(false);
+    }
+    for k in 0..b.count {
+        let p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: dev,
+            srcHost: std::ptr::null(),
+            srcDevice: s0 + (k * b.src_stride * e) as u64,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: (a.src_stride * e) as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: dev,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: d0 + (k * b.dst_stride * e) as u64,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: (a.dst_stride * e) as usize,
+            WidthInBytes: (r.width * e) as usize,
+            Height: a.count as usize,
+        };
+        // SAFETY: as above.
+        let rc = unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.0) };
+        check(rc.result(), "cuMemcpy2DAsync")?;
+    }
+    Ok(true)
 }
 
 /// Device-to-device copy on `stream`.

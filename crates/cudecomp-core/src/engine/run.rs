@@ -7,12 +7,12 @@ use std::cell::{Cell, RefCell};
 use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::cuda::ipc::NOTE;
-use crate::cuda::kernels::{DeviceMover, Kernels};
+use crate::cuda::kernels::{DeviceMover, Kernels, ENGINE_ROW_BYTES};
 use crate::cuda::nccl::NcclTransport;
 use crate::cuda::nvshmem::Nvshmem;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
 use crate::cuda::vmm::{DeviceArray, DeviceArrayRef};
-use crate::cuda::{self, Stream};
+use crate::cuda::{self, EventRef, Stream};
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::direct::{SharedChunks, SharedFaces, SharedSlices, HOST_RING_PLACES};
 use crate::engine::exchange::{ChunkSignals, SliceExchange};
@@ -21,7 +21,7 @@ use crate::engine::nvshmem::{NvshmemFaces, NvshmemSlices, Symmetric};
 use crate::engine::route::{halo_route, transpose_route, Route};
 use crate::engine::staged::StagedSlices;
 use crate::engine::streamed::{IpcChunks, IpcFaces, IpcSlices, Pipe, TransportSlices};
-use crate::engine::transpose::{single_copy_block, TransposeRun};
+use crate::engine::transpose::{single_copy_block, Staged, TransposeRun};
 use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
 use crate::mem::shm::{ArrayRef, SharedArray};
@@ -71,6 +71,25 @@ pub struct TransposeCall<'a> {
     pub output: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
+    /// Device operations: events after which the input's leading planes are written, in
+    /// increasing order of planes; the operation may move those planes before the rest.
+    /// Empty: the stream alone orders the input.
+    pub ready: &'a [ReadyMark],
+}
+
+/// Planes of a transpose's input that an event makes ready (see [`TransposeCall::ready`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadyMark {
+    /// Recorded by the caller once the planes are written.
+    pub event: EventRef,
+    /// Planes `0..planes` along the slowest axis of the input array in memory (halo
+    /// planes counted).
+    pub planes: i64,
+}
+
+/// Makes `stream` wait for every mark's event: for routes that move the input as a whole.
+fn wait_all(ready: &[ReadyMark], stream: Stream) -> Result<()> {
+    ready.iter().try_for_each(|m| m.event.wait_on(stream))
 }
 
 /// One halo update: its plan and buffers.
@@ -258,6 +277,12 @@ impl Runtime<'_> {
         };
         let route = transpose_route(exec, c.backend, self.mpi_cuda_aware(), plan)?;
         let capturing = self.capture_check(exec, route, c.backend.enum_name())?;
+        match (exec, route) {
+            // DIRECT's single copies wait plane by plane (`transpose_ipc`); host operations
+            // have no events (`GridDesc::transpose_with` checks).
+            (Exec::Device(_), Route::Ipc { .. }) | (Exec::Host, _) => {}
+            (Exec::Device(stream), _) => wait_all(c.ready, stream)?,
+        }
         match (route, exec) {
             (Route::HostMpi, _) => {
                 let mut ws = lock(&self.slot.ws);
@@ -314,7 +339,15 @@ impl Runtime<'_> {
                         c.group,
                         sample,
                         CommTime::Own(&waited),
-                        |_| r.single_copy(&outs, &movers, single_copy_block(plan, threads), &x),
+                        |_| {
+                            r.single_copy(
+                                &outs,
+                                &movers,
+                                single_copy_block(plan, threads),
+                                &x,
+                                None,
+                            )
+                        },
                     );
                 }
                 let x = SharedSlices {
@@ -436,10 +469,23 @@ impl Runtime<'_> {
                     crate::engine::direct::count_single_copy();
                     x.start()?;
                     let movers = |dst| -> Box<dyn Mover + '_> {
-                        Box::new(DeviceMover::new(mover.kernels, x.stream_for(dst, c.output)))
+                        let m = DeviceMover::new(mover.kernels, x.stream_for(dst, c.output));
+                        Box::new(m.rows_on_engine())
                     };
-                    return run.single_copy(&outs, &movers, 0, &x);
+                    // Each step's event holds back both streams the chunks are copied on.
+                    let wait = |j: usize| {
+                        let e = c.ready[j].event;
+                        e.wait_on(stream)?;
+                        e.wait_on(pipe.side())
+                    };
+                    let staged = Staged {
+                        ends: c.ready.iter().map(|m| m.planes).collect(),
+                        wait: &wait,
+                    };
+                    let staged = (!c.ready.is_empty()).then_some(&staged);
+                    return run.single_copy(&outs, &movers, 0, &x, staged);
                 }
+                wait_all(c.ready, stream)?;
                 if !sliced {
                     return run.run(t);
                 }
@@ -838,13 +884,15 @@ impl Runtime<'_> {
 
 /// Whether this rank offers its output for a single-copy DIRECT transpose: out of place,
 /// with peers to exchange with, and allowed by `CUDECOMP_SINGLE_COPY` (`0`: never, `1`:
-/// also on GPUs; unset: on the host only). It then publishes where its output lies when
-/// that is a registered array (`GridDesc.empty_pencil`).
+/// always; unset: on the host, and on GPUs when the copy engine carries every chunk). It
+/// then publishes where its output lies when that is a registered array
+/// (`GridDesc.empty_pencil`).
 ///
-/// On GPUs the single copy writes peers' chunks with copy kernels over NVLink, the way
-/// NVSHMEM_SM packs into peers (measured at about 85 % of the peer-copy bandwidth, where
-/// the two-copy path, whose copy engine carries the chunks, reaches 95 %); not measured
-/// itself on two GPUs yet, it stays opt-in there.
+/// On GPUs chunks of contiguous rows of at least [`ENGINE_ROW_BYTES`] go to the copy
+/// engine, straight into the peers' outputs: the same engine that carries the two-copy
+/// path's chunks across (95 % of peer copy), without its pack and unpack kernels. Other
+/// chunks would be written into peers by copy kernels, which reach about 85 % (as
+/// NVSHMEM_SM does), so those single copies are taken only when asked for.
 fn single_copy_wanted(c: &TransposeCall<'_>, sliced: bool, device: bool) -> bool {
     let allowed = match std::env::var("CUDECOMP_SINGLE_COPY")
         .as_deref()
@@ -852,9 +900,27 @@ fn single_copy_wanted(c: &TransposeCall<'_>, sliced: bool, device: bool) -> bool
     {
         Ok("0") => false,
         Ok("1") => true,
-        _ => !device,
+        _ => !device || rows_on_engine(c.plan, c.dtype.size()),
     };
     sliced && allowed && !c.input.overlaps(&c.output)
+}
+
+/// Whether every chunk of the plan (into peers and into this rank's own output) is made
+/// of contiguous rows the copy engine takes (see [`DeviceMover::rows_on_engine`]).
+fn rows_on_engine(plan: &TransposePlan, elem: usize) -> bool {
+    (0..plan.npeers())
+        .filter(|&p| plan.sends[p].count > 0)
+        .map(|p| {
+            if p == plan.me {
+                plan.self_copy()
+            } else {
+                plan.into_peer_output(p)
+            }
+        })
+        .all(|c| {
+            c.rows()
+                .is_some_and(|r| r.width * elem as i64 >= ENGINE_ROW_BYTES)
+        })
 }
 
 /// The outputs of every member of `plan`'s sub-communicator, mapped here by `map`, when

@@ -490,6 +490,7 @@ impl TransposeRun<'_> {
         movers: &dyn Fn(Buf) -> Box<dyn Mover + 'm>,
         block_bytes: i64,
         x: &dyn ChunkSignals,
+        staged: Option<&Staged<'_>>,
     ) -> Result<()> {
         let plan = self.plan;
         let np = plan.npeers();
@@ -503,9 +504,10 @@ impl TransposeRun<'_> {
         // Cache blocking (see `single_copy_block`): all chunks are cut alike along the
         // input's rows and the pieces over the same rows go to every receiver in turn.
         let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
-        let pieces = match block_bytes {
-            b if b <= 0 => 1,
-            b => (src_bytes / b).max(1) as usize,
+        let pieces = match (block_bytes, staged) {
+            (_, Some(_)) => 1,
+            (b, None) if b <= 0 => 1,
+            (b, None) => (src_bytes / b).max(1) as usize,
         };
         let mut parts: Vec<(Buf, Box<dyn Mover + 'm>, Vec<Copy3>)> = (1..=np)
             .map(|step| (plan.me + step) % np)
@@ -527,10 +529,35 @@ impl TransposeRun<'_> {
             // about 1.3x slower than the others (bench/RESULTS.md).
             parts.sort_by_key(|(_, _, cuts)| cuts.first().map_or(i64::MAX, Copy3::src_start));
         }
-        for j in 0..pieces {
-            for (dst, mover, cuts) in &parts {
-                if let Some(c) = cuts.get(j) {
-                    mover.copy(self.elem, self.input, *dst, c)?;
+        if let Some(st) = staged {
+            // Step by step as the caller's events say the input's planes are written: each
+            // step's planes go to every receiver before the next step is waited for.
+            let slow = (0..3)
+                .max_by_key(|&g| plan.in_layout.strides[g])
+                .unwrap_or(2);
+            let stride = plan.in_layout.strides[slow];
+            let mut lo = 0;
+            for j in 0..=st.ends.len() {
+                let hi = st.ends.get(j).copied().unwrap_or(i64::MAX);
+                if j < st.ends.len() {
+                    (st.wait)(j)?;
+                }
+                for (dst, mover, cuts) in &parts {
+                    for c in cuts
+                        .iter()
+                        .filter_map(|c| c.src_planes(slow, stride, lo, hi))
+                    {
+                        mover.copy(self.elem, self.input, *dst, &c)?;
+                    }
+                }
+                lo = hi;
+            }
+        } else {
+            for j in 0..pieces {
+                for (dst, mover, cuts) in &parts {
+                    if let Some(c) = cuts.get(j) {
+                        mover.copy(self.elem, self.input, *dst, c)?;
+                    }
                 }
             }
         }
@@ -623,6 +650,14 @@ impl TransposeRun<'_> {
         }
         Ok(())
     }
+}
+
+/// Input planes that become ready in steps (device operations with ready events).
+pub struct Staged<'s> {
+    /// End of each step: planes `0..ends[j]` along the input's slowest axis in memory.
+    pub ends: Vec<i64>,
+    /// Orders the copies of step `j`'s planes after the step's event.
+    pub wait: &'s dyn Fn(usize) -> Result<()>,
 }
 
 /// Bytes of input per piece of a single-copy transpose of `plan` whose rank copies with
@@ -868,7 +903,7 @@ mod tests {
                 };
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
                 let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
-                run.single_copy(&members, &movers, block, &Met(sub.as_ref()))
+                run.single_copy(&members, &movers, block, &Met(sub.as_ref()), None)
                     .unwrap();
             });
             for (r, p) in plans.iter().enumerate() {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use crate::comm::{allgather_bytes, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
-use crate::engine::run::{HaloCall, Runtime, TransposeCall};
+use crate::engine::run::{HaloCall, ReadyMark, Runtime, TransposeCall};
 use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::geometry::{CommAxis, Grid};
@@ -354,9 +354,28 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
+        self.transpose_with(op, input, output, work, exec, &[])
+    }
+
+    /// [`GridDesc::transpose`] whose input is written in steps: on a GPU, `ready` lists events
+    /// after which the input's leading planes (along its slowest axis in memory) are
+    /// written, and the operation moves each step's planes once its event completed rather
+    /// than waiting for the whole input (DIRECT between registered device arrays; other
+    /// routes wait for every event first). `ready` must be empty on the host.
+    pub fn transpose_with(
+        &self,
+        op: &TransposeOp,
+        input: Buf,
+        output: Buf,
+        work: Option<Buf>,
+        exec: Exec,
+        ready: &[ReadyMark],
+    ) -> Result<()> {
         let what =
             transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
-        let plan = self.checked_transpose_plan(op, input, output, work, exec);
+        let plan = self
+            .checked_transpose_plan(op, input, output, work, exec)
+            .and_then(|p| check_ready(ready, &p, exec).map(|_| p));
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let plan = plan?;
         let (_turn, slot) = self.handle.lease();
@@ -370,6 +389,7 @@ impl GridDesc {
                 input,
                 output,
                 work,
+                ready,
             },
             exec,
         )
@@ -472,4 +492,29 @@ impl GridDesc {
         }
         Ok(summary)
     }
+}
+
+/// InvalidUsage unless the marks are for a device operation and their planes are within
+/// the input's slowest axis and do not decrease.
+fn check_ready(ready: &[ReadyMark], plan: &TransposePlan, exec: Exec) -> Result<()> {
+    if exec == Exec::Host && !ready.is_empty() {
+        invalid!(
+            "input_ready: expected no events for an operation on host memory, got {}",
+            ready.len()
+        );
+    }
+    let l = &plan.in_layout;
+    let slow = (0..3).max_by_key(|&g| l.strides[g]).unwrap_or(2);
+    let planes = (plan.input.size + l.strides[slow] - 1) / l.strides[slow].max(1);
+    let mut last = 0;
+    for (j, m) in ready.iter().enumerate() {
+        if m.planes < last || m.planes > planes {
+            invalid!(
+                "input_ready[{j}]: expected planes in {last}..={planes} (not decreasing, at most the input's {planes} planes along its slowest axis), got {}",
+                m.planes
+            );
+        }
+        last = m.planes;
+    }
+    Ok(())
 }

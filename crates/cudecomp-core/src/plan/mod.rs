@@ -191,6 +191,74 @@ impl Copy3 {
         Some(self.cells().max(0))
     }
 
+    /// The copy as rows for the copy engine: the axes that continue each other on both
+    /// sides merged into one contiguous row (unit stride on both sides), then at most two
+    /// outer axes, innermost first. `None` when no axis is unit-stride on both sides (the
+    /// copy transposes) or a stride is negative.
+    pub fn rows(&self) -> Option<Rows> {
+        if self.cells() <= 0
+            || self
+                .src_strides
+                .iter()
+                .chain(&self.dst_strides)
+                .any(|&s| s < 0)
+        {
+            return None;
+        }
+        let mut ax: Vec<Axis> = (0..3).filter(|&g| self.extent[g] > 1).collect();
+        ax.sort_by_key(|&g| (self.dst_strides[g], self.src_strides[g]));
+        let mut width = 1;
+        let mut outer: Vec<Outer> = Vec::with_capacity(2);
+        for g in ax {
+            let (n, s, d) = (self.extent[g], self.src_strides[g], self.dst_strides[g]);
+            match outer.last_mut() {
+                None if s == width && d == width => width *= n,
+                None if width == 1 => return None,
+                Some(o) if s == o.src_stride * o.count && d == o.dst_stride * o.count => {
+                    o.count *= n
+                }
+                _ => outer.push(Outer {
+                    count: n,
+                    src_stride: s,
+                    dst_stride: d,
+                }),
+            }
+        }
+        let unit = Outer {
+            count: 1,
+            src_stride: width,
+            dst_stride: width,
+        };
+        Some(Rows {
+            src_offset: self.src_offset,
+            dst_offset: self.dst_offset,
+            width,
+            outer: [
+                outer.first().copied().unwrap_or(unit),
+                outer.get(1).copied().unwrap_or(unit),
+            ],
+        })
+    }
+
+    /// The part of the copy whose source cells lie in planes `lo..hi` of the source's
+    /// slowest axis (`axis`, of stride `stride`: plane `k` holds the offsets
+    /// `k * stride .. (k + 1) * stride`); `None` when no cell does.
+    pub fn src_planes(&self, axis: Axis, stride: i64, lo: i64, hi: i64) -> Option<Copy3> {
+        if stride <= 0 || self.src_strides[axis] != stride || self.cells() <= 0 {
+            return (lo <= 0 && hi > 0 && self.cells() > 0).then_some(*self);
+        }
+        let first = self.src_offset.div_euclid(stride);
+        let (a, b) = (lo.max(first), hi.min(first + self.extent[axis]));
+        if a >= b {
+            return None;
+        }
+        let mut c = *self;
+        c.extent[axis] = b - a;
+        c.src_offset += (a - first) * stride;
+        c.dst_offset += (a - first) * self.dst_strides[axis];
+        Some(c)
+    }
+
     /// The same copy in elements of up to `max` bytes: while the axis that is unit-stride
     /// on both sides has an even extent, and offsets and the other strides are even, pairs
     /// of cells along it become single cells of twice the size. Kernels then move as many
@@ -231,6 +299,30 @@ impl Copy3 {
         }
         (e, c)
     }
+}
+
+/// A copy as contiguous rows (see [`Copy3::rows`]), in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    /// Element offset of the first cell in the source.
+    pub src_offset: i64,
+    /// Element offset of the first cell in the destination.
+    pub dst_offset: i64,
+    /// Elements of one contiguous row.
+    pub width: i64,
+    /// The outer axes, innermost first (`count == 1` where there is none).
+    pub outer: [Outer; 2],
+}
+
+/// One outer axis of [`Rows`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outer {
+    /// Rows (or planes of rows) along the axis.
+    pub count: i64,
+    /// Element stride in the source.
+    pub src_stride: i64,
+    /// Element stride in the destination.
+    pub dst_stride: i64,
 }
 
 fn end(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
@@ -420,5 +512,106 @@ mod tests {
         };
         let l = Layout::packed(&b, [0, 1, 2], 0);
         assert_eq!(l.shifted([2, 0, 0]).offset([0, 0, 0]), l.offset([2, 0, 0]));
+    }
+
+    #[test]
+    fn rows_merge_what_continues_on_both_sides() {
+        // A slab chunk: whole X rows, half of Y, some Z planes, into a pencil of half Y.
+        let whole = Box3 {
+            lo: [0, 0, 0],
+            len: [8, 6, 4],
+        };
+        let part = Box3 {
+            lo: [0, 3, 0],
+            len: [8, 3, 4],
+        };
+        let src = Layout::packed(&whole, [0, 1, 2], 0);
+        let dst = Layout::packed(&part, [0, 1, 2], 0);
+        let r = Copy3::between(&part, &src, &dst).rows().unwrap();
+        assert_eq!((r.src_offset, r.dst_offset, r.width), (24, 0, 24));
+        assert_eq!(
+            r.outer[0],
+            Outer {
+                count: 4,
+                src_stride: 48,
+                dst_stride: 24
+            }
+        );
+        assert_eq!(r.outer[1].count, 1);
+        // Rows cut along X over all of Y: Y and Z merge into one outer axis.
+        let cut = Box3 {
+            lo: [2, 0, 0],
+            len: [4, 6, 4],
+        };
+        let r = Copy3::between(&cut, &src, &Layout::packed(&cut, [0, 1, 2], 0))
+            .rows()
+            .unwrap();
+        assert_eq!(r.width, 4);
+        assert_eq!(
+            (
+                r.outer[0].count,
+                r.outer[0].src_stride,
+                r.outer[0].dst_stride
+            ),
+            (24, 8, 4)
+        );
+        assert_eq!(r.outer[1].count, 1);
+        // ... over part of Y: two outer axes.
+        let corner = Box3 {
+            lo: [2, 3, 0],
+            len: [4, 3, 4],
+        };
+        let r = Copy3::between(&corner, &src, &Layout::packed(&corner, [0, 1, 2], 0))
+            .rows()
+            .unwrap();
+        assert_eq!(
+            (
+                r.outer[0].count,
+                r.outer[0].src_stride,
+                r.outer[0].dst_stride
+            ),
+            (3, 8, 4)
+        );
+        assert_eq!(
+            (
+                r.outer[1].count,
+                r.outer[1].src_stride,
+                r.outer[1].dst_stride
+            ),
+            (4, 48, 12)
+        );
+        // A transposing copy has no rows.
+        let t = Layout::packed(&whole, [1, 0, 2], 0);
+        assert_eq!(Copy3::between(&whole, &src, &t).rows(), None);
+        // A dense block is one row.
+        let r = Copy3::between(&whole, &src, &src).rows().unwrap();
+        assert_eq!((r.width, r.outer[0].count, r.outer[1].count), (192, 1, 1));
+    }
+
+    #[test]
+    fn src_planes_cut_along_the_slowest_axis() {
+        let whole = Box3 {
+            lo: [0, 0, 0],
+            len: [8, 6, 4],
+        };
+        let part = Box3 {
+            lo: [0, 3, 0],
+            len: [8, 3, 4],
+        };
+        let src = Layout::packed(&whole, [0, 1, 2], 0);
+        let dst = Layout::packed(&part, [0, 1, 2], 0);
+        let c = Copy3::between(&part, &src, &dst);
+        let cells: i64 = [(0, 1), (1, 3), (3, 9)]
+            .iter()
+            .filter_map(|&(lo, hi)| c.src_planes(2, 48, lo, hi))
+            .map(|p| p.cells())
+            .sum();
+        assert_eq!(cells, c.cells());
+        let mid = c.src_planes(2, 48, 1, 3).unwrap();
+        assert_eq!(
+            (mid.extent, mid.src_offset, mid.dst_offset),
+            ([8, 3, 2], 48 + 24, 24)
+        );
+        assert_eq!(c.src_planes(2, 48, 4, 9), None);
     }
 }

@@ -1,0 +1,153 @@
+"""Transposes whose input is written in steps (``input_ready``), and GPU single copies by the copy engine.
+
+A producer writes the input's Z planes slab by slab on its own stream, recording an event
+after each slab (after a delay, so that a transpose that did not wait would read planes
+not yet written); the transpose runs on another stream with those events and must still
+match the global-index oracle exactly. DIRECT between library arrays (whole rows of at
+least 4 KiB: the copy engine's single copies, taken by default) moves each slab as its
+event completes; the other backends wait for every event first. The CPU variant refuses
+events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+from conftest import gpu_available, requires_data_path
+from cudecomp import DataType, TransposeCommBackend
+from cudecomp import _cudecomp as ext
+from oracle import make
+
+pytestmark = requires_data_path()
+
+NRANKS = MPI.COMM_WORLD.size
+GPU = not cudecomp.CPU_ONLY
+# X rows of 1024 cells: every chunk of a (1, P) grid's Y→Z is whole rows of >= 4 KiB.
+GDIMS = (1024, 8, 6)
+gpu_only = pytest.mark.skipif(not GPU or not gpu_available(), reason="input_ready orders GPU work")
+
+DELAY = r"""
+extern "C" __global__ void delay(unsigned long long ns) {
+    unsigned long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (;;) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 >= ns) break;
+    }
+}
+"""
+
+
+@pytest.fixture
+def every_array_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small test arrays are exported too (the default keeps arrays under 1 MiB private)."""
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
+
+
+def slab_grid(handle: cudecomp.Handle, backend: TransposeCommBackend, contiguous: bool = False) -> cudecomp.GridDesc:
+    c = cudecomp.GridDescConfig()
+    c.gdims, c.pdims = GDIMS, (1, NRANKS)
+    c.transpose_axis_contiguous = (contiguous,) * 3
+    c.transpose_comm_backend = backend
+    return handle.create_grid(c)
+
+
+def stepped_transpose(g: cudecomp.GridDesc, dtype: DataType, library: bool, steps: int) -> tuple[Any, np.ndarray, int]:
+    """Write the Y-pencil in ``steps`` delayed slabs on a producer stream; transpose on another stream."""
+    import cupy
+
+    delay = cupy.RawKernel(DELAY, "delay")
+    ia, ib = g.get_pencil_info(1), g.get_pencil_info(2)
+    want_in, want_out = make(ia, GDIMS, dtype), make(ib, GDIMS, dtype)
+    alloc = g.zeros_pencil if library else (lambda axis, dt: cupy.zeros(g.get_pencil_info(axis).array_shape, want_in.dtype))
+    x, y = alloc(1, dtype), alloc(2, dtype)
+    src = cupy.asarray(want_in)
+    cupy.cuda.Device().synchronize()
+    producer, mover = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    n = x.shape[0]
+    cuts = [n * (j + 1) // steps for j in range(steps)]
+    marks, lo = [], 0
+    with producer:
+        for hi in cuts:
+            delay((1,), (1,), (np.uint64(2_000_000),))  # 2 ms before each slab lands
+            x[lo:hi] = src[lo:hi]
+            e = cupy.cuda.Event(disable_timing=True)
+            e.record(producer)
+            marks.append((e, hi))
+            lo = hi
+    before = ext._single_copy_count()
+    g.transpose_y_to_z(x, y, stream=mover.ptr, input_ready=marks)
+    mover.synchronize()
+    taken = ext._single_copy_count() - before
+    producer.synchronize()
+    return y, want_out, taken
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+@pytest.mark.parametrize("steps", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX, DataType.FLOAT])
+def test_direct_single_copy_waits_for_each_step(handle: cudecomp.Handle, dtype: DataType, steps: int) -> None:
+    with slab_grid(handle, TransposeCommBackend.DIRECT) as g:
+        y, want, taken = stepped_transpose(g, dtype, True, steps)
+        assert np.array_equal(y.get(), want)
+        # Whole rows of >= 4 KiB: the copy engine's single copy, by default.
+        assert taken == int(NRANKS > 1)
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+@pytest.mark.parametrize(
+    "backend", [TransposeCommBackend.DIRECT, TransposeCommBackend.MPI_P2P, TransposeCommBackend.MPI_A2A], ids=lambda b: b.name
+)
+def test_other_routes_wait_for_every_event(handle: cudecomp.Handle, backend: TransposeCommBackend) -> None:
+    # User arrays: DIRECT's two copies; the MPI backends: staged through the host.
+    with slab_grid(handle, backend) as g:
+        y, want, taken = stepped_transpose(g, DataType.DOUBLE, False, 3)
+        assert np.array_equal(y.get(), want)
+        assert taken == 0
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+def test_transposing_layouts_copy_twice_by_default(handle: cudecomp.Handle) -> None:
+    # Z-fastest Z-pencils: every chunk is transposed, which the copy engine cannot do; copy
+    # kernels into peers are taken only when asked (CUDECOMP_SINGLE_COPY=1).
+    with slab_grid(handle, TransposeCommBackend.DIRECT, contiguous=True) as g:
+        y, want, taken = stepped_transpose(g, DataType.DOUBLE, True, 2)
+        assert np.array_equal(y.get(), want)
+        assert taken == 0
+
+
+def test_marks_are_checked(handle: cudecomp.Handle) -> None:
+    with slab_grid(handle, TransposeCommBackend.DIRECT) as g:
+        ia, ib = g.get_pencil_info(1), g.get_pencil_info(2)
+        x = g.zeros_pencil(1, DataType.DOUBLE)
+        y = g.zeros_pencil(2, DataType.DOUBLE)
+        with pytest.raises(TypeError, match="input_ready"):
+            g.transpose_y_to_z(x, y, input_ready=[1, 2])
+        with pytest.raises(TypeError, match="input_ready"):
+            g.transpose_y_to_z(x, y, input_ready=[("event", 1)])
+        if not GPU:
+            with pytest.raises(cudecomp.InvalidUsageError, match="host memory"):
+                g.transpose_y_to_z(x, y, input_ready=[(1, 1)])
+        else:
+            import cupy
+
+            e = cupy.cuda.Event(disable_timing=True)
+            e.record()
+            planes = ia.array_shape[0]
+            with pytest.raises(cudecomp.InvalidUsageError, match="not decreasing"):
+                g.transpose_y_to_z(x, y, input_ready=[(e, planes), (e, 0)])
+            with pytest.raises(cudecomp.InvalidUsageError, match="at most"):
+                g.transpose_y_to_z(x, y, input_ready=[(e, planes + 1)])
+            g.transpose_y_to_z(x, y, input_ready=[(e, planes)])  # the grid still works
+            assert tuple(y.shape) == ib.array_shape
+        g.transpose_y_to_z(x, y)
