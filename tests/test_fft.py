@@ -356,3 +356,30 @@ def test_stream_forms() -> None:
     for bad in (True, "s", 1.5):
         with pytest.raises(TypeError):
             _stream_ptr(bad)
+
+
+@pytest.mark.skipif(cudecomp.CPU_ONLY or COMM.size < 2 or not gpu_available(), reason="GPU slab-xy plans on DIRECT, with peers")
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "exported"])
+@pytest.mark.parametrize("chunks", ["1", "3", "64"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
+@pytest.mark.parametrize("kind", ["c2c", "r2c"])
+def test_streamed_slabs(
+    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, kind: str, transposed: bool, chunks: str, shared: bool
+) -> None:
+    """GPU slab-xy on DIRECT: 2-D FFTs streamed slab by slab into the exchange (X-fastest Z-pencils)."""
+    from cudecomp import _cudecomp as ext
+
+    monkeypatch.setenv("CUDECOMP_FFT_CHUNKS", chunks)
+    monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
+    if shared:  # the plan's small buffers exported too: the copy engine's single copies run
+        monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    gdims = (128, 16, 10)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 4 ranks
+    plan = make_plan(handle, gdims, (1, COMM.size), kind=kind, transposed_out=transposed, backend=cudecomp.TransposeCommBackend.DIRECT)
+    if plan is None:
+        return
+    with plan:
+        assert plan.schedule == "slab-xy"
+        assert plan.output_info.order == (0, 1, 2)
+        before = ext._single_copy_count()
+        check_plan(plan, TOL64, seed=11, reuse=True)
+        assert (ext._single_copy_count() > before) == shared

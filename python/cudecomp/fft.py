@@ -21,6 +21,10 @@ schedule runs depends on the process grid ``(P_rows, P_cols)``:
 | ``slab-yz`` | ``P_cols == 1`` | 1-D FFT along X, X→Y, 2-D FFT over (Z, Y) |
 | ``pencil`` | otherwise | FFT along X, X→Y, FFT along Y, Y→Z, FFT along Z |
 
+On GPUs, ``slab-xy`` on ``DIRECT`` streams its slabs: the 2-D FFTs run in slabs of Z
+planes, each sent to the peers by the copy engine while the next is transformed (pencils
+keep X fastest; a transposed output is then indexed ``a[kz, ky, kx]``).
+
 Example (any number of ranks):
 
 ```python
@@ -38,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import os
 import time
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -77,6 +82,23 @@ _MEM_ORDER: dict[str, tuple[tuple[int, int, int], ...]] = {
     "slab-yz": ((0, 1, 2), (1, 2, 0), (1, 2, 0)),
     "pencil": ((0, 1, 2), (1, 2, 0), (2, 0, 1)),
 }
+
+
+# The slab-xy schedule on GPUs with DIRECT streams its 2-D FFTs into the exchange (see
+# `_SlabStream`): every pencil keeps X fastest, so each rank's chunk for a peer is whole
+# (Y, X) planes the copy engine moves without any SM, beside the FFT of the next slab.
+_STREAMED_ORDER = ((0, 1, 2), (0, 1, 2), (0, 1, 2))
+
+# Slabs the 2-D FFTs of a streamed forward transform are cut into (the exchange of one
+# overlaps the FFT of the next); `CUDECOMP_FFT_CHUNKS` overrides.
+_STREAM_CHUNKS = 8
+
+
+def _streams_slabs(cfg: GridDescConfig) -> bool:
+    """Whether a plan on grid configuration ``cfg`` streams its slabs (GPU, slab-xy, DIRECT)."""
+    pr, pc = (int(v) for v in cfg.pdims)
+    backend = TransposeCommBackend(int(cfg.transpose_comm_backend))
+    return not CPU_ONLY and pr == 1 and pc > 1 and backend == TransposeCommBackend.DIRECT
 
 
 def schedule_of(pdims: Sequence[int]) -> Schedule:
@@ -321,6 +343,121 @@ class _StreamRef:
 
 
 # ---------------------------------------------------------------------------------------
+# Streamed slabs (GPU, slab-xy, DIRECT)
+
+
+class _SlabStream:
+    """The slab-xy transforms of a GPU plan on DIRECT, with the 2-D FFTs streamed into the exchange.
+
+    Forward: the 2-D FFTs over (Y, X) run slab by slab (``_STREAM_CHUNKS`` slabs of Z
+    planes) on the operation's stream into a library array, each slab followed by an
+    event; the Y→Z transpose runs on a second stream with those events as
+    ``input_ready``, so DIRECT's copy engine sends each slab's planes to the peers while
+    the FFTs of the next slab run on the SMs. The 1-D FFT along Z (the slowest axis of
+    the X-fastest Z-pencil: a strided cuFFT plan) then runs on the operation's stream once
+    every chunk has arrived. Backward runs the stages in reverse, back to back.
+    """
+
+    def __init__(self, grid: GridDesc, r2c: bool) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.grid = grid
+        self.r2c = r2c
+        self.plans: dict[tuple[Any, ...], Any] = {}
+        self.bufs: dict[int, Any] = {}
+        self.side: Any = None
+        self.events: list[Any] = []
+        try:
+            chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
+        except ValueError:
+            chunks = _STREAM_CHUNKS
+        self.chunks = max(1, chunks)
+
+    def buffer(self, axis: int, dtype: np.dtype) -> Any:
+        """Return the plan's library array of pencil ``axis`` (peers map it: DIRECT copies once, into it)."""
+        b = self.bufs.get(axis)
+        if b is None:
+            b = self.bufs[axis] = self.grid.empty_pencil(axis, dtype)
+        return b
+
+    def plan(self, a: Any, axes: tuple[int, ...], value_type: str) -> Any:
+        """Return a cached cuFFT plan over ``axes`` of arrays shaped like ``a`` (C order)."""
+        key = (a.shape, a.dtype.str, axes, value_type)
+        p = self.plans.get(key)
+        if p is None:
+            if axes == (0,):
+                # A strided plan along the slowest axis (batch over the rest, unit
+                # distance): CuPy's public API makes 1-D plans of the fastest axis only.
+                from cupy.cuda import cufft
+                from cupy.fft._fft import _get_cufft_plan_nd
+
+                t = cufft.CUFFT_Z2Z if a.dtype == np.complex128 else cufft.CUFFT_C2C
+                p = _get_cufft_plan_nd(a.shape, t, axes=axes, order="C", to_cache=False)
+            else:
+                import cupyx.scipy.fft
+
+                p = cupyx.scipy.fft.get_fft_plan(a, axes=axes, value_type=value_type)
+            self.plans[key] = p
+        return p
+
+    def zfft(self, a: Any, out: Any, inverse: bool) -> Any:
+        """Unscaled FFT along axis 0 (Z) of ``a`` into ``out`` (``a`` itself: in place)."""
+        from cupy.cuda import cufft
+
+        try:
+            p = self.plan(a, (0,), "C2C")
+        except (ImportError, AttributeError, TypeError):  # a CuPy without that internal helper
+            import cupyx.scipy.fft
+
+            f = cupyx.scipy.fft.ifft if inverse else cupyx.scipy.fft.fft
+            out[...] = f(a, axis=0, norm="forward" if inverse else "backward")
+            return out
+        p.fft(a, out, cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
+        return out
+
+    def forward(self, a: Any, out: Any, in_place: bool) -> Any:
+        """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array."""
+        cp = self.cupy
+        from cupy.cuda import cufft
+
+        dtype = np.dtype(np.complex64 if a.dtype in (np.float32, np.complex64) else np.complex128)
+        y, z = self.buffer(1, dtype), self.buffer(2, dtype)
+        main = cp.cuda.get_current_stream()
+        if self.side is None:
+            self.side = cp.cuda.Stream(non_blocking=True)
+        n = y.shape[0]
+        k = min(self.chunks, n)
+        cuts = [n * (j + 1) // k for j in range(k)]
+        while len(self.events) < len(cuts) + 1:
+            self.events.append(cp.cuda.Event(block=False, disable_timing=True))
+        start, marks = self.events[-1], []
+        start.record(main)
+        self.side.wait_event(start)  # earlier work on the stream (the buffers are free)
+        lo = 0
+        for e, hi in zip(self.events, cuts, strict=False):
+            part = a[lo:hi]
+            self.plan(part, (1, 2), "R2C" if self.r2c else "C2C").fft(part, y[lo:hi], cufft.CUFFT_FORWARD)
+            e.record(main)
+            marks.append((e, hi))
+            lo = hi
+        self.grid.transpose_y_to_z(y, z, stream=self.side.ptr, input_ready=marks)
+        done = self.events[-1]
+        done.record(self.side)
+        main.wait_event(done)
+        return self.zfft(z, z if in_place else cp.empty_like(z) if out is None else out, False)
+
+    def backward(self, a: Any, transposed: bool, stream: int | None) -> Any:
+        """Run the Z-iFFT and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours)."""
+        y, z = self.buffer(1, a.dtype), self.buffer(2, a.dtype)
+        if transposed:
+            self.zfft(a, z, True)
+        else:
+            self.zfft(self.grid.transpose_y_to_z(a, z, stream=stream), z, True)
+        return self.grid.transpose_z_to_y(z, y, stream=stream)
+
+
+# ---------------------------------------------------------------------------------------
 # The plan
 
 
@@ -460,7 +597,7 @@ class FFT:
         cfg.pdims = pdims
         if backend is not None:
             cfg.transpose_comm_backend = backend
-        cfg.transpose_mem_order = _MEM_ORDER[schedule_of(pdims)]
+        cfg.transpose_mem_order = _STREAMED_ORDER if _streams_slabs(cfg) else _MEM_ORDER[schedule_of(pdims)]
         return cfg
 
     def _build(self, pdims: tuple[int, int], backend: TransposeCommBackend | None) -> None:
@@ -478,6 +615,7 @@ class FFT:
                 self._release()
                 raise
         self._pdims = pdims
+        self._slabs = _SlabStream(self.spectral_grid, self._kind == "r2c") if _streams_slabs(grid.config) else None
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
         self._out_info = self.spectral_grid.get_pencil_info(self._out_axis)
@@ -528,6 +666,7 @@ class FFT:
 
     def _release(self) -> None:
         self._scratch = {}
+        self._slabs = None
         for g in reversed(self._grids):
             g.destroy()
         self._grids = []
@@ -825,6 +964,11 @@ class FFT:
             sch = self._schedule
             if sch == "local":
                 return self._finish(first(a, (0, 1, 2), out), out, scale)
+            if self._slabs is not None:
+                c = self._slabs.forward(a, out if tr and scale == 1.0 else None, not tr)
+                if tr:
+                    return self._finish(c, out, scale)
+                return G.transpose_z_to_y(self._finish(c, None, scale), out, stream=s)
             if sch == "slab-xy":
                 c = G.transpose_y_to_z(first(a, (1, 2), T("x", 0)), out if tr else T("z", 2), stream=s)
                 c = L.c2c(c, (2,), False, overwrite=True)
@@ -885,15 +1029,16 @@ class FFT:
             """Run an inner c2c stage: in place on our arrays, into scratch from the user's."""
             return L.c2c(x, axes, True, overwrite=True) if own else L.c2c(x, axes, True, T(key, axis))
 
-        def last(x: Any, axes: tuple[int, ...], s: tuple[int, ...], own: bool) -> Any:
+        def last(x: Any, axes: tuple[int, ...], s: tuple[int, ...], own: bool, kept: bool = False) -> Any:
             """Run the final stage, into ``out`` or a new array (never into scratch).
 
             When the result is still to be scaled, the stage writes a new array (or ``x``
             in place, when ``x`` is a fresh array of ours: the GPU variant keeps no
-            scratch) and the scaling delivers it into ``out``.
+            scratch, except the streamed slabs' buffers, ``kept``, which may be
+            overwritten but never returned) and the scaling delivers it into ``out``.
             """
             into = out if scale == 1.0 else None
-            fresh = own and L.gpu
+            fresh = own and L.gpu and not kept
             r = L.c2r(x, axes, s, into, overwrite=own) if r2c else L.c2c(x, axes, True, into, overwrite=fresh)
             return self._finish(r, out, scale)
 
@@ -901,6 +1046,8 @@ class FFT:
             sch = self._schedule
             if sch == "local":
                 return last(a, (0, 1, 2), (Z, Y, X), False)
+            if self._slabs is not None:
+                return last(self._slabs.backward(a, tr, st), (1, 2), (Y, X), True, kept=True)
             if sch == "slab-xy":
                 c = middle(a, (2,), False, "z", 2) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,), True, "", 2)
                 return last(G.transpose_z_to_y(c, T("x", 0), stream=st), (1, 2), (Y, X), True)
