@@ -1,12 +1,12 @@
 """Transposes whose input is written in steps (``input_ready``), and GPU single copies by the copy engine.
 
-A producer writes the input's Z planes slab by slab on its own stream, recording an event
-after each slab (after a delay, so that a transpose that did not wait would read planes
-not yet written); the transpose runs on another stream with those events and must still
-match the global-index oracle exactly. DIRECT between library arrays (whole rows of at
-least 4 KiB: the copy engine's single copies, taken by default) moves each slab as its
-event completes; the other backends wait for every event first. The CPU variant refuses
-events.
+A producer writes the input slab by slab (Z planes of a Y-pencil, or Y rows of a Z-pencil
+with ``input_ready_axis=1``) on its own stream, recording an event after each slab (after
+a delay, so that a transpose that did not wait would read cells not yet written); the
+transpose runs on another stream with those events and must still match the global-index
+oracle exactly. DIRECT between library arrays (whole rows of at least 4 KiB: the copy
+engine's single copies, taken by default) moves each slab as its event completes; the
+other backends wait for every event first. The CPU variant refuses events.
 """
 
 from __future__ import annotations
@@ -59,31 +59,44 @@ def slab_grid(handle: cudecomp.Handle, backend: TransposeCommBackend, contiguous
     return handle.create_grid(c)
 
 
-def stepped_transpose(g: cudecomp.GridDesc, dtype: DataType, library: bool, steps: int) -> tuple[Any, np.ndarray, int]:
-    """Write the Y-pencil in ``steps`` delayed slabs on a producer stream; transpose on another stream."""
+def stepped_transpose(
+    g: cudecomp.GridDesc, dtype: DataType, library: bool, steps: int, backward: bool = False
+) -> tuple[Any, np.ndarray, int]:
+    """Write the input in ``steps`` delayed slabs on a producer stream; transpose on another stream.
+
+    Forward: Y→Z, the Y-pencil written in slabs of Z planes (its slowest axis); backward:
+    Z→Y, the Z-pencil written in slabs of Y rows (``input_ready_axis=1``).
+    """
     import cupy
 
     delay = cupy.RawKernel(DELAY, "delay")
-    ia, ib = g.get_pencil_info(1), g.get_pencil_info(2)
+    a, b = (2, 1) if backward else (1, 2)
+    ia, ib = g.get_pencil_info(a), g.get_pencil_info(b)
     want_in, want_out = make(ia, GDIMS, dtype), make(ib, GDIMS, dtype)
     alloc = g.zeros_pencil if library else (lambda axis, dt: cupy.zeros(g.get_pencil_info(axis).array_shape, want_in.dtype))
-    x, y = alloc(1, dtype), alloc(2, dtype)
+    x, y = alloc(a, dtype), alloc(b, dtype)
     src = cupy.asarray(want_in)
     cupy.cuda.Device().synchronize()
     producer, mover = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
-    n = x.shape[0]
+    n = x.shape[1] if backward else x.shape[0]
     cuts = [n * (j + 1) // steps for j in range(steps)]
     marks, lo = [], 0
     with producer:
         for hi in cuts:
             delay((1,), (1,), (np.uint64(2_000_000),))  # 2 ms before each slab lands
-            x[lo:hi] = src[lo:hi]
+            if backward:
+                x[:, lo:hi] = src[:, lo:hi]
+            else:
+                x[lo:hi] = src[lo:hi]
             e = cupy.cuda.Event(disable_timing=True)
             e.record(producer)
             marks.append((e, hi))
             lo = hi
     before = ext._single_copy_count()
-    g.transpose_y_to_z(x, y, stream=mover.ptr, input_ready=marks)
+    if backward:
+        g.transpose_z_to_y(x, y, stream=mover.ptr, input_ready=marks, input_ready_axis=1)
+    else:
+        g.transpose_y_to_z(x, y, stream=mover.ptr, input_ready=marks)
     mover.synchronize()
     taken = ext._single_copy_count() - before
     producer.synchronize()
@@ -99,6 +112,17 @@ def test_direct_single_copy_waits_for_each_step(handle: cudecomp.Handle, dtype: 
         y, want, taken = stepped_transpose(g, dtype, True, steps)
         assert np.array_equal(y.get(), want)
         # Whole rows of >= 4 KiB: the copy engine's single copy, by default.
+        assert taken == int(NRANKS > 1)
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+@pytest.mark.parametrize("steps", [1, 3])
+def test_steps_along_a_middle_axis(handle: cudecomp.Handle, steps: int) -> None:
+    # Z→Y with the Z-pencil written in slabs of Y rows: each step is a strided block of rows.
+    with slab_grid(handle, TransposeCommBackend.DIRECT) as g:
+        y, want, taken = stepped_transpose(g, DataType.DOUBLE_COMPLEX, True, steps, backward=True)
+        assert np.array_equal(y.get(), want)
         assert taken == int(NRANKS > 1)
 
 
@@ -148,6 +172,10 @@ def test_marks_are_checked(handle: cudecomp.Handle) -> None:
                 g.transpose_y_to_z(x, y, input_ready=[(e, planes), (e, 0)])
             with pytest.raises(cudecomp.InvalidUsageError, match="at most"):
                 g.transpose_y_to_z(x, y, input_ready=[(e, planes + 1)])
+            with pytest.raises(cudecomp.InvalidUsageError, match="at most"):  # Y rows of the Y-pencil: all of Y
+                g.transpose_y_to_z(x, y, input_ready=[(e, GDIMS[1] + 1)], input_ready_axis=1)
+            with pytest.raises(cudecomp.InvalidUsageError, match="input_ready_axis"):
+                g.transpose_y_to_z(x, y, input_ready=[(e, 1)], input_ready_axis=3)
             g.transpose_y_to_z(x, y, input_ready=[(e, planes)])  # the grid still works
             assert tuple(y.shape) == ib.array_shape
         g.transpose_y_to_z(x, y)

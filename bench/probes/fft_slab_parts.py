@@ -3,7 +3,8 @@
 Times, on one rank's share of an N^3 complex transform over two GPUs (N/2 Z planes):
 the 2-D FFTs over (Y, X) whole and in slabs (cuFFT plans executed into slices of one
 array, as ``cudecomp.fft`` streams them); the 1-D FFT along Z of the X-fastest Z-pencil
-(a strided cuFFT plan) against the contiguous one of the Z-fastest layout; a copy-engine
+(a strided cuFFT plan) against the contiguous one of the Z-fastest layout, and in slabs of
+Y rows (the streamed backward transform); a copy-engine
 copy of half the pencil (2-D, whole planes: the shape of the chunk DIRECT sends to the
 peer, here into local memory); and the slabbed 2-D FFTs with that copy running beside
 them on another stream, to see whether cuFFT and the copy engine slow each other.
@@ -69,6 +70,21 @@ def main() -> None:
     zc = z.reshape(n // 2 * n, n)
     cplan = get_fft_plan(zc, axes=(1,), value_type="C2C")
     print(f"Z FFT, Z-fastest Z-pencil (contiguous, in place): {timed(lambda: cplan.fft(zc, zc, cufft.CUFFT_FORWARD), a.reps):.2f} ms")
+    zplans: dict[int, object] = {}
+
+    def zslabs(chunks: int) -> None:
+        # The backward stage: the FFT along Z in slabs of Y rows, each through the views' pointers.
+        nz, ny, nx = z.shape
+        lo = 0
+        for j in range(chunks):
+            hi = ny * (j + 1) // chunks
+            if hi - lo not in zplans:
+                zplans[hi - lo] = cufft.PlanNd((nz,), (nz,), ny * nx, 1, (nz,), ny * nx, 1, cufft.CUFFT_Z2Z, (hi - lo) * nx, "C", 0, None)
+            zplans[hi - lo].fft(z[:, lo:hi], z[:, lo:hi], cufft.CUFFT_INVERSE)
+            lo = hi
+
+    for c in a.chunks:
+        print(f"Z FFT, X-fastest Z-pencil, in {c} slab(s) of Y rows: {timed(lambda c=c: zslabs(c), a.reps):.2f} ms")
     print(f"copy of the pencil (cupy.copyto): {timed(lambda: cp.copyto(y, x), a.reps):.2f} ms")
     half = n * n // 2 * 16  # bytes of one plane's half in Y
 
@@ -102,6 +118,20 @@ def main() -> None:
             main.wait_event(done)
 
         print(f"2-D FFT in {c} slab(s) with the engine copy beside it: {timed(both, a.reps):.2f} ms")
+
+        def zboth(c: int = c) -> None:
+            main = cp.cuda.get_current_stream()
+            ev = cp.cuda.Event(disable_timing=True)
+            ev.record(main)
+            side.wait_event(ev)
+            with side:
+                engine()
+            zslabs(c)
+            done = cp.cuda.Event(disable_timing=True)
+            done.record(side)
+            main.wait_event(done)
+
+        print(f"Z FFT in {c} slab(s) with the engine copy beside it: {timed(zboth, a.reps):.2f} ms")
 
 
 if __name__ == "__main__":

@@ -351,6 +351,7 @@ class GridDesc:
         output_padding: Triple | None = None,
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
+        input_ready_axis: int | None = None,
     ) -> Any:
         """Global transpose from X-pencils to Y-pencils (collective).
 
@@ -396,17 +397,19 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
-            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
-                or int handles), planes not decreasing: the input's first ``planes``
-                planes along its slowest axis in memory (halo planes counted) are
-                written once ``event`` has completed. The transpose may then run on
-                a stream that does not wait for the writer and move each step's
-                planes as soon as its event completes (DIRECT between
-                ``empty_pencil`` arrays: each step goes to the peers by the copy
-                engine while the writer produces the next; other backends wait for
-                all the events first). Events must be recorded before the call.
-                ``None`` (default): the stream alone orders the input. The CPU
-                variant refuses events.
+            input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                int handles), ``n`` not decreasing: the input's first ``n`` cells
+                along ``input_ready_axis`` (halo cells counted) are written once
+                ``event`` has completed. The transpose may then run on a stream that
+                does not wait for the writer and move each step as soon as its event
+                completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                the peers by the copy engine while the writer produces the next;
+                other backends wait for all the events first). Events must be
+                recorded before the call. ``None`` (default): the stream alone
+                orders the input. The CPU variant refuses events.
+            input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ``input_ready`` run along; ``None``: the input's slowest axis in
+                memory.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -433,6 +436,7 @@ class GridDesc:
         output_padding: Triple | None = None,
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
+        input_ready_axis: int | None = None,
     ) -> Any:
         """Global transpose from Y-pencils to Z-pencils (collective).
 
@@ -478,17 +482,19 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
-            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
-                or int handles), planes not decreasing: the input's first ``planes``
-                planes along its slowest axis in memory (halo planes counted) are
-                written once ``event`` has completed. The transpose may then run on
-                a stream that does not wait for the writer and move each step's
-                planes as soon as its event completes (DIRECT between
-                ``empty_pencil`` arrays: each step goes to the peers by the copy
-                engine while the writer produces the next; other backends wait for
-                all the events first). Events must be recorded before the call.
-                ``None`` (default): the stream alone orders the input. The CPU
-                variant refuses events.
+            input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                int handles), ``n`` not decreasing: the input's first ``n`` cells
+                along ``input_ready_axis`` (halo cells counted) are written once
+                ``event`` has completed. The transpose may then run on a stream that
+                does not wait for the writer and move each step as soon as its event
+                completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                the peers by the copy engine while the writer produces the next;
+                other backends wait for all the events first). Events must be
+                recorded before the call. ``None`` (default): the stream alone
+                orders the input. The CPU variant refuses events.
+            input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ``input_ready`` run along; ``None``: the input's slowest axis in
+                memory.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -515,6 +521,7 @@ class GridDesc:
         output_padding: Triple | None = None,
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
+        input_ready_axis: int | None = None,
     ) -> Any:
         """Global transpose from Z-pencils to Y-pencils (collective).
 
@@ -560,17 +567,19 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
-            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
-                or int handles), planes not decreasing: the input's first ``planes``
-                planes along its slowest axis in memory (halo planes counted) are
-                written once ``event`` has completed. The transpose may then run on
-                a stream that does not wait for the writer and move each step's
-                planes as soon as its event completes (DIRECT between
-                ``empty_pencil`` arrays: each step goes to the peers by the copy
-                engine while the writer produces the next; other backends wait for
-                all the events first). Events must be recorded before the call.
-                ``None`` (default): the stream alone orders the input. The CPU
-                variant refuses events.
+            input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                int handles), ``n`` not decreasing: the input's first ``n`` cells
+                along ``input_ready_axis`` (halo cells counted) are written once
+                ``event`` has completed. The transpose may then run on a stream that
+                does not wait for the writer and move each step as soon as its event
+                completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                the peers by the copy engine while the writer produces the next;
+                other backends wait for all the events first). Events must be
+                recorded before the call. ``None`` (default): the stream alone
+                orders the input. The CPU variant refuses events.
+            input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ``input_ready`` run along; ``None``: the input's slowest axis in
+                memory.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -597,6 +606,7 @@ class GridDesc:
         output_padding: Triple | None = None,
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
+        input_ready_axis: int | None = None,
     ) -> Any:
         """Global transpose from Y-pencils to X-pencils (collective).
 
@@ -642,17 +652,19 @@ class GridDesc:
                 current stream for CuPy inputs, else the default stream 0; an int
                 handle; an object with ``__cuda_stream__``; or an object with an int
                 ``ptr``). The CPU variant accepts and ignores it.
-            input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
-                or int handles), planes not decreasing: the input's first ``planes``
-                planes along its slowest axis in memory (halo planes counted) are
-                written once ``event`` has completed. The transpose may then run on
-                a stream that does not wait for the writer and move each step's
-                planes as soon as its event completes (DIRECT between
-                ``empty_pencil`` arrays: each step goes to the peers by the copy
-                engine while the writer produces the next; other backends wait for
-                all the events first). Events must be recorded before the call.
-                ``None`` (default): the stream alone orders the input. The CPU
-                variant refuses events.
+            input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                int handles), ``n`` not decreasing: the input's first ``n`` cells
+                along ``input_ready_axis`` (halo cells counted) are written once
+                ``event`` has completed. The transpose may then run on a stream that
+                does not wait for the writer and move each step as soon as its event
+                completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                the peers by the copy engine while the writer produces the next;
+                other backends wait for all the events first). Events must be
+                recorded before the call. ``None`` (default): the stream alone
+                orders the input. The CPU variant refuses events.
+            input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ``input_ready`` run along; ``None``: the input's slowest axis in
+                memory.
 
         Returns:
             ``out``, or the newly allocated output.

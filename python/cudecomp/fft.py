@@ -22,8 +22,9 @@ schedule runs depends on the process grid ``(P_rows, P_cols)``:
 | ``pencil`` | otherwise | FFT along X, X→Y, FFT along Y, Y→Z, FFT along Z |
 
 On GPUs, ``slab-xy`` on ``DIRECT`` streams its slabs: the 2-D FFTs run in slabs of Z
-planes, each sent to the peers by the copy engine while the next is transformed (pencils
-keep X fastest; a transposed output is then indexed ``a[kz, ky, kx]``).
+planes (backward: the FFTs along Z in slabs of Y rows), each sent to the peers by the copy
+engine while the next is transformed (pencils keep X fastest; a transposed output is then
+indexed ``a[kz, ky, kx]``).
 
 Example (any number of ranks):
 
@@ -347,15 +348,16 @@ class _StreamRef:
 
 
 class _SlabStream:
-    """The slab-xy transforms of a GPU plan on DIRECT, with the 2-D FFTs streamed into the exchange.
+    """The slab-xy transforms of a GPU plan on DIRECT, each local FFT streamed into the exchange beside it.
 
-    Forward: the 2-D FFTs over (Y, X) run slab by slab (``_STREAM_CHUNKS`` slabs of Z
-    planes) on the operation's stream into a library array, each slab followed by an
-    event; the Y→Z transpose runs on a second stream with those events as
-    ``input_ready``, so DIRECT's copy engine sends each slab's planes to the peers while
-    the FFTs of the next slab run on the SMs. The 1-D FFT along Z (the slowest axis of
-    the X-fastest Z-pencil: a strided cuFFT plan) then runs on the operation's stream once
-    every chunk has arrived. Backward runs the stages in reverse, back to back.
+    Forward: the 2-D FFTs over (Y, X) run in slabs of Z planes on the operation's stream
+    into a library array, each slab followed by an event; the Y→Z transpose runs on a
+    second stream with those events as ``input_ready``, so DIRECT's copy engine sends
+    each slab to the peers while the next is transformed. The FFT along Z (the slowest
+    axis of the X-fastest Z-pencil: a strided cuFFT plan) follows once every chunk has
+    arrived. Backward mirrors it: the inverse FFT along Z runs in slabs of Y rows, each
+    sent by the Z→Y transpose (``input_ready_axis=1``) while the next is transformed,
+    then the 2-D inverse FFTs.
     """
 
     def __init__(self, grid: GridDesc, r2c: bool) -> None:
@@ -381,80 +383,97 @@ class _SlabStream:
             b = self.bufs[axis] = self.grid.empty_pencil(axis, dtype)
         return b
 
-    def plan(self, a: Any, axes: tuple[int, ...], value_type: str) -> Any:
-        """Return a cached cuFFT plan over ``axes`` of arrays shaped like ``a`` (C order)."""
-        key = (a.shape, a.dtype.str, axes, value_type)
+    def plan2(self, a: Any) -> Any:
+        """Return a cached cuFFT plan over axes (1, 2) of arrays shaped like ``a`` (C order)."""
+        value_type = "R2C" if self.r2c and a.dtype.kind == "f" else "C2C"
+        key = (a.shape, a.dtype.str, value_type)
         p = self.plans.get(key)
         if p is None:
-            if axes == (0,):
-                # A strided plan along the slowest axis (batch over the rest, unit
-                # distance): CuPy's public API makes 1-D plans of the fastest axis only.
-                from cupy.cuda import cufft
-                from cupy.fft._fft import _get_cufft_plan_nd
-
-                t = cufft.CUFFT_Z2Z if a.dtype == np.complex128 else cufft.CUFFT_C2C
-                p = _get_cufft_plan_nd(a.shape, t, axes=axes, order="C", to_cache=False)
-            else:
-                import cupyx.scipy.fft
-
-                p = cupyx.scipy.fft.get_fft_plan(a, axes=axes, value_type=value_type)
-            self.plans[key] = p
-        return p
-
-    def zfft(self, a: Any, out: Any, inverse: bool) -> Any:
-        """Unscaled FFT along axis 0 (Z) of ``a`` into ``out`` (``a`` itself: in place)."""
-        from cupy.cuda import cufft
-
-        try:
-            p = self.plan(a, (0,), "C2C")
-        except (ImportError, AttributeError, TypeError):  # a CuPy without that internal helper
             import cupyx.scipy.fft
 
-            f = cupyx.scipy.fft.ifft if inverse else cupyx.scipy.fft.fft
-            out[...] = f(a, axis=0, norm="forward" if inverse else "backward")
-            return out
-        p.fft(a, out, cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
-        return out
+            p = self.plans[key] = cupyx.scipy.fft.get_fft_plan(a, axes=(1, 2), value_type=value_type)
+        return p
+
+    def zfft(self, a: Any, out: Any, inverse: bool, lo: int = 0, hi: int | None = None) -> None:
+        """Unscaled FFT along axis 0 (Z) of Y rows ``lo:hi`` of ``a`` into ``out`` (may be ``a``).
+
+        Both are X-fastest Z-pencils shaped alike; the plan (strided along Z, batched over
+        the rows and X at unit distance) reads and writes through the views' pointers.
+        """
+        from cupy.cuda import cufft
+
+        nz, ny, nx = a.shape
+        hi = ny if hi is None else hi
+        key = ("z", a.shape, a.dtype.str, hi - lo)
+        p = self.plans.get(key)
+        if p is None:
+            t = cufft.CUFFT_Z2Z if a.dtype == np.complex128 else cufft.CUFFT_C2C
+            # cufftPlanMany's arguments, as CuPy's own N-D planning passes them.
+            p = self.plans[key] = cufft.PlanNd((nz,), (nz,), ny * nx, 1, (nz,), ny * nx, 1, t, (hi - lo) * nx, "C", 0, None)
+        p.fft(a[:, lo:hi], out[:, lo:hi], cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
+
+    def streamed(self, n: int, step: Any, move: Any) -> None:
+        """Run ``step(lo, hi)`` in slabs of ``n`` cells, each feeding ``move`` as it is done.
+
+        The steps run on the current stream, each followed by an event; ``move(stream,
+        marks)`` (a transpose with those ``input_ready`` marks) runs on a second stream,
+        and the current stream then waits for it.
+        """
+        cp = self.cupy
+        main = cp.cuda.get_current_stream()
+        if self.side is None:
+            self.side = cp.cuda.Stream(non_blocking=True)
+        k = min(self.chunks, n)
+        cuts = [n * (j + 1) // k for j in range(k)]
+        while len(self.events) < k + 1:
+            self.events.append(cp.cuda.Event(block=False, disable_timing=True))
+        edge = self.events[k]
+        edge.record(main)
+        self.side.wait_event(edge)  # earlier work on the stream: the buffers are free
+        marks, lo = [], 0
+        for e, hi in zip(self.events, cuts, strict=False):
+            step(lo, hi)
+            e.record(main)
+            marks.append((e, hi))
+            lo = hi
+        move(self.side.ptr, marks)
+        edge.record(self.side)
+        main.wait_event(edge)
 
     def forward(self, a: Any, out: Any, in_place: bool) -> Any:
         """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array."""
-        cp = self.cupy
         from cupy.cuda import cufft
 
         dtype = np.dtype(np.complex64 if a.dtype in (np.float32, np.complex64) else np.complex128)
         y, z = self.buffer(1, dtype), self.buffer(2, dtype)
-        main = cp.cuda.get_current_stream()
-        if self.side is None:
-            self.side = cp.cuda.Stream(non_blocking=True)
-        n = y.shape[0]
-        k = min(self.chunks, n)
-        cuts = [n * (j + 1) // k for j in range(k)]
-        while len(self.events) < len(cuts) + 1:
-            self.events.append(cp.cuda.Event(block=False, disable_timing=True))
-        start, marks = self.events[-1], []
-        start.record(main)
-        self.side.wait_event(start)  # earlier work on the stream (the buffers are free)
-        lo = 0
-        for e, hi in zip(self.events, cuts, strict=False):
-            part = a[lo:hi]
-            self.plan(part, (1, 2), "R2C" if self.r2c else "C2C").fft(part, y[lo:hi], cufft.CUFFT_FORWARD)
-            e.record(main)
-            marks.append((e, hi))
-            lo = hi
-        self.grid.transpose_y_to_z(y, z, stream=self.side.ptr, input_ready=marks)
-        done = self.events[-1]
-        done.record(self.side)
-        main.wait_event(done)
-        return self.zfft(z, z if in_place else cp.empty_like(z) if out is None else out, False)
 
-    def backward(self, a: Any, transposed: bool, stream: int | None) -> Any:
-        """Run the Z-iFFT and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours)."""
+        def fft2(lo: int, hi: int) -> None:
+            self.plan2(a[lo:hi]).fft(a[lo:hi], y[lo:hi], cufft.CUFFT_FORWARD)
+
+        self.streamed(y.shape[0], fft2, lambda st, marks: self.grid.transpose_y_to_z(y, z, stream=st, input_ready=marks))
+        dst = z if in_place else self.cupy.empty_like(z) if out is None else out
+        self.zfft(z, dst, False)
+        return dst
+
+    def backward(self, a: Any, transposed: bool, stream: int | None, scale: float) -> Any:
+        """Run the inverse FFT along Z and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours).
+
+        ``scale`` multiplies each slab right after its FFT: SM work that runs beside the
+        exchange of the slabs before it, rather than a pass of its own at the end.
+        """
         y, z = self.buffer(1, a.dtype), self.buffer(2, a.dtype)
-        if transposed:
-            self.zfft(a, z, True)
-        else:
-            self.zfft(self.grid.transpose_y_to_z(a, z, stream=stream), z, True)
-        return self.grid.transpose_z_to_y(z, y, stream=stream)
+        src = a if transposed else self.grid.transpose_y_to_z(a, z, stream=stream)
+
+        def step(lo: int, hi: int) -> None:
+            self.zfft(src, z, True, lo, hi)
+            if scale != 1.0:
+                z[:, lo:hi] *= scale
+
+        def move(st: int, marks: list[tuple[Any, int]]) -> None:
+            self.grid.transpose_z_to_y(z, y, stream=st, input_ready=marks, input_ready_axis=1)
+
+        self.streamed(z.shape[1], step, move)
+        return y
 
 
 # ---------------------------------------------------------------------------------------
@@ -1047,7 +1066,9 @@ class FFT:
             if sch == "local":
                 return last(a, (0, 1, 2), (Z, Y, X), False)
             if self._slabs is not None:
-                return last(self._slabs.backward(a, tr, st), (1, 2), (Y, X), True, kept=True)
+                c = self._slabs.backward(a, tr, st, scale)
+                scale = 1.0  # applied slab by slab, beside the exchange
+                return last(c, (1, 2), (Y, X), True, kept=True)
             if sch == "slab-xy":
                 c = middle(a, (2,), False, "z", 2) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,), True, "", 2)
                 return last(G.transpose_z_to_y(c, T("x", 0), stream=st), (1, 2), (Y, X), True)

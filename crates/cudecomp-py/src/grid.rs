@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use cudecomp_core::config::DataType;
 
 use cudecomp_core::cuda::EventRef;
-use cudecomp_core::engine::run::ReadyMark;
+use cudecomp_core::engine::run::{InputReady, ReadyMark};
 use cudecomp_core::engine::Exec;
 use cudecomp_core::geometry;
 use cudecomp_core::handle as core;
@@ -245,6 +245,7 @@ pub struct TransposeCall<'a, 'py> {
     pub output_padding: Option<&'a Bound<'py, PyAny>>,
     pub stream: Option<&'a Bound<'py, PyAny>>,
     pub input_ready: Option<&'a Bound<'py, PyAny>>,
+    pub input_ready_axis: Option<&'a Bound<'py, PyAny>>,
 }
 
 /// `input_ready`: `(event, planes)` pairs; an event is an int handle, or an object with an
@@ -355,6 +356,11 @@ impl GridDesc {
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
         let marks = parse_ready(py, c.input_ready)?;
+        let axis = c
+            .input_ready_axis
+            .filter(|a| !a.is_none())
+            .map(|a| index_arg(a, "input_ready_axis"))
+            .transpose()?;
         let ready = prepare_transpose(py, &gd, direction, &c);
         let (op, input, out, out_obj, work, exec) =
             agreed(py, &gd, direction.method_name(), ready)?;
@@ -362,7 +368,11 @@ impl GridDesc {
         // were checked to be C-contiguous and of the sizes recorded; device work is ordered
         // on the operation's stream, which the caller keeps alive as documented.
         let (i, o, w) = unsafe { (input.buf(), out.buf(), work.as_ref().map(|w| w.buf())) };
-        py.detach(|| gd.transpose_with(&op, i, o, w, exec, &marks))
+        let ready = InputReady {
+            marks: &marks,
+            axis,
+        };
+        py.detach(|| gd.transpose_with(&op, i, o, w, exec, ready))
             .py(py)?;
         Ok(out_obj)
     }
@@ -641,17 +651,19 @@ macro_rules! grid_methods {
                 ///         current stream for CuPy inputs, else the default stream 0; an int
                 ///         handle; an object with ``__cuda_stream__``; or an object with an int
                 ///         ``ptr``). The CPU variant accepts and ignores it.
-                ///     input_ready: GPU variant: ``(event, planes)`` pairs (CuPy or PyTorch events,
-                ///         or int handles), planes not decreasing: the input's first ``planes``
-                ///         planes along its slowest axis in memory (halo planes counted) are
-                ///         written once ``event`` has completed. The transpose may then run on
-                ///         a stream that does not wait for the writer and move each step's
-                ///         planes as soon as its event completes (DIRECT between
-                ///         ``empty_pencil`` arrays: each step goes to the peers by the copy
-                ///         engine while the writer produces the next; other backends wait for
-                ///         all the events first). Events must be recorded before the call.
-                ///         ``None`` (default): the stream alone orders the input. The CPU
-                ///         variant refuses events.
+                ///     input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                ///         int handles), ``n`` not decreasing: the input's first ``n`` cells
+                ///         along ``input_ready_axis`` (halo cells counted) are written once
+                ///         ``event`` has completed. The transpose may then run on a stream that
+                ///         does not wait for the writer and move each step as soon as its event
+                ///         completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                ///         the peers by the copy engine while the writer produces the next;
+                ///         other backends wait for all the events first). Events must be
+                ///         recorded before the call. ``None`` (default): the stream alone
+                ///         orders the input. The CPU variant refuses events.
+                ///     input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ///         ``input_ready`` run along; ``None``: the input's slowest axis in
+                ///         memory.
                 ///
                 /// Returns:
                 ///     ``out``, or the newly allocated output.
@@ -664,7 +676,7 @@ macro_rules! grid_methods {
                 ///     NotSupportedError: A pencil of this transpose is empty on some rank.
                 ///     TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 ///         a list as an array, a host array in the GPU variant).
-                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None))]
+                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None))]
                 #[allow(clippy::too_many_arguments)]
                 fn $tname<'py>(
                     &self,
@@ -679,11 +691,12 @@ macro_rules! grid_methods {
                     output_padding: Option<&Bound<'py, PyAny>>,
                     stream: Option<&Bound<'py, PyAny>>,
                     input_ready: Option<&Bound<'py, PyAny>>,
+                    input_ready_axis: Option<&Bound<'py, PyAny>>,
                 ) -> PyResult<Bound<'py, PyAny>> {
                     self.transpose(
                         py,
                         $dir,
-                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready },
+                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready, input_ready_axis },
                     )
                 }
             )*

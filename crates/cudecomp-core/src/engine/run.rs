@@ -24,13 +24,14 @@ use crate::engine::streamed::{IpcChunks, IpcFaces, IpcSlices, Pipe, TransportSli
 use crate::engine::transpose::{single_copy_block, Staged, TransposeRun};
 use crate::engine::workspace::{Slot, SymmetricWork, Workspace};
 use crate::engine::Exec;
+use crate::geometry::Axis;
 use crate::mem::shm::{ArrayRef, SharedArray};
 use crate::mem::{Buf, HostMover, Mover};
 use crate::perf::{
     halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
     TimedTransport,
 };
-use crate::plan::{HaloPlan, TransposePlan, MAX_SLICES};
+use crate::plan::{HaloPlan, Layout, TransposePlan, MAX_SLICES};
 use crate::{invalid, unsupported, Error, Result};
 
 /// What operations of one grid run with: the grid's communicator, a workspace slot, the
@@ -71,25 +72,42 @@ pub struct TransposeCall<'a> {
     pub output: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
-    /// Device operations: events after which the input's leading planes are written, in
-    /// increasing order of planes; the operation may move those planes before the rest.
-    /// Empty: the stream alone orders the input.
-    pub ready: &'a [ReadyMark],
+    /// Device operations: when the input is written in steps (none: the stream alone
+    /// orders it).
+    pub ready: InputReady<'a>,
 }
 
-/// Planes of a transpose's input that an event makes ready (see [`TransposeCall::ready`]).
+/// A transpose's input written in steps: after each mark's event, the input's cells of
+/// index `0..mark.planes` along `axis` are written; the operation may move them before
+/// the rest.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InputReady<'a> {
+    /// The steps, in increasing order of `planes`.
+    pub marks: &'a [ReadyMark],
+    /// The global axis the steps run along (`None`: the input's slowest in memory).
+    pub axis: Option<Axis>,
+}
+
+impl InputReady<'_> {
+    /// The global axis of the steps in the input's layout `l`.
+    pub fn axis_in(&self, l: &Layout) -> Axis {
+        self.axis
+            .unwrap_or_else(|| (0..3).max_by_key(|&g| l.strides[g]).unwrap_or(2))
+    }
+
+    /// Makes `stream` wait for every step: for routes that move the input as a whole.
+    fn wait_all(&self, stream: Stream) -> Result<()> {
+        self.marks.iter().try_for_each(|m| m.event.wait_on(stream))
+    }
+}
+
+/// One step of a transpose's input (see [`InputReady`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadyMark {
-    /// Recorded by the caller once the planes are written.
+    /// Recorded by the caller once the step is written.
     pub event: EventRef,
-    /// Planes `0..planes` along the slowest axis of the input array in memory (halo
-    /// planes counted).
+    /// Cells `0..planes` along the steps' axis of the input array (halo cells counted).
     pub planes: i64,
-}
-
-/// Makes `stream` wait for every mark's event: for routes that move the input as a whole.
-fn wait_all(ready: &[ReadyMark], stream: Stream) -> Result<()> {
-    ready.iter().try_for_each(|m| m.event.wait_on(stream))
 }
 
 /// One halo update: its plan and buffers.
@@ -281,7 +299,7 @@ impl Runtime<'_> {
             // DIRECT's single copies wait plane by plane (`transpose_ipc`); host operations
             // have no events (`GridDesc::transpose_with` checks).
             (Exec::Device(_), Route::Ipc { .. }) | (Exec::Host, _) => {}
-            (Exec::Device(stream), _) => wait_all(c.ready, stream)?,
+            (Exec::Device(stream), _) => c.ready.wait_all(stream)?,
         }
         match (route, exec) {
             (Route::HostMpi, _) => {
@@ -474,18 +492,19 @@ impl Runtime<'_> {
                     };
                     // Each step's event holds back both streams the chunks are copied on.
                     let wait = |j: usize| {
-                        let e = c.ready[j].event;
+                        let e = c.ready.marks[j].event;
                         e.wait_on(stream)?;
                         e.wait_on(pipe.side())
                     };
                     let staged = Staged {
-                        ends: c.ready.iter().map(|m| m.planes).collect(),
+                        axis: c.ready.axis_in(&plan.in_layout),
+                        ends: c.ready.marks.iter().map(|m| m.planes).collect(),
                         wait: &wait,
                     };
-                    let staged = (!c.ready.is_empty()).then_some(&staged);
+                    let staged = (!c.ready.marks.is_empty()).then_some(&staged);
                     return run.single_copy(&outs, &movers, 0, &x, staged);
                 }
-                wait_all(c.ready, stream)?;
+                c.ready.wait_all(stream)?;
                 if !sliced {
                     return run.run(t);
                 }

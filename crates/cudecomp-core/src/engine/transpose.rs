@@ -8,7 +8,7 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::config::TransposeBackend;
 use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
-use crate::geometry::Box3;
+use crate::geometry::{Axis, Box3};
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, Slicing, TransposePlan};
 use crate::{unsupported, Error, Result};
@@ -530,12 +530,15 @@ impl TransposeRun<'_> {
             parts.sort_by_key(|(_, _, cuts)| cuts.first().map_or(i64::MAX, Copy3::src_start));
         }
         if let Some(st) = staged {
-            // Step by step as the caller's events say the input's planes are written: each
-            // step's planes go to every receiver before the next step is waited for.
-            let slow = (0..3)
-                .max_by_key(|&g| plan.in_layout.strides[g])
-                .unwrap_or(2);
-            let stride = plan.in_layout.strides[slow];
+            // Step by step as the caller's events say the input is written: each step's
+            // cells go to every receiver before the next step is waited for.
+            let strides = plan.in_layout.strides;
+            let stride = strides[st.axis];
+            let next = strides
+                .into_iter()
+                .filter(|&s| s > stride)
+                .min()
+                .unwrap_or(i64::MAX);
             let mut lo = 0;
             for j in 0..=st.ends.len() {
                 let hi = st.ends.get(j).copied().unwrap_or(i64::MAX);
@@ -545,7 +548,7 @@ impl TransposeRun<'_> {
                 for (dst, mover, cuts) in &parts {
                     for c in cuts
                         .iter()
-                        .filter_map(|c| c.src_planes(slow, stride, lo, hi))
+                        .filter_map(|c| c.src_range(st.axis, stride, next, lo, hi))
                     {
                         mover.copy(self.elem, self.input, *dst, &c)?;
                     }
@@ -652,9 +655,11 @@ impl TransposeRun<'_> {
     }
 }
 
-/// Input planes that become ready in steps (device operations with ready events).
+/// An input that becomes ready in steps (device operations with ready events).
 pub struct Staged<'s> {
-    /// End of each step: planes `0..ends[j]` along the input's slowest axis in memory.
+    /// The global axis the steps run along.
+    pub axis: Axis,
+    /// End of each step: cells `0..ends[j]` along `axis` of the input array.
     pub ends: Vec<i64>,
     /// Orders the copies of step `j`'s planes after the step's event.
     pub wait: &'s dyn Fn(usize) -> Result<()>,

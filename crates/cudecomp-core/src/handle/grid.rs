@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use crate::comm::{allgather_bytes, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
-use crate::engine::run::{HaloCall, ReadyMark, Runtime, TransposeCall};
+use crate::engine::run::{HaloCall, InputReady, Runtime, TransposeCall};
 use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::geometry::{CommAxis, Grid};
@@ -354,14 +354,14 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
-        self.transpose_with(op, input, output, work, exec, &[])
+        self.transpose_with(op, input, output, work, exec, InputReady::default())
     }
 
     /// [`GridDesc::transpose`] whose input is written in steps: on a GPU, `ready` lists events
-    /// after which the input's leading planes (along its slowest axis in memory) are
-    /// written, and the operation moves each step's planes once its event completed rather
-    /// than waiting for the whole input (DIRECT between registered device arrays; other
-    /// routes wait for every event first). `ready` must be empty on the host.
+    /// after which the input's leading cells along an axis are written, and the operation
+    /// moves each step's cells once its event completed rather than waiting for the whole
+    /// input (DIRECT's single copies; other routes wait for every event first). `ready`
+    /// must have no steps on the host.
     pub fn transpose_with(
         &self,
         op: &TransposeOp,
@@ -369,7 +369,7 @@ impl GridDesc {
         output: Buf,
         work: Option<Buf>,
         exec: Exec,
-        ready: &[ReadyMark],
+        ready: InputReady<'_>,
     ) -> Result<()> {
         let what =
             transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
@@ -494,23 +494,31 @@ impl GridDesc {
     }
 }
 
-/// InvalidUsage unless the marks are for a device operation and their planes are within
-/// the input's slowest axis and do not decrease.
-fn check_ready(ready: &[ReadyMark], plan: &TransposePlan, exec: Exec) -> Result<()> {
-    if exec == Exec::Host && !ready.is_empty() {
+/// InvalidUsage unless the steps are for a device operation, along an axis, and their
+/// ends do not decrease and stay within the input array along that axis.
+fn check_ready(ready: InputReady<'_>, plan: &TransposePlan, exec: Exec) -> Result<()> {
+    if ready.marks.is_empty() {
+        return Ok(());
+    }
+    if exec == Exec::Host {
         invalid!(
             "input_ready: expected no events for an operation on host memory, got {}",
-            ready.len()
+            ready.marks.len()
         );
     }
+    if let Some(a) = ready.axis.filter(|&a| a > 2) {
+        invalid!("input_ready_axis: expected 0 (X), 1 (Y) or 2 (Z), got {a}");
+    }
     let l = &plan.in_layout;
-    let slow = (0..3).max_by_key(|&g| l.strides[g]).unwrap_or(2);
-    let planes = (plan.input.size + l.strides[slow] - 1) / l.strides[slow].max(1);
+    let axis = ready.axis_in(l);
+    let stride = l.strides[axis].max(1);
+    let next = l.strides.into_iter().filter(|&s| s > stride).min();
+    let cells = next.map_or((plan.input.size + stride - 1) / stride, |n| n / stride);
     let mut last = 0;
-    for (j, m) in ready.iter().enumerate() {
-        if m.planes < last || m.planes > planes {
+    for (j, m) in ready.marks.iter().enumerate() {
+        if m.planes < last || m.planes > cells {
             invalid!(
-                "input_ready[{j}]: expected planes in {last}..={planes} (not decreasing, at most the input's {planes} planes along its slowest axis), got {}",
+                "input_ready[{j}]: expected an end in {last}..={cells} (not decreasing, at most the input's {cells} cells along axis {axis}), got {}",
                 m.planes
             );
         }

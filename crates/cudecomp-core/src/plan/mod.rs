@@ -240,14 +240,15 @@ impl Copy3 {
         })
     }
 
-    /// The part of the copy whose source cells lie in planes `lo..hi` of the source's
-    /// slowest axis (`axis`, of stride `stride`: plane `k` holds the offsets
-    /// `k * stride .. (k + 1) * stride`); `None` when no cell does.
-    pub fn src_planes(&self, axis: Axis, stride: i64, lo: i64, hi: i64) -> Option<Copy3> {
+    /// The part of the copy whose source cells have index `lo..hi` along `axis` of the
+    /// source array, whose stride there is `stride` and whose next larger stride is `next`
+    /// (`i64::MAX` for its slowest axis): the cell at offset `o` has index
+    /// `(o mod next) / stride`. `None` when no cell does.
+    pub fn src_range(&self, axis: Axis, stride: i64, next: i64, lo: i64, hi: i64) -> Option<Copy3> {
         if stride <= 0 || self.src_strides[axis] != stride || self.cells() <= 0 {
             return (lo <= 0 && hi > 0 && self.cells() > 0).then_some(*self);
         }
-        let first = self.src_offset.div_euclid(stride);
+        let first = self.src_offset.rem_euclid(next) / stride;
         let (a, b) = (lo.max(first), hi.min(first + self.extent[axis]));
         if a >= b {
             return None;
@@ -589,7 +590,7 @@ mod tests {
     }
 
     #[test]
-    fn src_planes_cut_along_the_slowest_axis() {
+    fn src_ranges_cut_along_an_axis() {
         let whole = Box3 {
             lo: [0, 0, 0],
             len: [8, 6, 4],
@@ -603,15 +604,22 @@ mod tests {
         let c = Copy3::between(&part, &src, &dst);
         let cells: i64 = [(0, 1), (1, 3), (3, 9)]
             .iter()
-            .filter_map(|&(lo, hi)| c.src_planes(2, 48, lo, hi))
+            .filter_map(|&(lo, hi)| c.src_range(2, 48, i64::MAX, lo, hi))
             .map(|p| p.cells())
             .sum();
         assert_eq!(cells, c.cells());
-        let mid = c.src_planes(2, 48, 1, 3).unwrap();
+        let mid = c.src_range(2, 48, i64::MAX, 1, 3).unwrap();
         assert_eq!(
             (mid.extent, mid.src_offset, mid.dst_offset),
             ([8, 3, 2], 48 + 24, 24)
         );
-        assert_eq!(c.src_planes(2, 48, 4, 9), None);
+        assert_eq!(c.src_range(2, 48, i64::MAX, 4, 9), None);
+        // Along Y (the middle axis, stride 8 within planes of 48): rows 3..6 are the chunk's.
+        let rows = c.src_range(1, 8, 48, 4, 5).unwrap();
+        assert_eq!(
+            (rows.extent, rows.src_offset, rows.dst_offset),
+            ([8, 1, 4], 32, 8)
+        );
+        assert_eq!(c.src_range(1, 8, 48, 0, 3), None);
     }
 }
