@@ -15,6 +15,7 @@ them on another stream, to see whether cuFFT and the copy engine slow each other
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import cupy as cp
 import numpy as np
@@ -103,35 +104,23 @@ def main() -> None:
 
     print(f"copy engine, half of every plane (2-D, {n // 2} rows of {half >> 20} MiB): {timed(engine, a.reps):.2f} ms")
     side = cp.cuda.Stream(non_blocking=True)
+
+    def beside(work: Callable[[], None]) -> None:
+        """Run ``work`` on the current stream with the engine copy on ``side`` at the same time."""
+        main = cp.cuda.get_current_stream()
+        ev = cp.cuda.Event(disable_timing=True)
+        ev.record(main)
+        side.wait_event(ev)
+        with side:
+            engine()
+        work()
+        done = cp.cuda.Event(disable_timing=True)
+        done.record(side)
+        main.wait_event(done)
+
     for c in a.chunks:
-
-        def both(c: int = c) -> None:
-            main = cp.cuda.get_current_stream()
-            ev = cp.cuda.Event(disable_timing=True)
-            ev.record(main)
-            side.wait_event(ev)
-            with side:
-                engine()
-            fft2(c)
-            done = cp.cuda.Event(disable_timing=True)
-            done.record(side)
-            main.wait_event(done)
-
-        print(f"2-D FFT in {c} slab(s) with the engine copy beside it: {timed(both, a.reps):.2f} ms")
-
-        def zboth(c: int = c) -> None:
-            main = cp.cuda.get_current_stream()
-            ev = cp.cuda.Event(disable_timing=True)
-            ev.record(main)
-            side.wait_event(ev)
-            with side:
-                engine()
-            zslabs(c)
-            done = cp.cuda.Event(disable_timing=True)
-            done.record(side)
-            main.wait_event(done)
-
-        print(f"Z FFT in {c} slab(s) with the engine copy beside it: {timed(zboth, a.reps):.2f} ms")
+        print(f"2-D FFT in {c} slab(s) with the engine copy beside it: {timed(lambda c=c: beside(lambda: fft2(c)), a.reps):.2f} ms")
+        print(f"Z FFT in {c} slab(s) with the engine copy beside it: {timed(lambda c=c: beside(lambda: zslabs(c)), a.reps):.2f} ms")
 
 
 if __name__ == "__main__":

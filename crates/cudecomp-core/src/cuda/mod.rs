@@ -18,21 +18,53 @@ use cudarc::driver::{result as cu, sys, DriverError};
 
 use crate::{Error, Result};
 
-/// A borrowed CUDA stream handle, as passed by Python (0 = legacy default stream); never
-/// destroyed by the library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(transparent)]
-pub struct Stream(sys::CUstream);
+/// A handle borrowed from the caller (never destroyed by the library): a plain value
+/// usable from any thread, made from the integer Python passes.
+macro_rules! borrowed_handle {
+    ($(#[$doc:meta])* $name:ident($raw:ty)) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(transparent)]
+        pub struct $name($raw);
 
-// SAFETY: a stream handle is an opaque identifier usable from any thread.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
+        // SAFETY: a CUDA handle is an opaque identifier usable from any thread.
+        unsafe impl Send for $name {}
+        // SAFETY: as above.
+        unsafe impl Sync for $name {}
 
-impl Stream {
-    /// The stream with handle value `v`.
-    pub fn from_handle(v: u64) -> Stream {
-        Stream(v as usize as sys::CUstream)
+        impl $name {
+            /// The handle with value `v`.
+            pub fn from_handle(v: u64) -> $name {
+                $name(v as usize as $raw)
+            }
+        }
+    };
+}
+
+borrowed_handle!(
+    /// A borrowed CUDA stream handle, as passed by Python (0 = legacy default stream).
+    Stream(sys::CUstream)
+);
+
+borrowed_handle!(
+    /// A borrowed CUDA event handle, as passed by Python (a CuPy or PyTorch event).
+    EventRef(sys::CUevent)
+);
+
+impl EventRef {
+    /// Makes `stream` wait for the event's last record.
+    pub fn wait_on(&self, stream: Stream) -> Result<()> {
+        // SAFETY: the handle comes from the caller, who keeps the event alive for the call.
+        check(
+            unsafe {
+                cu::stream::wait_event(
+                    stream.0,
+                    self.0,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            },
+            "cuStreamWaitEvent",
+        )
     }
 }
 
@@ -301,39 +333,6 @@ unsafe impl Send for OwnedStream {}
 // SAFETY: as above.
 unsafe impl Sync for OwnedStream {}
 
-/// A borrowed CUDA event handle, as passed by Python (a CuPy or PyTorch event); never
-/// destroyed by the library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(transparent)]
-pub struct EventRef(sys::CUevent);
-
-// SAFETY: an event handle is an opaque identifier usable from any thread.
-unsafe impl Send for EventRef {}
-// SAFETY: as above.
-unsafe impl Sync for EventRef {}
-
-impl EventRef {
-    /// The event with handle value `v`.
-    pub fn from_handle(v: u64) -> EventRef {
-        EventRef(v as usize as sys::CUevent)
-    }
-
-    /// Makes `stream` wait for the event's last record.
-    pub fn wait_on(&self, stream: Stream) -> Result<()> {
-        // SAFETY: the handle comes from the caller, who keeps the event alive for the call.
-        check(
-            unsafe {
-                cu::stream::wait_event(
-                    stream.0,
-                    self.0,
-                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                )
-            },
-            "cuStreamWaitEvent",
-        )
-    }
-}
-
 /// A CUDA event, used to order work across streams (and, exported through CUDA IPC,
 /// across processes) and, when created with timing, to time work on a stream.
 pub struct Event(sys::CUevent);
@@ -406,17 +405,7 @@ impl Event {
 
     /// Makes `stream` wait for the last record.
     pub fn wait_on(&self, stream: Stream) -> Result<()> {
-        // SAFETY: valid event and stream.
-        check(
-            unsafe {
-                cu::stream::wait_event(
-                    stream.0,
-                    self.0,
-                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                )
-            },
-            "cuStreamWaitEvent",
-        )
+        EventRef(self.0).wait_on(stream)
     }
 
     /// Blocks until the last record completed.

@@ -515,9 +515,9 @@ mod tests {
         assert_eq!(l.shifted([2, 0, 0]).offset([0, 0, 0]), l.offset([2, 0, 0]));
     }
 
-    #[test]
-    fn rows_merge_what_continues_on_both_sides() {
-        // A slab chunk: whole X rows, half of Y, some Z planes, into a pencil of half Y.
+    /// A slab chunk: whole X rows, the second half of Y, four Z planes of an 8x6x4 X-fastest
+    /// array, into a packed X-fastest array of that half: (whole, its layout, the copy).
+    fn slab_chunk() -> (Box3, Layout, Copy3) {
         let whole = Box3 {
             lo: [0, 0, 0],
             len: [8, 6, 4],
@@ -528,7 +528,13 @@ mod tests {
         };
         let src = Layout::packed(&whole, [0, 1, 2], 0);
         let dst = Layout::packed(&part, [0, 1, 2], 0);
-        let r = Copy3::between(&part, &src, &dst).rows().unwrap();
+        (whole, src, Copy3::between(&part, &src, &dst))
+    }
+
+    #[test]
+    fn rows_merge_what_continues_on_both_sides() {
+        let (whole, src, c) = slab_chunk();
+        let r = c.rows().unwrap();
         assert_eq!((r.src_offset, r.dst_offset, r.width), (24, 0, 24));
         assert_eq!(
             r.outer[0],
@@ -591,17 +597,7 @@ mod tests {
 
     #[test]
     fn src_ranges_cut_along_an_axis() {
-        let whole = Box3 {
-            lo: [0, 0, 0],
-            len: [8, 6, 4],
-        };
-        let part = Box3 {
-            lo: [0, 3, 0],
-            len: [8, 3, 4],
-        };
-        let src = Layout::packed(&whole, [0, 1, 2], 0);
-        let dst = Layout::packed(&part, [0, 1, 2], 0);
-        let c = Copy3::between(&part, &src, &dst);
+        let (_, _, c) = slab_chunk();
         let cells: i64 = [(0, 1), (1, 3), (3, 9)]
             .iter()
             .filter_map(|&(lo, hi)| c.src_range(2, 48, i64::MAX, lo, hi))
