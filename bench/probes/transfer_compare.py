@@ -12,7 +12,10 @@ prints the slowest rank's median time of:
   with the same decomposition: NumPy axes (z, y, x), the X-pencil aligned in axis 2 with
   y over PR ranks and z over PC, so that each exchange runs within groups of the same size;
 * ``floor``: every rank copying its own input pencil once, all at once (a 1×1 grid of its
-  own, as ``bench/probes/host_floor.py``): what no transpose can beat.
+  own, as ``bench/probes/host_floor.py``): what no transpose can beat;
+* ``floor shm``: the same copy between arrays of that grid's ``empty_pencil`` (node-shared
+  memory, like the library arrays; private NumPy arrays may get transparent huge pages,
+  shared memory only where the host's ``shmem_enabled`` allows them).
 
 Usage: ``mpirun -np 16 python3 bench/probes/transfer_compare.py --n 256 --pdims 4x4 --rounds 5``
 (needs ``mpi4py-fft``; compare with ``bench/probes/host_floor.py`` at the same ranks).
@@ -72,8 +75,9 @@ def main() -> None:
     pz = py.pencil(0)
     if comm.rank == 0:
         print(f"# {comm.size} ranks, {n}^3, pdims {pr}x{pc}, medians of {a.rounds} rounds x {a.reps} (ms, slowest rank per call)")
-        head = f"{'dtype':6s} {'op':4s} {'user':>9s} {'lib 2-copy':>11s} {'library':>9s} {'mpi4py-fft':>11s} {'floor':>9s}"
-        print(head + "  ratios mpi4py-fft/(user, library), library/floor")
+        head = f"{'dtype':6s} {'op':4s} {'user':>9s} {'lib 2-copy':>11s} {'library':>9s} {'mpi4py-fft':>11s}"
+        head += f" {'floor':>9s} {'floor shm':>9s}"
+        print(head + "  ratios mpi4py-fft/(user, library), library/floor, library/floor shm")
     for dname in a.dtypes:
         dt = {"c128": np.complex128, "f64": np.float64, "c64": np.complex64, "f32": np.float32}[dname]
         for op, (fa, fb), (pa, pb) in (("xy", (0, 1), (px, py)), ("yz", (1, 2), (py, pz))):
@@ -97,14 +101,18 @@ def main() -> None:
             # of its own, as bench/probes/host_floor.py), in the same rounds.
             fcfg = cudecomp.GridDescConfig()
             fcfg.gdims, fcfg.pdims = tuple(reversed(ua.shape)), (1, 1)
+            fcfg.transpose_comm_backend = cudecomp.TransposeCommBackend.DIRECT  # empty_pencil: shared memory
             fgrid = own.create_grid(fcfg)
             fa, fb = np.ones(ua.shape, dt), np.zeros(fgrid.get_pencil_info(1).array_shape, dt)
+            sa, sb = fgrid.empty_pencil(0, dt), fgrid.empty_pencil(1, dt)
+            sa[...], sb[...] = 1, 0
             methods = [
                 functools.partial(fn, ua, ub),
                 two_copy,
                 functools.partial(fn, la, lb),
                 functools.partial(tr.forward, ma, mb),
                 functools.partial(fgrid.transpose_x_to_y, fa, fb),
+                functools.partial(fgrid.transpose_x_to_y, sa, sb),
             ]
             # Round after round, each method in turn: the host's drift between runs minutes
             # apart is larger than the differences sought.
@@ -113,12 +121,12 @@ def main() -> None:
                 for m, acc in zip(methods, per, strict=True):
                     acc += samples(m, a.reps)
             fgrid.destroy()
-            t_user, t_two, t_lib, t_pf, t_floor = (float(np.median(v)) for v in per)
+            t_user, t_two, t_lib, t_pf, t_floor, t_shm = (float(np.median(v)) for v in per)
             if comm.rank == 0:
-                ms = [t * 1e3 for t in (t_user, t_two, t_lib, t_pf, t_floor)]
+                ms = [t * 1e3 for t in (t_user, t_two, t_lib, t_pf, t_floor, t_shm)]
                 print(
-                    f"{dname:6s} {op:4s} {ms[0]:9.3f} {ms[1]:11.3f} {ms[2]:9.3f} {ms[3]:11.3f} {ms[4]:9.3f}"
-                    f"  {t_pf / t_user:5.2f}x {t_pf / t_lib:5.2f}x {t_lib / t_floor:5.2f}x"
+                    f"{dname:6s} {op:4s} {ms[0]:9.3f} {ms[1]:11.3f} {ms[2]:9.3f} {ms[3]:11.3f} {ms[4]:9.3f} {ms[5]:9.3f}"
+                    f"  {t_pf / t_user:5.2f}x {t_pf / t_lib:5.2f}x {t_lib / t_floor:5.2f}x {t_lib / t_shm:5.2f}x"
                 )
     g.destroy()
     h.finalize()
