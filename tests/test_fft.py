@@ -370,6 +370,7 @@ def test_streamed_slabs(
     from cudecomp import _cudecomp as ext
 
     monkeypatch.setenv("CUDECOMP_FFT_CHUNKS", chunks)
+    monkeypatch.setenv("CUDECOMP_FFT_STREAM", "1")  # also where the ranks share a GPU
     monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
     if shared:  # the plan's small buffers exported too: the copy engine's single copies run
         monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
@@ -383,3 +384,17 @@ def test_streamed_slabs(
         before = ext._single_copy_count()
         check_plan(plan, TOL64, seed=11, reuse=True)
         assert (ext._single_copy_count() > before) == shared
+
+
+@pytest.mark.skipif(cudecomp.CPU_ONLY or COMM.size < 2 or not gpu_available(), reason="GPU slab-xy plans on DIRECT, with peers")
+@pytest.mark.parametrize("setting", ["", "0"])
+def test_streaming_follows_the_gpus(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    """By default slabs stream only where each rank has a GPU of its own; ``0`` never."""
+    monkeypatch.setenv("CUDECOMP_FFT_STREAM", setting)
+    plan = make_plan(handle, (16, 8, 8), (1, COMM.size), transposed_out=True, backend=cudecomp.TransposeCommBackend.DIRECT)
+    if plan is None:
+        return
+    with plan:
+        streams = setting != "0" and handle.one_gpu_per_rank()
+        assert plan.output_info.order == ((0, 1, 2) if streams else (2, 0, 1))
+        check_plan(plan, TOL64, seed=13)

@@ -94,3 +94,19 @@ def test_one_node_follows_the_node_identity(handle: cudecomp.Handle) -> None:
     node.Free()
     assert handle.one_node() is (one_host and (not SIMULATED or NRANKS == 1))
     works(handle)
+
+
+def test_one_gpu_per_rank(handle: cudecomp.Handle) -> None:
+    # The CPU variant has no GPUs; in the GPU variant, ranks of one node share a GPU when
+    # there are fewer GPUs than ranks on it.
+    if cudecomp.CPU_ONLY:
+        assert handle.one_gpu_per_rank() is False
+        return
+    import cupy
+
+    node = COMM.Split_type(MPI.COMM_TYPE_SHARED)
+    own = COMM.allreduce(node.size <= cupy.cuda.runtime.getDeviceCount(), op=MPI.LAND)
+    node.Free()
+    # Simulated nodes count as separate machines, whose GPUs never collide.
+    assert handle.one_gpu_per_rank() is (own or SIMULATED)
+    works(handle)

@@ -156,6 +156,12 @@ class Handle:
         Nodes as the package sees them everywhere (DIRECT, copy threads, NVSHMEM peers):
         the host name, or ``CUDECOMP_NODE_ID`` / ``CUDECOMP_SIMULATE_NODES`` when set.
         """
+    def one_gpu_per_rank(self) -> bool:
+        """Whether every rank of the handle drives a GPU of its own (collective).
+
+        False where ranks share a GPU (NCCL and the NVSHMEM backends then refuse to run,
+        and GPU FFT plans do not stream their slabs), and always in the CPU variant.
+        """
     def finalize(self) -> None:
         """Release the handle and its workspaces (collective).
 

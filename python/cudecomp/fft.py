@@ -45,7 +45,7 @@ import inspect
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -95,11 +95,20 @@ _STREAMED_ORDER = ((0, 1, 2), (0, 1, 2), (0, 1, 2))
 _STREAM_CHUNKS = 8
 
 
-def _streams_slabs(cfg: GridDescConfig) -> bool:
-    """Whether a plan on grid configuration ``cfg`` streams its slabs (GPU, slab-xy, DIRECT)."""
+def _streams_slabs(cfg: GridDescConfig, own_gpus: Callable[[], bool]) -> bool:
+    """Whether a plan on grid configuration ``cfg`` streams its slabs.
+
+    GPU variant, slab-xy, DIRECT, and each rank on a GPU of its own (``own_gpus``, asked
+    last: collective) unless ``CUDECOMP_FFT_STREAM=1`` asks for it anyway; ``0`` turns it
+    off. Ranks sharing a GPU gain nothing from it (the copy engine and SMs are the same
+    ones) and were measured slower with it.
+    """
     pr, pc = (int(v) for v in cfg.pdims)
     backend = TransposeCommBackend(int(cfg.transpose_comm_backend))
-    return not CPU_ONLY and pr == 1 and pc > 1 and backend == TransposeCommBackend.DIRECT
+    setting = os.environ.get("CUDECOMP_FFT_STREAM", "").strip()
+    if setting == "0" or CPU_ONLY or pr != 1 or pc < 2 or backend != TransposeCommBackend.DIRECT:
+        return False
+    return setting == "1" or own_gpus()
 
 
 def schedule_of(pdims: Sequence[int]) -> Schedule:
@@ -573,6 +582,7 @@ class FFT:
         self._base = config.copy() if config is not None else GridDescConfig()
         self._streams: dict[int, Any] = {}
         self._scratch: dict[str, Any] = {}
+        self._one_gpu_each: bool | None = None
         self._comm = comm
         self.autotune_times: dict[tuple[tuple[int, int], str], float] = {}
         """Autotuning: seconds of one forward + backward (slowest rank's median) per (pdims, backend name); empty without."""
@@ -616,8 +626,14 @@ class FFT:
         cfg.pdims = pdims
         if backend is not None:
             cfg.transpose_comm_backend = backend
-        cfg.transpose_mem_order = _STREAMED_ORDER if _streams_slabs(cfg) else _MEM_ORDER[schedule_of(pdims)]
+        cfg.transpose_mem_order = _STREAMED_ORDER if _streams_slabs(cfg, self._own_gpus) else _MEM_ORDER[schedule_of(pdims)]
         return cfg
+
+    def _own_gpus(self) -> bool:
+        """Whether every rank drives a GPU of its own (collective the first time; cached)."""
+        if self._one_gpu_each is None:
+            self._one_gpu_each = self._handle.one_gpu_per_rank()
+        return self._one_gpu_each
 
     def _build(self, pdims: tuple[int, int], backend: TransposeCommBackend | None) -> None:
         self._release()
@@ -634,7 +650,7 @@ class FFT:
                 self._release()
                 raise
         self._pdims = pdims
-        self._slabs = _SlabStream(self.spectral_grid, self._kind == "r2c") if _streams_slabs(grid.config) else None
+        self._slabs = _SlabStream(self.spectral_grid, self._kind == "r2c") if _streams_slabs(grid.config, self._own_gpus) else None
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
         self._out_info = self.spectral_grid.get_pencil_info(self._out_axis)

@@ -138,6 +138,18 @@ impl Handle {
         py.detach(|| h.one_node()).py(py)
     }
 
+    /// Whether every rank of the handle drives a GPU of its own (collective).
+    ///
+    /// False where ranks share a GPU (NCCL and the NVSHMEM backends then refuse to run,
+    /// and GPU FFT plans do not stream their slabs), and always in the CPU variant.
+    fn one_gpu_per_rank(&self, py: Python<'_>) -> PyResult<bool> {
+        let h = self.live(py)?;
+        if !h.is_gpu() {
+            return Ok(false);
+        }
+        py.detach(|| h.one_gpu_per_rank()).py(py)
+    }
+
     /// Release the handle and its workspaces (collective).
     ///
     /// Destroy the handle's grids first. Any later use of the handle, or a second
