@@ -16,7 +16,7 @@ use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::{check, Device, Stream};
 use crate::mem::{check_copy, Buf, Mover};
-use crate::plan::Copy3;
+use crate::plan::{Copy3, EngineShape, Rows};
 use crate::{Error, Result};
 
 /// CUDA C source of every kernel (no includes: NVRTC has no standard headers).
@@ -265,6 +265,16 @@ pub const ENGINE_ROW_BYTES: i64 = 4096;
 /// is cheaper to launch.
 const ENGINE_MAX_CALLS: i64 = 64;
 
+/// How a mover with rows on the engine copies `c` (cells of `elem` bytes) there: its rows
+/// and their shape, when its rows are at least [`ENGINE_ROW_BYTES`] long and the engine
+/// takes them; `None` sends it to a kernel.
+pub fn on_engine(c: &Copy3, elem: usize) -> Option<(Rows, EngineShape)> {
+    let r = c
+        .rows()
+        .filter(|r| r.width * elem as i64 >= ENGINE_ROW_BYTES)?;
+    Some((r, r.engine_shape(elem, ENGINE_MAX_CALLS)?))
+}
+
 /// Caps a launch grid at `cap` blocks in all (the kernels stride over their whole range).
 fn capped(grid: (u32, u32, u32), cap: u32) -> (u32, u32, u32) {
     let x = grid.0.min(cap);
@@ -295,15 +305,10 @@ impl Mover for DeviceMover<'_> {
             // creators vouch for them for the whole operation (`Buf::new`).
             return unsafe { super::copy_device(d, s, n as usize * elem, self.stream) };
         }
-        if let Some(r) = c
-            .rows()
-            .filter(|r| self.engine_rows && r.width * elem as i64 >= ENGINE_ROW_BYTES)
-        {
+        if let Some((r, shape)) = on_engine(c, elem).filter(|_| self.engine_rows) {
             let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
             // SAFETY: as above: `check_copy` found every cell inside `src` and `dst`.
-            if unsafe { super::copy_rows(d, s, elem, &r, ENGINE_MAX_CALLS, self.stream)? } {
-                return Ok(());
-            }
+            return unsafe { super::copy_rows(d, s, elem, &r, shape, self.stream) };
         }
         let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
         let ext = c.extent;

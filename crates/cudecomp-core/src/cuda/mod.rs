@@ -482,9 +482,8 @@ pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Strea
 }
 
 /// Enqueues the copy `r` (elements of `elem` bytes, offsets from `dst` and `src`) on the
-/// copy engine: one 2-D or 3-D pitched copy, or one 2-D copy per plane when the planes'
-/// strides are not a whole number of rows. Returns `false`, enqueuing nothing, when a pitch
-/// is beyond what the driver takes or it would need more than `max_calls` copies.
+/// copy engine as `shape` says (see [`crate::plan::Rows::engine_shape`]): one pitched 2-D
+/// or 3-D copy, or one 2-D copy per plane.
 ///
 /// # Safety
 /// Every cell of `r` must lie inside device memory (or memory mapped into this context)
@@ -494,32 +493,21 @@ pub unsafe fn copy_rows(
     src: u64,
     elem: usize,
     r: &crate::plan::Rows,
-    max_calls: i64,
+    shape: crate::plan::EngineShape,
     stream: Stream,
-) -> Result<bool> {
+) -> Result<()> {
     let e = elem as i64;
     let [a, b] = r.outer;
-    let fits = |v: i64| v > 0 && v * e <= i32::MAX as i64;
-    if !(fits(a.src_stride) && fits(a.dst_stride)) {
-        return Ok(false);
-    }
     let dev = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
     let (s0, d0) = (
         src + (r.src_offset * e) as u64,
         dst + (r.dst_offset * e) as u64,
     );
-    // Planes at a whole number of rows (at least the rows copied) make one 3-D copy.
-    let rows_per =
-        |plane: i64, row: i64| (plane % row == 0 && plane / row >= a.count).then(|| plane / row);
-    let heights = match (
-        b.count > 1,
-        rows_per(b.src_stride, a.src_stride),
-        rows_per(b.dst_stride, a.dst_stride),
-    ) {
-        (true, Some(hs), Some(hd)) => Some((hs, hd)),
-        _ => None,
-    };
-    if let Some((hs, hd)) = heights {
+    if let crate::plan::EngineShape::Pitched {
+        src_height: hs,
+        dst_height: hd,
+    } = shape
+    {
         let p = sys::CUDA_MEMCPY3D {
             srcXInBytes: 0,
             srcY: 0,
@@ -549,11 +537,7 @@ pub unsafe fn copy_rows(
         };
         // SAFETY: the caller vouches for every cell of the copy until it completes.
         let rc = unsafe { sys::cuMemcpy3DAsync_v2(&p, stream.0) };
-        check(rc.result(), "cuMemcpy3DAsync")?;
-        return Ok(true);
-    }
-    if b.count > max_calls {
-        return Ok(false);
+        return check(rc.result(), "cuMemcpy3DAsync");
     }
     for k in 0..b.count {
         let p = sys::CUDA_MEMCPY2D {
@@ -578,7 +562,7 @@ pub unsafe fn copy_rows(
         let rc = unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.0) };
         check(rc.result(), "cuMemcpy2DAsync")?;
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Device-to-device copy on `stream`.

@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 use crate::comm::{Communicator, Transport};
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::cuda::ipc::NOTE;
-use crate::cuda::kernels::{DeviceMover, Kernels, ENGINE_ROW_BYTES};
+use crate::cuda::kernels::{on_engine, DeviceMover, Kernels};
 use crate::cuda::nccl::NcclTransport;
 use crate::cuda::nvshmem::Nvshmem;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
@@ -907,9 +907,10 @@ impl Runtime<'_> {
 /// then publishes where its output lies when that is a registered array
 /// (`GridDesc.empty_pencil`).
 ///
-/// On GPUs chunks of contiguous rows of at least [`ENGINE_ROW_BYTES`] go to the copy
-/// engine, straight into the peers' outputs: the same engine that carries the two-copy
-/// path's chunks across (95 % of peer copy), without its pack and unpack kernels. Other
+/// On GPUs chunks of contiguous rows of at least
+/// [`crate::cuda::kernels::ENGINE_ROW_BYTES`] go to the copy engine, straight into the
+/// peers' outputs: the same engine that carries the two-copy path's chunks across (95 %
+/// of peer copy), without its pack and unpack kernels. Other
 /// chunks would be written into peers by copy kernels, which reach about 85 % (as
 /// NVSHMEM_SM does), so those single copies are taken only when asked for.
 fn single_copy_wanted(c: &TransposeCall<'_>, sliced: bool, device: bool) -> bool {
@@ -924,8 +925,8 @@ fn single_copy_wanted(c: &TransposeCall<'_>, sliced: bool, device: bool) -> bool
     sliced && allowed && !c.input.overlaps(&c.output)
 }
 
-/// Whether every chunk of the plan (into peers and into this rank's own output) is made
-/// of contiguous rows the copy engine takes (see [`DeviceMover::rows_on_engine`]).
+/// Whether the copy engine takes every chunk of the plan (into peers and into this rank's
+/// own output; see [`DeviceMover::rows_on_engine`]).
 fn rows_on_engine(plan: &TransposePlan, elem: usize) -> bool {
     (0..plan.npeers())
         .filter(|&p| plan.sends[p].count > 0)
@@ -936,10 +937,7 @@ fn rows_on_engine(plan: &TransposePlan, elem: usize) -> bool {
                 plan.into_peer_output(p)
             }
         })
-        .all(|c| {
-            c.rows()
-                .is_some_and(|r| r.width * elem as i64 >= ENGINE_ROW_BYTES)
-        })
+        .all(|c| on_engine(&c, elem).is_some())
 }
 
 /// The outputs of every member of `plan`'s sub-communicator, mapped here by `map`, when

@@ -315,6 +315,54 @@ pub struct Rows {
     pub outer: [Outer; 2],
 }
 
+impl Rows {
+    /// How the copy engine takes these rows of `elem`-byte elements: one pitched copy (the
+    /// planes a whole number of rows apart, `*_height` rows, on both sides), else one 2-D
+    /// copy per plane when there are at most `max_calls` planes. `None` when a row pitch
+    /// is beyond what the driver takes (2 GiB) or there would be more calls.
+    pub fn engine_shape(&self, elem: usize, max_calls: i64) -> Option<EngineShape> {
+        let e = elem as i64;
+        let [a, b] = self.outer;
+        let fits = |v: i64| v > 0 && v.checked_mul(e).is_some_and(|p| p <= i32::MAX as i64);
+        if !(fits(a.src_stride) && fits(a.dst_stride)) {
+            return None;
+        }
+        let rows_per = |plane: i64, row: i64| {
+            (plane % row == 0 && plane / row >= a.count).then(|| plane / row)
+        };
+        match (
+            b.count,
+            rows_per(b.src_stride, a.src_stride),
+            rows_per(b.dst_stride, a.dst_stride),
+        ) {
+            (1, _, _) => Some(EngineShape::Pitched {
+                src_height: a.count,
+                dst_height: a.count,
+            }),
+            (_, Some(hs), Some(hd)) => Some(EngineShape::Pitched {
+                src_height: hs,
+                dst_height: hd,
+            }),
+            (n, _, _) if n <= max_calls => Some(EngineShape::Planes),
+            _ => None,
+        }
+    }
+}
+
+/// How the copy engine takes a [`Rows`] copy (see [`Rows::engine_shape`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineShape {
+    /// One pitched copy: rows of each plane `*_height` rows apart in the planes' strides.
+    Pitched {
+        /// Rows per source plane (the source's plane stride over its row pitch).
+        src_height: i64,
+        /// Rows per destination plane.
+        dst_height: i64,
+    },
+    /// One 2-D copy per plane.
+    Planes,
+}
+
 /// One outer axis of [`Rows`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outer {
@@ -593,6 +641,67 @@ mod tests {
         // A dense block is one row.
         let r = Copy3::between(&whole, &src, &src).rows().unwrap();
         assert_eq!((r.width, r.outer[0].count, r.outer[1].count), (192, 1, 1));
+    }
+
+    #[test]
+    fn the_engine_takes_rows_as_one_pitched_copy_or_plane_by_plane() {
+        let (_, _, c) = slab_chunk();
+        let r = c.rows().unwrap();
+        // Rows merged with the planes: a single pitched copy of 4 rows.
+        assert_eq!(
+            r.engine_shape(8, 64),
+            Some(EngineShape::Pitched {
+                src_height: 4,
+                dst_height: 4
+            })
+        );
+        let two = Rows {
+            src_offset: 0,
+            dst_offset: 0,
+            width: 4,
+            outer: [
+                Outer {
+                    count: 3,
+                    src_stride: 8,
+                    dst_stride: 4,
+                },
+                Outer {
+                    count: 5,
+                    src_stride: 50, // not a whole number of 8-element rows
+                    dst_stride: 12,
+                },
+            ],
+        };
+        assert_eq!(two.engine_shape(8, 64), Some(EngineShape::Planes));
+        assert_eq!(two.engine_shape(8, 4), None);
+        let planes = Rows {
+            outer: [
+                two.outer[0],
+                Outer {
+                    src_stride: 48,
+                    ..two.outer[1]
+                },
+            ],
+            ..two
+        };
+        assert_eq!(
+            planes.engine_shape(8, 4),
+            Some(EngineShape::Pitched {
+                src_height: 6,
+                dst_height: 3
+            })
+        );
+        let wide = Rows {
+            outer: [
+                Outer {
+                    src_stride: 1 << 30,
+                    ..two.outer[0]
+                },
+                two.outer[1],
+            ],
+            ..two
+        };
+        assert_eq!(wide.engine_shape(8, 64), None); // an 8 GiB pitch
     }
 
     #[test]
