@@ -70,7 +70,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cfl", type=float, default=0.5, help="CFL number of the adaptive time step (default: 0.5)")
     p.add_argument("--dt", type=float, default=None, help="fixed time step instead of the CFL one (default: CFL)")
     p.add_argument("--pdims", default="auto", help="process grid RxC, or auto (the FFT plan times every usable one) (default: auto)")
-    p.add_argument("--backend", default=None, choices=[b.name for b in cudecomp.TransposeCommBackend], help="transpose backend")
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=[b.name for b in cudecomp.TransposeCommBackend],
+        help="transpose backend (default: the FFT plan times DIRECT, NCCL where each rank has its own GPU, and MPI_P2P)",
+    )
     p.add_argument("--precision", default="float64", choices=["float64", "float32"], help="floating-point precision (default: float64)")
     p.add_argument("--out", default=None, help="write the diagnostics to this file too (default: stdout only)")
     p.add_argument("--png", default=None, help="plot the dissipation rate beside the reference into this PNG (needs matplotlib)")
@@ -210,6 +215,24 @@ def sum_pairs(values: list[float], comm: MPI.Comm) -> list[float]:
     return list(comm.allreduce(np.asarray(values, dtype=np.float64), op=MPI.SUM))
 
 
+def backends(args: argparse.Namespace, handle: cudecomp.Handle) -> Any:
+    """Return the transpose backend(s) the FFT plan chooses from: ``--backend``, else the fast ones here.
+
+    Without ``--backend`` the plan times ``DIRECT`` (and, where every rank has a GPU of
+    its own, ``NCCL``) against ``MPI_P2P`` and keeps the fastest (collective); a single
+    rank transposes nothing.
+    """
+    if args.backend:
+        return cudecomp.TransposeCommBackend[args.backend]
+    if handle.nranks == 1:
+        return None
+    B = cudecomp.TransposeCommBackend
+    cands = [B.DIRECT, B.MPI_P2P]
+    if handle.one_gpu_per_rank():
+        cands.insert(1, B.NCCL)
+    return cands
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the simulation (all ranks); the exit status of ``--check``."""
     args = parse_args(argv)
@@ -234,18 +257,22 @@ def main(argv: list[str] | None = None) -> int:
         if int(state["n"]) != n or str(state["precision"]) != args.precision:
             fail(comm, f"--restart: the checkpoint is {int(state['n'])}^3 {state['precision']}, not {n}^3 {args.precision}")
         pdims = (int(state["pdims"][0]), int(state["pdims"][1]))
-    backend = cudecomp.TransposeCommBackend[args.backend] if args.backend else None
+        if "backend" in state and not args.backend:
+            args.backend = str(state["backend"])  # the same backend, hence the same spectral layout
     ref = load_reference(args.reference) if (args.check or args.png) else None
 
     with cudecomp.Handle(comm) as handle:
+        backend = backends(args, handle)
         plan = FFT(handle, (n, n, n), pdims, kind="r2c", dtype=args.precision, norm="forward", transposed_out=True, backend=backend)
         with plan:
             tg = TaylorGreen(plan, n, comm, fuse=not args.no_fuse)
             rows: list[tuple[float, ...]] = []
             if state is not None:
                 U = [xp.asarray(c) for c in state["U"]]
-                if tuple(U[0].shape) != plan.output_info.array_shape:
-                    raise SystemExit("--restart: the checkpoint's pencil does not match this process grid")
+                if tuple(U[0].shape) != plan.output_info.array_shape or (
+                    "order" in state and tuple(int(v) for v in state["order"]) != tuple(plan.output_info.order)
+                ):
+                    raise SystemExit("--restart: the checkpoint's pencil does not match this process grid and backend")
                 t, steps, rows = float(state["t"]), int(state["steps"]), [tuple(r) for r in state["rows"]]
                 n_out = int(state["n_out"])
             else:
@@ -375,6 +402,8 @@ def write_checkpoint(
         n=args.n,
         precision=args.precision,
         pdims=np.asarray(plan.pdims),
+        backend=cudecomp.TransposeCommBackend(int(plan.grid.config.transpose_comm_backend)).name,
+        order=np.asarray(plan.output_info.order),
     )
     os.replace(tmp, path)
     comm.Barrier()
