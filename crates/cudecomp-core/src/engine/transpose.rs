@@ -699,6 +699,7 @@ fn cuts_rows(plan: &TransposePlan) -> bool {
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
     use crate::comm::{mock, Communicator};
@@ -874,13 +875,46 @@ mod tests {
             for contiguous in [false, true] {
                 // Whole chunks, pieces of a few rows, and pieces larger than the chunks.
                 for block in [0i64, 64, 1 << 20] {
-                    single_copy_case(pdims, contiguous, block);
+                    single_copy_case(pdims, contiguous, block, None);
+                }
+                // Inputs written in steps along each axis (the caller's events).
+                for axis in 0..3 {
+                    single_copy_case(pdims, contiguous, 0, Some((axis, 3)));
                 }
             }
         }
     }
 
-    fn single_copy_case(pdims: [i32; 2], contiguous: bool, block: i64) {
+    /// A host mover that fails any copy reaching input cells along `axis` whose step has
+    /// not been waited for yet (`waited` steps of `ends` have been; one rank's thread
+    /// alone uses it).
+    struct StepChecked<'a> {
+        axis: Axis,
+        stride: i64,
+        next: i64,
+        ends: &'a [i64],
+        waited: &'a AtomicUsize,
+    }
+
+    impl Mover for StepChecked<'_> {
+        fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+            let first = c.src_offset.rem_euclid(self.next) / self.stride;
+            let end = first + c.extent[self.axis];
+            let w = self.waited.load(Ordering::Relaxed);
+            let ready = match w {
+                w if w >= self.ends.len() => i64::MAX,
+                0 => 0,
+                w => self.ends[w - 1],
+            };
+            assert!(
+                end <= ready,
+                "cells up to {end} copied with {w} steps waited for"
+            );
+            HostMover::default().copy(elem, src, dst, c)
+        }
+    }
+
+    fn single_copy_case(pdims: [i32; 2], contiguous: bool, block: i64, steps: Option<(Axis, i64)>) {
         let (g, n) = test_grid(pdims, contiguous);
         let lay = halo_and_padding();
         for d in Direction::ALL {
@@ -907,15 +941,51 @@ mod tests {
                     work: Buf::empty(),
                 };
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
-                let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
-                run.single_copy(&members, &movers, block, &Met(sub.as_ref()), None)
+                let Some((axis, k)) = steps else {
+                    let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
+                    run.single_copy(&members, &movers, block, &Met(sub.as_ref()), None)
+                        .unwrap();
+                    return;
+                };
+                // Steps of the input array along `axis` (halo and padding cells counted).
+                let strides = plan.in_layout.strides;
+                let stride = strides[axis];
+                let next = strides.into_iter().filter(|&s| s > stride).min();
+                let cells = next.map_or((plan.input.size + stride - 1) / stride, |n| n / stride);
+                let ends: Vec<i64> = (1..k).map(|j| cells * j / k).collect();
+                let waited = AtomicUsize::new(0);
+                let wait = |j: usize| {
+                    assert_eq!(
+                        j,
+                        waited.load(Ordering::Relaxed),
+                        "steps waited for in order"
+                    );
+                    waited.store(j + 1, Ordering::Relaxed);
+                    Ok(())
+                };
+                let staged = Staged {
+                    axis,
+                    ends: ends.clone(),
+                    wait: &wait,
+                };
+                let movers = |_: Buf| -> Box<dyn Mover + '_> {
+                    Box::new(StepChecked {
+                        axis,
+                        stride,
+                        next: next.unwrap_or(i64::MAX),
+                        ends: &ends,
+                        waited: &waited,
+                    })
+                };
+                run.single_copy(&members, &movers, block, &Met(sub.as_ref()), Some(&staged))
                     .unwrap();
+                assert_eq!(waited.load(Ordering::Relaxed), ends.len());
             });
             for (r, p) in plans.iter().enumerate() {
                 assert_eq!(
                     outputs[r],
                     oracle(&p.output, g.gdims, 5),
-                    "{pdims:?} {contiguous} {d:?} block {block} rank {r}"
+                    "{pdims:?} {contiguous} {d:?} block {block} steps {steps:?} rank {r}"
                 );
             }
         }
