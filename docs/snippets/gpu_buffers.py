@@ -1,16 +1,13 @@
-"""GPU variant: library arrays (single-copy DIRECT transposes) and symmetric NVSHMEM workspaces.
+"""GPU variant: library arrays (single-copy DIRECT transposes, inputs written in steps) and symmetric NVSHMEM workspaces.
 
 Run with one rank per GPU:  mpiexec -n 2 python gpu_buffers.py
 """
-
-import os
 
 import cupy as cp
 from mpi4py import MPI
 
 import cudecomp
 
-os.environ["CUDECOMP_SINGLE_COPY"] = "1"  # opt-in on GPUs (read at each transpose)
 comm = MPI.COMM_WORLD
 local = comm.Split_type(MPI.COMM_TYPE_SHARED)
 cp.cuda.Device(local.rank % cp.cuda.runtime.getDeviceCount()).use()
@@ -19,17 +16,27 @@ local.Free()
 with cudecomp.Handle(comm) as handle:
     config = cudecomp.GridDescConfig()
     config.gdims = (256, 256, 256)
-    config.pdims = (comm.size, 1)
+    config.pdims = (1, comm.size)  # slabs: Y->Z chunks are whole X rows, which the copy engine moves
     config.transpose_comm_backend = cudecomp.TransposeCommBackend.DIRECT
     with handle.create_grid(config) as grid:
         # Device memory the node's other ranks map: with every rank's output such an
         # array, each rank writes its chunks straight into the others' outputs.
-        x = grid.empty_pencil(0, cp.complex128)
         y = grid.empty_pencil(1, cp.complex128)
-        x[...] = cp.random.standard_normal(x.shape)
-        grid.transpose_x_to_y(x, y)
-        back = grid.transpose_y_to_x(y, grid.empty_pencil(0, cp.complex128))
-        assert bool((back == x).all())
+        z = grid.empty_pencil(2, cp.complex128)
+        # Write the input slab by slab on one stream, and let the transpose on another
+        # send each slab as soon as its event says it is written.
+        writer, mover = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+        steps, n = [], y.shape[0]
+        with writer:
+            for lo, hi in ((0, n // 2), (n // 2, n)):
+                y[lo:hi] = cp.random.standard_normal(y[lo:hi].shape)
+                done = cp.cuda.Event(disable_timing=True)
+                done.record(writer)
+                steps.append((done, hi))  # planes 0..hi of Y's slowest axis (Z) are written
+        grid.transpose_y_to_z(y, z, stream=mover, input_ready=steps)
+        with mover:
+            back = grid.transpose_z_to_y(z, grid.empty_pencil(1, cp.complex128), stream=mover)
+            assert bool((back == y).all())
 
     config.transpose_comm_backend = cudecomp.TransposeCommBackend.NVSHMEM
     config.halo_comm_backend = cudecomp.HaloCommBackend.NVSHMEM
