@@ -369,12 +369,13 @@ class _SlabStream:
     then the 2-D inverse FFTs.
     """
 
-    def __init__(self, grid: GridDesc, r2c: bool) -> None:
+    def __init__(self, grid: GridDesc, r2c: bool, dtype: np.dtype) -> None:
         import cupy
 
         self.cupy = cupy
         self.grid = grid
         self.r2c = r2c
+        self.dtype = dtype  # spectral
         self.plans: dict[tuple[Any, ...], Any] = {}
         self.bufs: dict[int, Any] = {}
         self.side: Any = None
@@ -385,16 +386,16 @@ class _SlabStream:
             chunks = _STREAM_CHUNKS
         self.chunks = max(1, chunks)
 
-    def buffer(self, axis: int, dtype: np.dtype) -> Any:
-        """Return the plan's library array of pencil ``axis`` (peers map it: DIRECT copies once, into it)."""
+    def buffer(self, axis: int) -> Any:
+        """Return the plan's library array of spectral pencil ``axis`` (peers map it: DIRECT copies once, into it)."""
         b = self.bufs.get(axis)
         if b is None:
-            b = self.bufs[axis] = self.grid.empty_pencil(axis, dtype)
+            b = self.bufs[axis] = self.grid.empty_pencil(axis, self.dtype)
         return b
 
     def plan2(self, a: Any) -> Any:
         """Return a cached cuFFT plan over axes (1, 2) of arrays shaped like ``a`` (C order)."""
-        value_type = "R2C" if self.r2c and a.dtype.kind == "f" else "C2C"
+        value_type = "R2C" if self.r2c else "C2C"
         key = (a.shape, a.dtype.str, value_type)
         p = self.plans.get(key)
         if p is None:
@@ -453,8 +454,7 @@ class _SlabStream:
         """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array."""
         from cupy.cuda import cufft
 
-        dtype = np.dtype(np.complex64 if a.dtype in (np.float32, np.complex64) else np.complex128)
-        y, z = self.buffer(1, dtype), self.buffer(2, dtype)
+        y, z = self.buffer(1), self.buffer(2)
 
         def fft2(lo: int, hi: int) -> None:
             self.plan2(a[lo:hi]).fft(a[lo:hi], y[lo:hi], cufft.CUFFT_FORWARD)
@@ -470,7 +470,7 @@ class _SlabStream:
         ``scale`` multiplies each slab right after its FFT: SM work that runs beside the
         exchange of the slabs before it, rather than a pass of its own at the end.
         """
-        y, z = self.buffer(1, a.dtype), self.buffer(2, a.dtype)
+        y, z = self.buffer(1), self.buffer(2)
         src = a if transposed else self.grid.transpose_y_to_z(a, z, stream=stream)
 
         def step(lo: int, hi: int) -> None:
@@ -619,15 +619,20 @@ class FFT:
 
     # -- construction ------------------------------------------------------------------
 
-    def _config(self, gdims: tuple[int, int, int], pdims: tuple[int, int], backend: TransposeCommBackend | None) -> GridDescConfig:
+    def _config(
+        self, gdims: tuple[int, int, int], pdims: tuple[int, int], backend: TransposeCommBackend | None, streams: bool | None = None
+    ) -> tuple[GridDescConfig, bool]:
+        """Return the grid configuration of ``gdims`` and whether the plan streams its slabs on it (``streams``: decided already)."""
         cfg = self._base.copy()
         cfg.gdims = gdims
         cfg.gdims_dist = (0, 0, 0)
         cfg.pdims = pdims
         if backend is not None:
             cfg.transpose_comm_backend = backend
-        cfg.transpose_mem_order = _STREAMED_ORDER if _streams_slabs(cfg, self._own_gpus) else _MEM_ORDER[schedule_of(pdims)]
-        return cfg
+        if streams is None:
+            streams = _streams_slabs(cfg, self._own_gpus)
+        cfg.transpose_mem_order = _STREAMED_ORDER if streams else _MEM_ORDER[schedule_of(pdims)]
+        return cfg, streams
 
     def _own_gpus(self) -> bool:
         """Whether every rank drives a GPU of its own (collective the first time; cached)."""
@@ -638,11 +643,11 @@ class FFT:
     def _build(self, pdims: tuple[int, int], backend: TransposeCommBackend | None) -> None:
         self._release()
         self._schedule: Schedule = schedule_of(pdims)
-        cfg = self._config(self._gdims, pdims, backend)
+        cfg, streams = self._config(self._gdims, pdims, backend)
         grid = self._handle.create_grid(cfg)
         self._grids = [grid]
         if self._kind == "r2c":
-            scfg = self._config(self._spectral_gdims, pdims, backend)
+            scfg, _ = self._config(self._spectral_gdims, pdims, backend, streams)
             scfg.rank_order = grid.config.rank_order  # the resolved order: the same split of Y and Z
             try:
                 self._grids.append(self._handle.create_grid(scfg))
@@ -650,7 +655,7 @@ class FFT:
                 self._release()
                 raise
         self._pdims = pdims
-        self._slabs = _SlabStream(self.spectral_grid, self._kind == "r2c") if _streams_slabs(grid.config, self._own_gpus) else None
+        self._slabs = _SlabStream(self.spectral_grid, self._kind == "r2c", self._out_dtype) if streams else None
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
         self._out_info = self.spectral_grid.get_pencil_info(self._out_axis)
