@@ -482,8 +482,8 @@ pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Strea
 }
 
 /// Enqueues the copy `r` (elements of `elem` bytes, offsets from `dst` and `src`) on the
-/// copy engine as `shape` says (see [`crate::plan::Rows::engine_shape`]): one pitched 2-D
-/// or 3-D copy, or one 2-D copy per plane.
+/// copy engine as `shape` says (see [`crate::plan::Rows::engine_shape`]): one pitched copy
+/// of all planes, or one per plane.
 ///
 /// # Safety
 /// Every cell of `r` must lie inside device memory (or memory mapped into this context)
@@ -503,11 +503,9 @@ pub unsafe fn copy_rows(
         src + (r.src_offset * e) as u64,
         dst + (r.dst_offset * e) as u64,
     );
-    if let crate::plan::EngineShape::Pitched {
-        src_height: hs,
-        dst_height: hd,
-    } = shape
-    {
+    // One pitched copy of `depth` planes of `a.count` rows from `s`/`d`, whose planes are
+    // `hs`/`hd` rows apart.
+    let pitched = |s: u64, d: u64, hs: i64, hd: i64, depth: i64| -> Result<()> {
         let p = sys::CUDA_MEMCPY3D {
             srcXInBytes: 0,
             srcY: 0,
@@ -515,7 +513,7 @@ pub unsafe fn copy_rows(
             srcLOD: 0,
             srcMemoryType: dev,
             srcHost: std::ptr::null(),
-            srcDevice: s0,
+            srcDevice: s,
             srcArray: std::ptr::null_mut(),
             reserved0: std::ptr::null_mut(),
             srcPitch: (a.src_stride * e) as usize,
@@ -526,43 +524,29 @@ pub unsafe fn copy_rows(
             dstLOD: 0,
             dstMemoryType: dev,
             dstHost: std::ptr::null_mut(),
-            dstDevice: d0,
+            dstDevice: d,
             dstArray: std::ptr::null_mut(),
             reserved1: std::ptr::null_mut(),
             dstPitch: (a.dst_stride * e) as usize,
             dstHeight: hd as usize,
             WidthInBytes: (r.width * e) as usize,
             Height: a.count as usize,
-            Depth: b.count as usize,
+            Depth: depth as usize,
         };
         // SAFETY: the caller vouches for every cell of the copy until it completes.
         let rc = unsafe { sys::cuMemcpy3DAsync_v2(&p, stream.0) };
-        return check(rc.result(), "cuMemcpy3DAsync");
+        check(rc.result(), "cuMemcpy3DAsync")
+    };
+    match shape {
+        crate::plan::EngineShape::Pitched {
+            src_height,
+            dst_height,
+        } => pitched(s0, d0, src_height, dst_height, b.count),
+        crate::plan::EngineShape::Planes => (0..b.count).try_for_each(|k| {
+            let (s, d) = (k * b.src_stride * e, k * b.dst_stride * e);
+            pitched(s0 + s as u64, d0 + d as u64, a.count, a.count, 1)
+        }),
     }
-    for k in 0..b.count {
-        let p = sys::CUDA_MEMCPY2D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcMemoryType: dev,
-            srcHost: std::ptr::null(),
-            srcDevice: s0 + (k * b.src_stride * e) as u64,
-            srcArray: std::ptr::null_mut(),
-            srcPitch: (a.src_stride * e) as usize,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstMemoryType: dev,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: d0 + (k * b.dst_stride * e) as u64,
-            dstArray: std::ptr::null_mut(),
-            dstPitch: (a.dst_stride * e) as usize,
-            WidthInBytes: (r.width * e) as usize,
-            Height: a.count as usize,
-        };
-        // SAFETY: as above.
-        let rc = unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.0) };
-        check(rc.result(), "cuMemcpy2DAsync")?;
-    }
-    Ok(())
 }
 
 /// Device-to-device copy on `stream`.
