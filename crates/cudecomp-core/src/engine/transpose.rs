@@ -532,13 +532,7 @@ impl TransposeRun<'_> {
         if let Some(st) = staged {
             // Step by step as the caller's events say the input is written: each step's
             // cells go to every receiver before the next step is waited for.
-            let strides = plan.in_layout.strides;
-            let stride = strides[st.axis];
-            let next = strides
-                .into_iter()
-                .filter(|&s| s > stride)
-                .min()
-                .unwrap_or(i64::MAX);
+            let along = plan.in_layout.along(st.axis, plan.input.size);
             let mut lo = 0;
             for j in 0..=st.ends.len() {
                 let hi = st.ends.get(j).copied().unwrap_or(i64::MAX);
@@ -546,10 +540,7 @@ impl TransposeRun<'_> {
                     (st.wait)(j)?;
                 }
                 for (dst, mover, cuts) in &parts {
-                    for c in cuts
-                        .iter()
-                        .filter_map(|c| c.src_range(st.axis, stride, next, lo, hi))
-                    {
+                    for c in cuts.iter().filter_map(|c| c.src_range(&along, lo, hi)) {
                         mover.copy(self.elem, self.input, *dst, &c)?;
                     }
                 }
@@ -707,6 +698,7 @@ mod tests {
     use crate::geometry::Grid;
     use crate::mem::HostMover;
     use crate::plan::testing::oracle;
+    use crate::plan::AxisCells;
     use crate::plan::{Direction, TransposeLayouts, MAX_SLICES};
 
     /// Slices over a blocking transport: every unit is posted up front and completed in
@@ -889,17 +881,15 @@ mod tests {
     /// not been waited for yet (`waited` steps of `ends` have been; one rank's thread
     /// alone uses it).
     struct StepChecked<'a> {
-        axis: Axis,
-        stride: i64,
-        next: i64,
+        along: AxisCells,
         ends: &'a [i64],
         waited: &'a AtomicUsize,
     }
 
     impl Mover for StepChecked<'_> {
         fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
-            let first = c.src_offset.rem_euclid(self.next) / self.stride;
-            let end = first + c.extent[self.axis];
+            let a = &self.along;
+            let end = c.src_offset.rem_euclid(a.next) / a.stride + c.extent[a.axis];
             let w = self.waited.load(Ordering::Relaxed);
             let ready = match w {
                 w if w >= self.ends.len() => i64::MAX,
@@ -948,11 +938,8 @@ mod tests {
                     return;
                 };
                 // Steps of the input array along `axis` (halo and padding cells counted).
-                let strides = plan.in_layout.strides;
-                let stride = strides[axis];
-                let next = strides.into_iter().filter(|&s| s > stride).min();
-                let cells = next.map_or((plan.input.size + stride - 1) / stride, |n| n / stride);
-                let ends: Vec<i64> = (1..k).map(|j| cells * j / k).collect();
+                let along = plan.in_layout.along(axis, plan.input.size);
+                let ends: Vec<i64> = (1..k).map(|j| along.count * j / k).collect();
                 let waited = AtomicUsize::new(0);
                 let wait = |j: usize| {
                     assert_eq!(
@@ -970,9 +957,7 @@ mod tests {
                 };
                 let movers = |_: Buf| -> Box<dyn Mover + '_> {
                     Box::new(StepChecked {
-                        axis,
-                        stride,
-                        next: next.unwrap_or(i64::MAX),
+                        along,
                         ends: &ends,
                         waited: &waited,
                     })

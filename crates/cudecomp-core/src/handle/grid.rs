@@ -509,11 +509,8 @@ fn check_ready(ready: InputReady<'_>, plan: &TransposePlan, exec: Exec) -> Resul
     if let Some(a) = ready.axis.filter(|&a| a > 2) {
         invalid!("input_ready_axis: expected 0 (X), 1 (Y) or 2 (Z), got {a}");
     }
-    let l = &plan.in_layout;
-    let axis = ready.axis_in(l);
-    let stride = l.strides[axis].max(1);
-    let next = l.strides.into_iter().filter(|&s| s > stride).min();
-    let cells = next.map_or((plan.input.size + stride - 1) / stride, |n| n / stride);
+    let axis = ready.axis_in(&plan.in_layout);
+    let cells = plan.in_layout.along(axis, plan.input.size).count;
     let mut last = 0;
     for (j, m) in ready.marks.iter().enumerate() {
         if m.planes < last || m.planes > cells {

@@ -78,12 +78,39 @@ impl Layout {
         }
     }
 
+    /// How an array of `size` elements in this layout numbers its cells along global axis
+    /// `g` (halo and padding cells counted).
+    pub fn along(&self, g: Axis, size: i64) -> AxisCells {
+        let stride = self.strides[g].max(1);
+        let next = self.strides.into_iter().filter(|&s| s > stride).min();
+        AxisCells {
+            axis: g,
+            stride,
+            next: next.unwrap_or(i64::MAX),
+            count: next.map_or((size + stride - 1) / stride, |n| n / stride),
+        }
+    }
+
     /// True when `b` occupies one dense run of this layout, laid out exactly as
     /// `Layout::packed(b, order, _)`: then it can be sent or received in place.
     pub fn holds_packed(&self, b: &Box3, order: [Axis; 3]) -> bool {
         let p = Layout::packed(b, order, 0);
         (0..3).all(|g| b.len[g] <= 1 || p.strides[g] == self.strides[g])
     }
+}
+
+/// The cells of an array along one axis (see [`Layout::along`]): the cell at element
+/// offset `o` has index `(o mod next) / stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisCells {
+    /// The global axis.
+    pub axis: Axis,
+    /// Its stride in elements.
+    pub stride: i64,
+    /// The next larger stride of the layout (`i64::MAX` for its slowest axis).
+    pub next: i64,
+    /// Cells along the axis.
+    pub count: i64,
 }
 
 /// One strided 3-D copy, axes in global order: `extent[g]` cells along global axis `g`.
@@ -240,15 +267,14 @@ impl Copy3 {
         })
     }
 
-    /// The part of the copy whose source cells have index `lo..hi` along `axis` of the
-    /// source array, whose stride there is `stride` and whose next larger stride is `next`
-    /// (`i64::MAX` for its slowest axis): the cell at offset `o` has index
-    /// `(o mod next) / stride`. `None` when no cell does.
-    pub fn src_range(&self, axis: Axis, stride: i64, next: i64, lo: i64, hi: i64) -> Option<Copy3> {
-        if stride <= 0 || self.src_strides[axis] != stride || self.cells() <= 0 {
+    /// The part of the copy whose source cells have index `lo..hi` along the source array's
+    /// axis `a`; `None` when no cell does.
+    pub fn src_range(&self, a: &AxisCells, lo: i64, hi: i64) -> Option<Copy3> {
+        let (axis, stride) = (a.axis, a.stride);
+        if self.src_strides[axis] != stride || self.cells() <= 0 {
             return (lo <= 0 && hi > 0 && self.cells() > 0).then_some(*self);
         }
-        let first = self.src_offset.rem_euclid(next) / stride;
+        let first = self.src_offset.rem_euclid(a.next) / stride;
         let (a, b) = (lo.max(first), hi.min(first + self.extent[axis]));
         if a >= b {
             return None;
@@ -706,25 +732,29 @@ mod tests {
 
     #[test]
     fn src_ranges_cut_along_an_axis() {
-        let (_, _, c) = slab_chunk();
+        let (whole, src, c) = slab_chunk();
+        let z = src.along(2, whole.volume());
+        let y = src.along(1, whole.volume());
+        assert_eq!((z.stride, z.next, z.count), (48, i64::MAX, 4));
+        assert_eq!((y.stride, y.next, y.count), (8, 48, 6));
         let cells: i64 = [(0, 1), (1, 3), (3, 9)]
             .iter()
-            .filter_map(|&(lo, hi)| c.src_range(2, 48, i64::MAX, lo, hi))
+            .filter_map(|&(lo, hi)| c.src_range(&z, lo, hi))
             .map(|p| p.cells())
             .sum();
         assert_eq!(cells, c.cells());
-        let mid = c.src_range(2, 48, i64::MAX, 1, 3).unwrap();
+        let mid = c.src_range(&z, 1, 3).unwrap();
         assert_eq!(
             (mid.extent, mid.src_offset, mid.dst_offset),
             ([8, 3, 2], 48 + 24, 24)
         );
-        assert_eq!(c.src_range(2, 48, i64::MAX, 4, 9), None);
+        assert_eq!(c.src_range(&z, 4, 9), None);
         // Along Y (the middle axis, stride 8 within planes of 48): rows 3..6 are the chunk's.
-        let rows = c.src_range(1, 8, 48, 4, 5).unwrap();
+        let rows = c.src_range(&y, 4, 5).unwrap();
         assert_eq!(
             (rows.extent, rows.src_offset, rows.dst_offset),
             ([8, 1, 4], 32, 8)
         );
-        assert_eq!(c.src_range(1, 8, 48, 0, 3), None);
+        assert_eq!(c.src_range(&y, 0, 3), None);
     }
 }
