@@ -501,14 +501,22 @@ impl TransposeRun<'_> {
                 self.in_place()
             )));
         }
-        // Cache blocking (see `single_copy_block`): all chunks are cut alike along the
-        // input's rows and the pieces over the same rows go to every receiver in turn.
+        // Cache blocking (see `single_copy_block`): all chunks are cut alike and the pieces
+        // over the same input go to every receiver in turn.
         let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
         let pieces = match (block_bytes, staged) {
             (_, Some(_)) => 1,
             (b, None) if b <= 0 => 1,
             (b, None) => (src_bytes / b).max(1) as usize,
         };
+        // Pieces are cut along the input's slowest axis where it has a cell per piece: each
+        // piece then reads one contiguous stretch of input and writes long runs into every
+        // output. Cut along the rows' neighbours instead (two input rows of every plane),
+        // the writes came in runs of two rows: 16 ranks whose chunks are 1-2 KiB pieces of
+        // rows copied 8-17 % slower (bench/RESULTS.md).
+        let slow = (0..3)
+            .max_by_key(|&g| plan.in_layout.strides[g].abs())
+            .unwrap_or(2);
         let mut parts: Vec<(Buf, Box<dyn Mover + 'm>, Vec<Copy3>)> = (1..=np)
             .map(|step| (plan.me + step) % np)
             .filter(|&p| plan.sends[p].count > 0)
@@ -518,7 +526,12 @@ impl TransposeRun<'_> {
                 } else {
                     (outs[p], plan.into_peer_output(p))
                 };
-                (dst, movers(dst), c.split(pieces))
+                let cuts = if c.extent[slow] >= pieces as i64 {
+                    c.split_along(slow, pieces)
+                } else {
+                    c.split(pieces)
+                };
+                (dst, movers(dst), cuts)
             })
             .collect();
         if pieces > 1 {

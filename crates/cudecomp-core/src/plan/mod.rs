@@ -188,6 +188,12 @@ impl Copy3 {
         } else {
             ax[2]
         };
+        self.split_along(axis, parts)
+    }
+
+    /// Cuts the copy into at most `parts` copies of nearly equal size along global axis
+    /// `axis` (a single part when its extent is one cell).
+    pub fn split_along(&self, axis: Axis, parts: usize) -> Vec<Copy3> {
         let n = self.extent[axis].max(1);
         let parts = (parts as i64).clamp(1, n);
         (0..parts)
@@ -576,6 +582,37 @@ mod tests {
                     assert_eq!(split, whole, "{b:?} {order:?} {parts}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn pieces_along_the_slowest_axis_read_separate_stretches() {
+        // A chunk taking part of every row (as X->Y chunks do), cut along Z: each piece
+        // reads its own stretch of input, after the previous one, and all move the chunk.
+        let big = Box3 {
+            lo: [0, 0, 0],
+            len: [8, 3, 6],
+        };
+        let src = Layout::packed(&big, [0, 1, 2], 0);
+        let bytes: Vec<u8> = (0..big.volume() * 4).map(|v| (v * 7 % 251) as u8).collect();
+        let b = Box3 {
+            lo: [2, 0, 0],
+            len: [2, 3, 6],
+        };
+        let c = Copy3::between(&b, &src, &Layout::packed(&b, [0, 1, 2], 0));
+        let mut whole = vec![0u8; (b.volume() * 4) as usize];
+        run_bytes(4, &c, &bytes, &mut whole);
+        for parts in [1, 2, 4, 6, 9] {
+            let pieces = c.split_along(2, parts);
+            assert_eq!(pieces.len(), parts.min(6));
+            let mut split = vec![0u8; whole.len()];
+            for (p, q) in pieces.iter().zip(pieces.iter().skip(1)) {
+                assert!(p.src_end() <= q.src_start(), "{parts}: {p:?} then {q:?}");
+            }
+            for p in &pieces {
+                run_bytes(4, p, &bytes, &mut split);
+            }
+            assert_eq!(split, whole, "{parts}");
         }
     }
 
