@@ -354,8 +354,8 @@ class GridDescAutotuneOptions(_Struct):
         bool,
         False,
         "Time the transposes between arrays like GridDesc.empty_pencil's (node-shared host memory on the CPU variant, "
-        "exported device memory on the GPU variant), where DIRECT then copies each cell once (on GPUs with "
-        "CUDECOMP_SINGLE_COPY=1; set it when the solver allocates its pencils with empty_pencil).",
+        "exported device memory on the GPU variant), where DIRECT then copies each cell once (on GPUs where the copy "
+        "engine carries every chunk, or with CUDECOMP_SINGLE_COPY=1; set it when the solver allocates its pencils with empty_pencil).",
     )
     transpose_op_weights = _ArrayField[float](
         (4,),

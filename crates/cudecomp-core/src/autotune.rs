@@ -46,7 +46,8 @@ pub struct AutotuneOptions {
     pub transpose_use_inplace_buffers: [bool; 4],
     /// Time the transposes between library arrays (as `GridDesc.empty_pencil` returns on
     /// DIRECT grids: node-shared host memory, exported device memory), where DIRECT then
-    /// copies once (on GPUs when `CUDECOMP_SINGLE_COPY=1`).
+    /// copies once (on GPUs where the copy engine carries every chunk, or with
+    /// `CUDECOMP_SINGLE_COPY=1`).
     pub transpose_use_library_arrays: bool,
     /// Per transpose: weight of its mean time in the score (0: not run).
     pub transpose_op_weights: [f64; 4],

@@ -857,7 +857,8 @@ impl GridDesc {
     ///     axis: 0, 1 or 2 (X-, Y- or Z-pencil).
     ///     dtype: A ``DataType`` member or one of NumPy's ``float32``, ``float64``,
     ///         ``complex64``, ``complex128`` (unlike the operations' ``dtype``, which
-    ///         takes ``DataType`` members only). Anything else raises ``TypeError``.
+    ///         takes ``DataType`` members only), or anything ``numpy.dtype()`` turns into
+    ///         one of these (``"float64"``, ``complex``). Anything else raises ``TypeError``.
     ///     halo_extents: Halo cells on both sides of each global axis (``None``: none).
     ///     padding: Padding cells after each global axis (``None``: none).
     ///
@@ -869,7 +870,8 @@ impl GridDesc {
     ///     device memory of the handle's GPU in the GPU variant): when every rank's
     ///     output of a transpose is such an array, each rank writes its chunks straight
     ///     into the others' outputs (one copy instead of two, no workspace pass; on
-    ///     GPUs only with ``CUDECOMP_SINGLE_COPY=1``). Such memory is zero-filled and
+    ///     GPUs where the copy engine carries every chunk, or with
+    ///     ``CUDECOMP_SINGLE_COPY=1``). Such memory is zero-filled and
     ///     freed with the last view.
     #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
     fn empty_pencil<'py>(
