@@ -659,6 +659,25 @@ def test_check_collectives_must_agree(handle: cudecomp.Handle, monkeypatch: pyte
     still_works(handle)
 
 
+
+@pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
+@pytest.mark.parametrize("with_options", [False, True], ids=["plain", "autotune"])
+def test_create_grid_argument_error_on_one_rank(handle: cudecomp.Handle, with_options: bool) -> None:
+    # The rank whose arguments do not parse raises its own TypeError; the others, already
+    # in the creation's agreement, raise InvalidUsageError naming it instead of waiting.
+    opts = cudecomp.GridDescAutotuneOptions() if with_options else None
+    if RANK == NRANKS - 1:
+        with pytest.raises(TypeError):
+            handle.create_grid(None, opts)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="autotune_options"):
+            handle.create_grid(config(), "options")  # type: ignore[arg-type]
+    else:
+        for _ in range(2):
+            with pytest.raises(Invalid, match=f"rank {NRANKS - 1} failed before .*TypeError"):
+                handle.create_grid(config(), opts)
+    still_works(handle)
+
+
 # ------------------------------------------------------------------ MPI finalized (child interpreter)
 
 

@@ -1,6 +1,6 @@
 """Threads: operations on distinct grids of one handle run concurrently from several
 threads without waiting for each other (each grid has its own communicator, and
-concurrent operations get their own workspace)."""
+concurrent operations get their own workspace); those of one grid take turns."""
 
 from __future__ import annotations
 
@@ -69,3 +69,31 @@ def test_threads_on_distinct_grids(handle: cudecomp.Handle, pairs: list[tuple[Tr
     assert not errors, errors
     for g in grids:
         g.destroy()
+
+
+@pytest.mark.skipif(MPI.Query_thread() < MPI.THREAD_MULTIPLE, reason="MPI without MPI_THREAD_MULTIPLE")
+@pytest.mark.parametrize("backend", [TransposeCommBackend.DIRECT, TransposeCommBackend.MPI_P2P, TransposeCommBackend.MPI_A2A])
+def test_threads_on_one_grid_take_turns(handle: cudecomp.Handle, backend: TransposeCommBackend) -> None:
+    # Two threads calling the same transpose of one grid: the calls take turns, so any
+    # interleaving pairs like operations across ranks (without the turns, their messages
+    # mixed on the grid's communicators and MPI aborted the job).
+    g = grid_for(handle, backend, HaloCommBackend.MPI)
+    ia, ib = g.get_pencil_info(0), g.get_pencil_info(1)
+    x, want = make(ia, GDIMS, DataType.DOUBLE), make(ib, GDIMS, DataType.DOUBLE)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(30):
+                assert np.array_equal(g.transpose_x_to_y(x), want)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "threads on one grid deadlocked"
+    assert not errors, errors
+    g.destroy()

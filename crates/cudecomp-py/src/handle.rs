@@ -203,21 +203,32 @@ impl Handle {
     ) -> PyResult<GridDesc> {
         let py = slf.py();
         let h = slf.get().live(py)?;
-        let cfg = grid_config(py, config)?;
-        let options = match autotune_options.filter(|o| !o.is_none()) {
-            Some(o) if !o.is_instance(autotune_options_class(py)?.as_any())? => {
-                return Err(PyTypeError::new_err(format!(
-                    "autotune_options: expected a cudecomp.GridDescAutotuneOptions or None, got {}",
-                    o.get_type().name()?
-                )))
+        let parsed = (|| -> PyResult<_> {
+            let cfg = grid_config(py, config)?;
+            let opts = match autotune_options.filter(|o| !o.is_none()) {
+                Some(o) if !o.is_instance(autotune_options_class(py)?.as_any())? => {
+                    return Err(PyTypeError::new_err(format!(
+                        "autotune_options: expected a cudecomp.GridDescAutotuneOptions or None, got {}",
+                        o.get_type().name()?
+                    )))
+                }
+                Some(o) => Some(read_autotune_options(o)?),
+                None => None,
+            };
+            Ok((cfg, opts))
+        })();
+        let (cfg, options) = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                // The other ranks are entering the creation's agreement: join it with the
+                // error, so that they raise too instead of waiting for this rank.
+                let why = format!("{}: {}", e.get_type(py).name()?, e.value(py));
+                let _ = py.detach(|| h.refuse_agreement(&why));
+                return Err(e);
             }
-            other => other,
         };
-        let created = match options {
-            Some(o) => {
-                let opts = read_autotune_options(o)?;
-                py.detach(|| autotune::create_grid(&h, &cfg, &opts))
-            }
+        let created = match &options {
+            Some(opts) => py.detach(|| autotune::create_grid(&h, &cfg, opts)),
             None => py.detach(|| h.create_grid(&cfg)).map(|g| (g, None)),
         };
         warn_notices(py)?;

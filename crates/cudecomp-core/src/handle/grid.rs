@@ -55,6 +55,10 @@ pub struct GridDesc {
     serial: u64,
     /// `CUDECOMP_CHECK_COLLECTIVES=1`: ranks agree on each operation before moving data.
     check_collectives: bool,
+    /// Operations of this grid take turns: two threads' operations on one grid would
+    /// interleave their messages on the grid's communicators (MPI aborts the job on the
+    /// mismatched sizes). Taken before the handle's lease, never while holding it.
+    turn: Mutex<()>,
 }
 
 /// `CUDECOMP_CHECK_COLLECTIVES`: `1` turns the per-operation agreement on, `0` or unset
@@ -217,6 +221,7 @@ impl GridDesc {
             host_threads,
             serial,
             check_collectives,
+            turn: Mutex::new(()),
         })
     }
 
@@ -371,6 +376,7 @@ impl GridDesc {
         exec: Exec,
         ready: InputReady<'_>,
     ) -> Result<()> {
+        let _grid_turn = lock(&self.turn);
         let what =
             transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
         let plan = self
@@ -456,6 +462,7 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
+        let _grid_turn = lock(&self.turn);
         let what = halo_signature(self.serial, spec, dtype, work.is_some());
         let plan = self.checked_halo_plan(spec, dtype, data, work, exec);
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
