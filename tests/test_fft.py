@@ -303,6 +303,50 @@ def test_misuse(handle: cudecomp.Handle) -> None:
             FFT(handle, (1, 1, 1), (1, COMM.size))
 
 
+
+@pytest.mark.parametrize(
+    "kw, error",
+    [
+        ({"gdims": (6.5, 6, 6)}, TypeError),
+        ({"gdims": "666"}, TypeError),
+        ({"gdims": (True, 6, 6)}, TypeError),
+        ({"gdims": None}, TypeError),
+        ({"gdims": (6, 6)}, cudecomp.InvalidUsageError),
+        ({"pdims": "1x1"}, TypeError),
+        ({"pdims": (1.5, 2)}, TypeError),
+        ({"autotune_reps": 2.5}, TypeError),
+        ({"autotune_reps": -5}, cudecomp.InvalidUsageError),
+        ({"workers": "4"}, TypeError),
+        ({"comm": "world"}, TypeError),
+        ({"backend": 1}, TypeError),
+    ],
+)
+def test_argument_types(handle: cudecomp.Handle, kw: dict[str, Any], error: type[Exception]) -> None:
+    args: dict[str, Any] = {"gdims": (6, 6, 6), "pdims": PDIMS[0], **kw}
+    name = next(iter(kw))
+    with pytest.raises(error, match=name):
+        FFT(handle, args.pop("gdims"), args.pop("pdims"), **args)
+    with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
+        for bad in (float("nan"), float("inf"), (1.0, 0.0, 1.0)):
+            with pytest.raises(cudecomp.InvalidUsageError, match="lengths"):
+                plan.wavenumbers(bad)
+        with pytest.raises(TypeError, match="lengths"):
+            plan.coordinates("1")
+
+
+@pytest.mark.skipif(COMM.size < 2, reason="needs several ranks")
+def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
+    last = COMM.rank == COMM.size - 1
+    # Arguments that differ: every rank raises instead of waiting in an exchange.
+    for kw in ({"kind": "r2c" if last else "c2c"}, {"transposed_out": last}, {"norm": "ortho" if last else "backward"}):
+        with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
+            FFT(handle, (6, 6, 6), PDIMS[0], **kw)
+    # An argument that fails on one rank: it raises its own error, the others name it.
+    with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed before"):
+        FFT(handle, (6, 6, 6), PDIMS[0], kind="C2C" if last else "c2c")  # type: ignore[arg-type]
+    with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
+        assert plan.forward(plan.zeros_input()).shape == plan.output_info.array_shape
+
 @pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="CPU variant: the local FFT library choice")
 def test_cpu_libraries_agree(handle: cudecomp.Handle) -> None:
     pytest.importorskip("scipy")

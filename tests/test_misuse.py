@@ -429,6 +429,25 @@ def test_config_view_writes(field: str, index: Any, value: Any, exc: type[Except
     assert c == before
 
 
+def test_config_fill_and_unknown_fields() -> None:
+    # Views' fill() is checked like an assignment; a misspelt field raises (naming the
+    # closest one) instead of becoming an attribute while the real setting keeps its default.
+    c = cudecomp.GridDescConfig()
+    before = c.copy()
+    with pytest.raises(TypeError, match="gdims"):
+        c.gdims.fill(2.7)
+    with pytest.raises(TypeError, match="transpose_axis_contiguous"):
+        c.transpose_axis_contiguous.fill(5)
+    with pytest.raises(AttributeError, match="did you mean 'pdims'"):
+        c.pdim = (2, 2)  # type: ignore[attr-defined]
+    assert c == before
+    c.gdims.fill(4)
+    assert tuple(c.gdims) == (4, 4, 4)
+    o = cudecomp.GridDescAutotuneOptions()
+    with pytest.raises(AttributeError, match="did you mean 'n_trials'"):
+        o.n_trial = 5  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
     "field, value, exc",
     [

@@ -8,6 +8,7 @@ element type.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
@@ -88,6 +89,10 @@ class _FieldArray(np.ndarray):
             if self._kind == "int" and arr.size and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
                 raise InvalidUsageError(f"{self._field}: values must fit int32, got {value!r}")
         super().__setitem__(key, value)
+
+    def fill(self, value: Any) -> None:
+        """Set every element to ``value``, checked like an assignment."""
+        self[...] = value
 
     def __array_finalize__(self, obj: Any) -> None:
         self._field = getattr(obj, "_field", "")
@@ -219,6 +224,15 @@ class _Struct:
                 self._arrays[name] = field.make()
             else:
                 self._scalars[name] = field.default
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A misspelt field name would otherwise become a new attribute, and the setting
+        # it was meant for would silently keep its default.
+        if name not in type(self)._fields and name not in ("_arrays", "_scalars"):
+            close = difflib.get_close_matches(name, type(self)._fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}{hint}")
+        object.__setattr__(self, name, value)
 
     def copy(self: Any) -> Any:
         """Return an independent copy."""

@@ -162,6 +162,15 @@ class Handle:
         False where ranks share a GPU (NCCL and the NVSHMEM backends then refuse to run,
         and GPU FFT plans do not stream their slabs), and always in the CPU variant.
         """
+    def _agree(self, what: str, mine: bytes | None, why: str | None = None) -> None:
+        """Check that every rank passes the same ``mine`` (collective).
+
+        Every rank raises ``InvalidUsageError`` naming ``what`` when the bytes differ. A rank
+        that failed before it could describe its part passes ``mine=None`` and its error's
+        text as ``why`` (and then raises that error itself); the other ranks raise
+        ``InvalidUsageError`` naming it instead of waiting. For the package's own checks of
+        collective calls, such as ``cudecomp.fft.FFT``'s arguments.
+        """
     def finalize(self) -> None:
         """Release the handle and its workspaces (collective).
 

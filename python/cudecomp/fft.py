@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import operator
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -139,6 +140,60 @@ def _usable(gdims: Sequence[int], spectral_x: int, pdims: Sequence[int]) -> bool
     if s == "slab-yz":
         return y >= pr and spectral_x >= pr
     return y >= pr and z >= pc and spectral_x >= pr and y >= pc
+
+
+def _ints(name: str, value: Any, n: int, expected: str = "") -> tuple[int, ...]:
+    """Return ``value`` as ``n`` integers (Python or NumPy ones).
+
+    ``TypeError`` naming ``name`` for floats, bools, strings or non-sequences,
+    ``InvalidUsageError`` for another length.
+    """
+    expected = expected or f"a sequence of {n} integers"
+    bad = TypeError(f"{name}: expected {expected}, got {value!r}")
+    if isinstance(value, str | bytes):
+        raise bad
+    try:
+        items = tuple(value)
+        if any(isinstance(v, bool | np.bool_) for v in items):
+            raise bad
+        ints = tuple(operator.index(v) for v in items)
+    except TypeError:
+        raise bad from None
+    if len(ints) != n:
+        raise InvalidUsageError(f"{name} {value!r}: expected {expected}")
+    return ints
+
+
+def _lengths(lengths: Any) -> list[float]:
+    """Return box lengths (X, Y, Z) from one or three positive finite numbers."""
+    bad = f"lengths: expected one or three positive finite box lengths, got {lengths!r}"
+    try:
+        if isinstance(lengths, str | bytes):
+            raise TypeError(bad)
+        ls = [float(lengths)] * 3 if isinstance(lengths, int | float) else [float(v) for v in lengths]
+    except (TypeError, ValueError):
+        raise TypeError(bad) from None
+    if len(ls) != 3 or not all(math.isfinite(v) and v > 0 for v in ls):
+        raise InvalidUsageError(bad)
+    return ls
+
+
+def _backend_list(backend: Any) -> list[TransposeCommBackend | None]:
+    """Return the plan's candidate backends: ``[None]`` (the configuration's), one, or several to time."""
+    if backend is None:
+        return [None]
+    if isinstance(backend, TransposeCommBackend):
+        return [backend]
+    bad = TypeError(f"backend: expected a TransposeCommBackend member, a non-empty list of them, or None, got {backend!r}")
+    if isinstance(backend, str | bytes):
+        raise bad
+    try:
+        backends = list(backend)
+    except TypeError:
+        raise bad from None
+    if not backends or not all(isinstance(b, TransposeCommBackend) for b in backends):
+        raise bad
+    return backends
 
 
 def _factor_pairs(n: int) -> list[tuple[int, int]]:
@@ -306,10 +361,10 @@ class _CupyLocal(_Local):
 def _make_local(library: str, norm: str, workers: int | None) -> _Local:
     if not CPU_ONLY:
         if library not in ("auto", "cupy"):
-            raise ValueError(f"fft_library {library!r}: the GPU variant transforms with cupy")
+            raise InvalidUsageError(f"fft_library {library!r}: the GPU variant transforms with cupy")
         return _CupyLocal(norm)
     if library == "cupy":
-        raise ValueError("fft_library 'cupy' needs the GPU variant")
+        raise InvalidUsageError("fft_library 'cupy' needs the GPU variant")
     if library in ("auto", "scipy"):
         try:
             return _ScipyLocal(norm, workers)
@@ -317,7 +372,7 @@ def _make_local(library: str, norm: str, workers: int | None) -> _Local:
             if library == "scipy":
                 raise
     if library not in ("auto", "numpy", "scipy"):
-        raise ValueError(f"fft_library {library!r}: expected 'auto', 'numpy', 'scipy' or 'cupy'")
+        raise InvalidUsageError(f"fft_library {library!r}: expected 'auto', 'numpy', 'scipy' or 'cupy'")
     return _NumpyLocal(norm)
 
 
@@ -534,10 +589,15 @@ class FFT:
             whenever the handle spans all processes (autotuning on a handle over fewer
             ranks needs it).
 
+    The arguments are compared across the handle's ranks: where they differ, or fail on
+    some rank, every rank raises (that rank its own error, the others
+    ``InvalidUsageError`` naming it) instead of waiting in an exchange.
+
     Raises:
-        ValueError: Unknown ``kind``, ``norm`` or ``fft_library``.
-        TypeError: A ``dtype`` that does not fit ``kind``.
-        InvalidUsageError: Bad ``gdims`` or ``pdims``.
+        TypeError: An argument of the wrong type (e.g. ``gdims`` or ``pdims`` not
+            integers, a ``dtype`` that does not fit ``kind``).
+        InvalidUsageError: Unknown ``kind``, ``norm`` or ``fft_library``; bad ``gdims``,
+            ``pdims`` or ``autotune_reps``; arguments that differ between ranks.
         NotSupportedError: A process grid on which some rank would own no cells of a
             pencil the schedule uses, or no usable process grid at all.
     """
@@ -560,25 +620,46 @@ class FFT:
         comm: Any = None,
     ) -> None:
         self._grids: list[GridDesc] = []
-        if kind not in _KINDS:
-            raise ValueError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
-        if norm not in _NORMS:
-            raise ValueError(f"norm {norm!r}: expected 'backward', 'ortho' or 'forward'")
         if not isinstance(handle, Handle):
             raise TypeError(f"handle: expected a cudecomp.Handle, got {type(handle).__name__}")
-        g = tuple(int(v) for v in gdims)
-        if len(g) != 3 or min(g) < 1:
-            raise InvalidUsageError(f"gdims {tuple(gdims)!r}: expected three positive extents (X, Y, Z)")
+        # Every argument is checked, then the ranks agree on them: a rank whose arguments
+        # fail, or differ, would otherwise leave the others waiting in the first exchange.
+        what = "cudecomp.fft.FFT arguments"
+        try:
+            g = _ints("gdims", gdims, 3)
+            if min(g) < 1:
+                raise InvalidUsageError(f"gdims {g}: expected three positive extents (X, Y, Z)")
+            p = None if pdims is None else _ints("pdims", pdims, 2)
+            if kind not in _KINDS:
+                raise InvalidUsageError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
+            if norm not in _NORMS:
+                raise InvalidUsageError(f"norm {norm!r}: expected 'backward', 'ortho' or 'forward'")
+            in_dtype, out_dtype = _dtypes(kind, dtype)
+            backends = _backend_list(backend)
+            if config is not None and not isinstance(config, GridDescConfig):
+                raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
+            (reps,) = _ints("autotune_reps", (autotune_reps,), 1, "an integer")
+            if reps < 1:
+                raise InvalidUsageError(f"autotune_reps {reps}: expected at least 1")
+            if workers is not None:
+                _ints("workers", (workers,), 1, "an integer or None")
+            if comm is not None and not (hasattr(comm, "allreduce") and hasattr(comm, "size")):
+                raise TypeError(f"comm: expected an mpi4py communicator or None, got {type(comm).__name__}")
+            local = _make_local(fft_library, norm, workers)
+        except Exception as e:
+            with contextlib.suppress(Exception):  # a finalized handle: this rank's own error stands
+                handle._agree(what, None, f"{type(e).__name__}: {e}")
+            raise
+        key = (kind, norm, bool(transposed_out), g, p, str(in_dtype), [b and b.name for b in backends], reps, repr(config))
+        handle._agree(what, repr(key).encode())
         self._kind: Kind = kind
         self._norm: Norm = norm
         self._transposed = bool(transposed_out)
         self._gdims = (g[0], g[1], g[2])
         self._spectral_gdims = (g[0] // 2 + 1, g[1], g[2]) if kind == "r2c" else self._gdims
-        self._in_dtype, self._out_dtype = _dtypes(kind, dtype)
+        self._in_dtype, self._out_dtype = in_dtype, out_dtype
         self._handle = handle
-        self._local = _make_local(fft_library, norm, workers)
-        if config is not None and not isinstance(config, GridDescConfig):
-            raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
+        self._local = local
         self._base = config.copy() if config is not None else GridDescConfig()
         self._streams: dict[int, Any] = {}
         self._scratch: dict[str, Any] = {}
@@ -587,24 +668,14 @@ class FFT:
         self.autotune_times: dict[tuple[tuple[int, int], str], float] = {}
         """Autotuning: seconds of one forward + backward (slowest rank's median) per (pdims, backend name); empty without."""
 
-        backends: list[TransposeCommBackend | None]
-        if backend is None:
-            backends = [None]
-        elif isinstance(backend, TransposeCommBackend):
-            backends = [backend]
-        else:
-            backends = list(backend)
-            if not backends or not all(isinstance(b, TransposeCommBackend) for b in backends):
-                raise TypeError("backend: expected a TransposeCommBackend member, a non-empty list of them, or None")
         n = handle.nranks
-        if pdims is None or tuple(int(v) for v in pdims) == (0, 0):
+        if p is None or p == (0, 0):
             cands = [p for p in _factor_pairs(n) if _usable(self._gdims, self._spectral_gdims[0], p)]
             if not cands:
                 raise NotSupportedError(f"no process grid of {n} ranks leaves every pencil of {self._gdims} non-empty")
         else:
-            p = tuple(int(v) for v in pdims)
-            if len(p) != 2 or min(p) < 1 or p[0] * p[1] != n:
-                raise InvalidUsageError(f"pdims {tuple(pdims)!r}: expected (P_rows, P_cols) with P_rows * P_cols == {n} ranks")
+            if min(p) < 1 or p[0] * p[1] != n:
+                raise InvalidUsageError(f"pdims {p}: expected (P_rows, P_cols) with P_rows * P_cols == {n} ranks")
             if not _usable(self._gdims, self._spectral_gdims[0], p):
                 raise NotSupportedError(
                     f"pdims {p}: some rank would own no cells of a pencil of the {schedule_of(p)} schedule on {self._gdims}"
@@ -615,7 +686,7 @@ class FFT:
         if len(trials) == 1:
             self._build(*trials[0])
         else:
-            self._autotune(trials, autotune_reps)
+            self._autotune(trials, reps)
 
     # -- construction ------------------------------------------------------------------
 
@@ -871,9 +942,7 @@ class FFT:
             equal ``2 * pi * numpy.fft.fftfreq(N, L / N)`` (``rfftfreq`` along the
             halved X axis of ``r2c``) at this rank's indices.
         """
-        ls = [float(lengths)] * 3 if isinstance(lengths, int | float) else [float(v) for v in lengths]
-        if len(ls) != 3 or min(ls) <= 0:
-            raise ValueError(f"lengths: expected one or three positive box lengths, got {lengths!r}")
+        ls = _lengths(lengths)
         mx, my, mz = self.modes()
         real = self._in_dtype if self._kind == "r2c" else _REAL[self._in_dtype]
         return tuple(m.astype(real) * real.type(2 * math.pi / L) for m, L in zip((mx, my, mz), ls, strict=True))  # type: ignore[return-value]
@@ -889,9 +958,7 @@ class FFT:
             Three real arrays (the plan's precision, NumPy or CuPy) broadcastable
             against a real-space array.
         """
-        ls = [float(lengths)] * 3 if isinstance(lengths, int | float) else [float(v) for v in lengths]
-        if len(ls) != 3 or min(ls) <= 0:
-            raise ValueError(f"lengths: expected one or three positive box lengths, got {lengths!r}")
+        ls = _lengths(lengths)
         real = self._in_dtype if self._kind == "r2c" else _REAL[self._in_dtype]
         full = [np.arange(n) * (L / n) for n, L in zip(self._gdims, ls, strict=True)]
         return self._broadcast(self.input_info, full, real)

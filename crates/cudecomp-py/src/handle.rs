@@ -150,6 +150,31 @@ impl Handle {
         py.detach(|| h.one_gpu_per_rank()).py(py)
     }
 
+    /// Check that every rank passes the same ``mine`` (collective).
+    ///
+    /// Every rank raises ``InvalidUsageError`` naming ``what`` when the bytes differ. A rank
+    /// that failed before it could describe its part passes ``mine=None`` and its error's
+    /// text as ``why`` (and then raises that error itself); the other ranks raise
+    /// ``InvalidUsageError`` naming it instead of waiting. For the package's own checks of
+    /// collective calls, such as ``cudecomp.fft.FFT``'s arguments.
+    #[pyo3(signature = (what, mine, why = None))]
+    fn _agree(
+        &self,
+        py: Python<'_>,
+        what: &str,
+        mine: Option<Vec<u8>>,
+        why: Option<&str>,
+    ) -> PyResult<()> {
+        let h = self.live(py)?;
+        match mine {
+            Some(bytes) => py.detach(|| h.check_agreement(what, &bytes)).py(py),
+            None => {
+                let why = why.unwrap_or("an error");
+                py.detach(|| h.refuse_agreement(why)).py(py)
+            }
+        }
+    }
+
     /// Release the handle and its workspaces (collective).
     ///
     /// Destroy the handle's grids first. Any later use of the handle, or a second
