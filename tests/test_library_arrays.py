@@ -274,6 +274,23 @@ def test_a_rank_that_cannot_map_fails_everyone_without_a_hang(handle: cudecomp.H
         assert same(y, make(ib, GDIMS, DataType.DOUBLE))
 
 
+@pytest.mark.skipif(GPU or NRANKS < 2, reason="CPU single copies; needs peers")
+def test_ranks_with_different_dtypes_fail_with_a_hint(handle: cudecomp.Handle, comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the checking mode a rank cannot know its peers' dtype before it maps their
+    # outputs: the one that finds a peer's array too small says what the likely misuse is.
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "0")  # (it would name the mismatch first)
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        dtype = DataType.FLOAT if comm.rank == 1 else DataType.DOUBLE
+        x, y, _, _ = library_pair(g, 0, 1, dtype, {})
+        with pytest.raises(cudecomp.CudecompError) as e:
+            g.transpose_x_to_y(x, y)
+        hinted = comm.allgather(isinstance(e.value, cudecomp.InvalidUsageError) and "same dtype" in str(e.value))
+        assert any(hinted), hinted
+        x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
+        g.transpose_x_to_y(x, y)  # the next call works everywhere
+        assert same(y, make(ib, GDIMS, DataType.DOUBLE))
+
 @pytest.mark.skipif(not GPU or NRANKS < 2, reason="the GPU variant's default; needs peers")
 def test_gpus_copy_twice_unless_asked(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDECOMP_SINGLE_COPY")

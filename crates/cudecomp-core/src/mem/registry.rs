@@ -102,8 +102,10 @@ impl<M: Mapped> PeerArrays<M> {
         };
         let len = kept[at].1.bytes();
         if offset.checked_add(bytes).is_none_or(|end| end > len) {
-            return Err(Error::Internal(format!(
-                "DIRECT: rank {r}'s array holds {len} bytes, not {bytes} at {offset}"
+            // The peer's array is smaller than this rank's plan expects: the ranks were
+            // called with different operations or dtypes, a misuse the checking mode names.
+            return Err(Error::InvalidUsage(format!(
+                "DIRECT: rank {r}'s array holds {len} bytes, not {bytes} at {offset}: do all ranks run the same operation with the same dtype? (CUDECOMP_CHECK_COLLECTIVES=1 compares them)"
             )));
         }
         // Most recently used first.
