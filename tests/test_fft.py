@@ -303,7 +303,6 @@ def test_misuse(handle: cudecomp.Handle) -> None:
             FFT(handle, (1, 1, 1), (1, COMM.size))
 
 
-
 @pytest.mark.parametrize(
     "kw, error",
     [
@@ -346,6 +345,7 @@ def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
         FFT(handle, (6, 6, 6), PDIMS[0], kind="C2C" if last else "c2c")  # type: ignore[arg-type]
     with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
         assert plan.forward(plan.zeros_input()).shape == plan.output_info.array_shape
+
 
 @pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="CPU variant: the local FFT library choice")
 def test_cpu_libraries_agree(handle: cudecomp.Handle) -> None:

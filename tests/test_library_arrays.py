@@ -291,6 +291,7 @@ def test_ranks_with_different_dtypes_fail_with_a_hint(handle: cudecomp.Handle, c
         g.transpose_x_to_y(x, y)  # the next call works everywhere
         assert same(y, make(ib, GDIMS, DataType.DOUBLE))
 
+
 @pytest.mark.skipif(not GPU or NRANKS < 2, reason="the GPU variant's default; needs peers")
 def test_gpus_copy_twice_unless_asked(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDECOMP_SINGLE_COPY")

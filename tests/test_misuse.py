@@ -678,7 +678,6 @@ def test_check_collectives_must_agree(handle: cudecomp.Handle, monkeypatch: pyte
     still_works(handle)
 
 
-
 @pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
 @pytest.mark.parametrize("with_options", [False, True], ids=["plain", "autotune"])
 def test_create_grid_argument_error_on_one_rank(handle: cudecomp.Handle, with_options: bool) -> None:
