@@ -505,6 +505,9 @@ def test_malloc_and_free(handle: cudecomp.Handle, grid: cudecomp.GridDesc, comm:
     assert buf.nbytes == 1024 and buf.dtype == np.uint8
     handle.free(grid, buf)
     handle.free(grid, None)
+    for bad in ([1], b"xy", memoryview(b"xy")):
+        with pytest.raises(TypeError, match="buffer"):
+            handle.free(grid, bad)
     for n in (0, -5):
         with pytest.raises(cudecomp.InvalidUsageError):
             handle.malloc(grid, n)

@@ -242,7 +242,9 @@ class Handle:
         the whole device); freeing a buffer twice raises ``InvalidUsageError``, freeing
         anything else ``TypeError``. Every rank must free the same symmetric buffer at
         once (checked: ``InvalidUsageError`` on every rank otherwise, nothing freed). In
-        the CPU variant the memory goes when the last reference to the array goes.
+        the CPU variant the memory goes when the last reference to the array goes:
+        ``free`` refuses anything but a NumPy array (``TypeError``) and otherwise does
+        nothing, so freeing twice goes unnoticed there.
         """
     def __enter__(self) -> Handle: ...
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool: ...

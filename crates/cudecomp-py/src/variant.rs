@@ -105,9 +105,16 @@ mod cpu {
         py.import("numpy")?.call_method1("zeros", (n, "uint8"))
     }
 
-    /// `Handle.free`: host buffers are released by Python's reference counting.
-    pub fn release_bytes(_py: Python<'_>, _h: &Handle, _buffer: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(())
+    /// `Handle.free`: host buffers are released by Python's reference counting; anything
+    /// but a NumPy array (or `None`) is refused, as the GPU variant refuses it.
+    pub fn release_bytes(py: Python<'_>, _h: &Handle, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        if buffer.is_none() || buffer.is_instance(&py.import("numpy")?.getattr("ndarray")?)? {
+            return Ok(());
+        }
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "buffer: expected a NumPy array returned by Handle.malloc, got {}",
+            buffer.get_type().name()?
+        )))
     }
 }
 
