@@ -496,6 +496,10 @@ def test_shifted_rank(grid: cudecomp.GridDesc, handle: cudecomp.Handle, comm: MP
             grid.get_shifted_rank(*args)
     with pytest.raises(TypeError):
         grid.get_shifted_rank(0, 1, 1.5, False)
+    assert grid.get_shifted_rank(0, 1, 1, 1) == up  # 0/1 as in the halo periods
+    for bad in (2, "yes", None):
+        with pytest.raises(TypeError, match="periodic"):
+            grid.get_shifted_rank(0, 1, 1, bad)  # type: ignore[arg-type]
     still_works(handle)
 
 

@@ -5,6 +5,7 @@ concurrent operations get their own workspace); those of one grid take turns."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -26,6 +27,16 @@ def grid_for(handle: cudecomp.Handle, t: TransposeCommBackend, h: HaloCommBacken
     c.gdims, c.pdims = GDIMS, PDIMS
     c.transpose_comm_backend, c.halo_comm_backend = t, h
     return handle.create_grid(c)
+
+
+def run_threads(targets: list[Callable[[], None]], what: str) -> None:
+    """Run each target on a thread of its own and wait for all (failing if any hangs)."""
+    threads = [threading.Thread(target=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), f"{what} deadlocked"
 
 
 def work(g: cudecomp.GridDesc, rounds: int, errors: list[BaseException]) -> None:
@@ -60,12 +71,7 @@ def test_threads_on_distinct_grids(handle: cudecomp.Handle, pairs: list[tuple[Tr
     errors: list[BaseException] = []
     # Opposite start orders on alternate ranks: with a handle-wide lock this deadlocked.
     order = grids if MPI.COMM_WORLD.rank % 2 == 0 else grids[::-1]
-    threads = [threading.Thread(target=work, args=(g, 20, errors), daemon=True) for g in order]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "threads on distinct grids deadlocked"
+    run_threads([lambda g=g: work(g, 20, errors) for g in order], "threads on distinct grids")
     assert not errors, errors
     for g in grids:
         g.destroy()
@@ -89,11 +95,6 @@ def test_threads_on_one_grid_take_turns(handle: cudecomp.Handle, backend: Transp
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "threads on one grid deadlocked"
+    run_threads([run, run], "threads on one grid")
     assert not errors, errors
     g.destroy()

@@ -173,17 +173,21 @@ pub fn bool_triple(
     let items = sequence(py, v, what)?;
     let mut out = [false; 3];
     for (o, it) in out.iter_mut().zip(&items) {
-        let is_bool = it.is_instance_of::<PyBool>() || it.get_type().name()? == "bool";
-        let is_01 = !is_bool && matches!(int_arg(it, what), Ok(0 | 1));
-        if !is_bool && !is_01 {
-            return Err(PyTypeError::new_err(format!(
-                "{what}: expected booleans, got {}",
-                it.repr()?
-            )));
-        }
-        *o = it.is_truthy()?;
+        *o = bool_arg(it, what)?;
     }
     Ok(out)
+}
+
+/// One boolean argument: `True`/`False` (NumPy's too) or the integers 0 and 1.
+pub fn bool_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    let is_bool = v.is_instance_of::<PyBool>() || v.get_type().name()? == "bool";
+    if is_bool || matches!(int_arg(v, what), Ok(0 | 1)) {
+        return v.is_truthy();
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what}: expected a boolean (or 0/1), got {}",
+        v.repr()?
+    )))
 }
 
 /// Reads a `GridDescConfig` (TypeError for anything else).

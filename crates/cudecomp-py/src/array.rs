@@ -129,7 +129,7 @@ pub fn parse_interface(
     let (order, kind, size) = split_typestr(&typestr).ok_or_else(|| {
         invalid(
             py,
-            format!("{what}: unrecognised array typestr {typestr:?}"),
+            format!("{what}: unsupported array dtype {typestr:?}; expected float32, float64, complex64 or complex128"),
         )
     })?;
     if order == '>' && size > 1 {

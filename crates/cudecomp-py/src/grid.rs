@@ -16,7 +16,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PySlice, PyTuple};
 
-use crate::args::{bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype};
+use crate::args::{
+    bool_arg, bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype,
+};
 use crate::array::{resolve_dtype, ArrayArg};
 use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
 use crate::handle::Handle;
@@ -951,7 +953,7 @@ impl GridDesc {
         axis: &Bound<'_, PyAny>,
         dim: &Bound<'_, PyAny>,
         displacement: &Bound<'_, PyAny>,
-        periodic: bool,
+        periodic: &Bound<'_, PyAny>,
     ) -> PyResult<i64> {
         let gd = self.live(py)?;
         let r = gd
@@ -961,7 +963,7 @@ impl GridDesc {
                 gd.rank(),
                 int_arg(dim, "dim")?,
                 int_arg(displacement, "displacement")?,
-                periodic,
+                bool_arg(periodic, "periodic")?,
             )
             .py(py)?;
         Ok(r.map_or(-1, |v| v as i64))
