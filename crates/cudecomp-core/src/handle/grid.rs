@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::comm::{allgather_bytes, Communicator};
+use crate::comm::{agree_parts, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
 use crate::engine::run::{HaloCall, InputReady, Runtime, TransposeCall};
@@ -240,20 +240,15 @@ impl GridDesc {
         if !self.check_collectives {
             return local;
         }
-        let mut mine = vec![u8::from(local.is_err())];
-        match &local {
-            Ok(()) => mine.extend(what.as_bytes()),
-            Err(e) => mine.extend(format!("{what}: {e}").as_bytes()),
-        }
-        let all = allgather_bytes(self.comm.as_ref(), &mine)?;
+        let failed = local.as_ref().err().map(|e| format!("{what}: {e}"));
+        let mine = match &failed {
+            Some(t) => Err(t.as_str()),
+            None => Ok(what.as_bytes()),
+        };
+        let all = agree_parts(self.comm.as_ref(), "the collective operation", mine);
         local?;
-        let text = |v: &Vec<u8>| String::from_utf8_lossy(v.get(1..).unwrap_or(&[])).into_owned();
-        if let Some((r, v)) = all.iter().enumerate().find(|(_, v)| v.first() != Some(&0)) {
-            invalid!(
-                "rank {r} failed before the collective operation: {}",
-                text(v)
-            );
-        }
+        let all = all?;
+        let text = |v: &Vec<u8>| String::from_utf8_lossy(v).into_owned();
         let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
         if let Some(&r) = differing.first() {
             invalid!(

@@ -9,7 +9,7 @@ pub mod grid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::{allgather_bytes, Communicator};
+use crate::comm::{agree_parts, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::nvshmem::SymmetricBuffer;
 use crate::cuda::Device;
@@ -21,12 +21,6 @@ use capabilities::Capabilities;
 
 pub use capabilities::MAX_HOST_THREADS;
 pub use grid::GridDesc;
-
-/// First byte of an agreement's part: the rank's bytes follow.
-const AGREE_OK: u8 = 0;
-/// First byte of an agreement's part: the rank failed before the agreement; its error's
-/// text follows.
-const AGREE_FAILED: u8 = 1;
 
 /// Where a GPU handle loads its communication libraries from (paths or sonames).
 #[derive(Clone, Debug, Default)]
@@ -217,20 +211,11 @@ impl Handle {
     /// describe its part joins through [`Handle::refuse_agreement`] instead: the others
     /// then fail naming it.
     pub fn check_agreement(&self, what: &str, mine: &[u8]) -> Result<()> {
-        let mut tagged = Vec::with_capacity(mine.len() + 1);
-        tagged.push(AGREE_OK);
-        tagged.extend_from_slice(mine);
-        let all = allgather_bytes(self.comm(), &tagged)?;
-        if let Some((r, v)) = all
-            .iter()
-            .enumerate()
-            .find(|(_, v)| v.first() == Some(&AGREE_FAILED))
-        {
-            invalid!(
-                "rank {r} failed before its {what} could be compared: {}",
-                String::from_utf8_lossy(v.get(1..).unwrap_or(&[]))
-            );
-        }
+        let all = agree_parts(
+            self.comm(),
+            &format!("its {what} could be compared"),
+            Ok(mine),
+        )?;
         let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
         if !differing.is_empty() {
             invalid!(
@@ -244,9 +229,10 @@ impl Handle {
     /// failed before they could be described (`why`: the error it raises itself), so that
     /// the other ranks raise too instead of waiting for it.
     pub fn refuse_agreement(&self, why: &str) -> Result<()> {
-        let mut tagged = vec![AGREE_FAILED];
-        tagged.extend_from_slice(why.as_bytes());
-        allgather_bytes(self.comm(), &tagged).map(|_| ())
+        match agree_parts(self.comm(), "", Err(why)) {
+            Err(Error::InvalidUsage(_)) => Ok(()), // (what every rank learns: this one failed)
+            other => other.map(|_| ()),
+        }
     }
 
     /// Collective: validates `cfg` (the same on all ranks: checked) and builds a grid
