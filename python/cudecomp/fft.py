@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import operator
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,7 +52,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._alloc import numpy_dtype
-from ._config import GridDescConfig
+from ._config import GridDescConfig, _check_elements
 from ._cudecomp import CPU_ONLY, GridDesc, Handle, PencilInfo
 from ._enums import DataType, TransposeCommBackend
 from ._errors import InvalidUsageError, NotSupportedError
@@ -143,25 +142,19 @@ def _usable(gdims: Sequence[int], spectral_x: int, pdims: Sequence[int]) -> bool
 
 
 def _ints(name: str, value: Any, n: int, expected: str = "") -> tuple[int, ...]:
-    """Return ``value`` as ``n`` integers (Python or NumPy ones).
+    """Return ``value`` as ``n`` integers, checked as configuration fields are.
 
     ``TypeError`` naming ``name`` for floats, bools, strings or non-sequences,
     ``InvalidUsageError`` for another length.
     """
     expected = expected or f"a sequence of {n} integers"
-    bad = TypeError(f"{name}: expected {expected}, got {value!r}")
-    if isinstance(value, str | bytes):
-        raise bad
     try:
-        items = tuple(value)
-        if any(isinstance(v, bool | np.bool_) for v in items):
-            raise bad
-        ints = tuple(operator.index(v) for v in items)
+        arr = _check_elements(name, value, "int")
     except TypeError:
-        raise bad from None
-    if len(ints) != n:
+        raise TypeError(f"{name}: expected {expected}, got {value!r}") from None
+    if arr.shape != (n,):
         raise InvalidUsageError(f"{name} {value!r}: expected {expected}")
-    return ints
+    return tuple(int(v) for v in arr)
 
 
 def _lengths(lengths: Any) -> list[float]:

@@ -646,19 +646,20 @@ mod tests {
         (whole, src, Copy3::between(&part, &src, &dst))
     }
 
+    fn outer(count: i64, src_stride: i64, dst_stride: i64) -> Outer {
+        Outer {
+            count,
+            src_stride,
+            dst_stride,
+        }
+    }
+
     #[test]
     fn rows_merge_what_continues_on_both_sides() {
         let (whole, src, c) = slab_chunk();
         let r = c.rows().unwrap();
         assert_eq!((r.src_offset, r.dst_offset, r.width), (24, 0, 24));
-        assert_eq!(
-            r.outer[0],
-            Outer {
-                count: 4,
-                src_stride: 48,
-                dst_stride: 24
-            }
-        );
+        assert_eq!(r.outer[0], outer(4, 48, 24));
         assert_eq!(r.outer[1].count, 1);
         // Rows cut along X over all of Y: Y and Z merge into one outer axis.
         let cut = Box3 {
@@ -669,14 +670,7 @@ mod tests {
             .rows()
             .unwrap();
         assert_eq!(r.width, 4);
-        assert_eq!(
-            (
-                r.outer[0].count,
-                r.outer[0].src_stride,
-                r.outer[0].dst_stride
-            ),
-            (24, 8, 4)
-        );
+        assert_eq!(r.outer[0], outer(24, 8, 4));
         assert_eq!(r.outer[1].count, 1);
         // ... over part of Y: two outer axes.
         let corner = Box3 {
@@ -686,22 +680,8 @@ mod tests {
         let r = Copy3::between(&corner, &src, &Layout::packed(&corner, [0, 1, 2], 0))
             .rows()
             .unwrap();
-        assert_eq!(
-            (
-                r.outer[0].count,
-                r.outer[0].src_stride,
-                r.outer[0].dst_stride
-            ),
-            (3, 8, 4)
-        );
-        assert_eq!(
-            (
-                r.outer[1].count,
-                r.outer[1].src_stride,
-                r.outer[1].dst_stride
-            ),
-            (4, 48, 12)
-        );
+        assert_eq!(r.outer[0], outer(3, 8, 4));
+        assert_eq!(r.outer[1], outer(4, 48, 12));
         // A transposing copy has no rows.
         let t = Layout::packed(&whole, [1, 0, 2], 0);
         assert_eq!(Copy3::between(&whole, &src, &t).rows(), None);
@@ -726,29 +706,13 @@ mod tests {
             src_offset: 0,
             dst_offset: 0,
             width: 4,
-            outer: [
-                Outer {
-                    count: 3,
-                    src_stride: 8,
-                    dst_stride: 4,
-                },
-                Outer {
-                    count: 5,
-                    src_stride: 50, // not a whole number of 8-element rows
-                    dst_stride: 12,
-                },
-            ],
+            // The second pitch is not a whole number of 8-element rows.
+            outer: [outer(3, 8, 4), outer(5, 50, 12)],
         };
         assert_eq!(two.engine_shape(8, 64), Some(EngineShape::Planes));
         assert_eq!(two.engine_shape(8, 4), None);
         let planes = Rows {
-            outer: [
-                two.outer[0],
-                Outer {
-                    src_stride: 48,
-                    ..two.outer[1]
-                },
-            ],
+            outer: [two.outer[0], outer(5, 48, 12)],
             ..two
         };
         assert_eq!(
@@ -759,13 +723,7 @@ mod tests {
             })
         );
         let wide = Rows {
-            outer: [
-                Outer {
-                    src_stride: 1 << 30,
-                    ..two.outer[0]
-                },
-                two.outer[1],
-            ],
+            outer: [outer(3, 1 << 30, 4), two.outer[1]],
             ..two
         };
         assert_eq!(wide.engine_shape(8, 64), None); // an 8 GiB pitch
