@@ -231,7 +231,7 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch: pytest.Monk
     def no_run(args: argparse.Namespace) -> list[bench.Row]:
         raise AssertionError("measured before checking --plot")
 
-    monkeypatch.setattr(bench, "run", no_run)
+    monkeypatch.setattr(bench._cli, "run", no_run)  # main looks run up in its own module
     with pytest.raises(SystemExit) as e:  # on every rank
         bench.main(["--plot", os.path.join(shared_dir(tmp_path), "plots"), "--quiet"])
     assert e.value.code not in (0, None)
@@ -259,7 +259,7 @@ def test_other_problems_fail_before_measuring(argv: list[str], message: str, mon
     def no_run(args: argparse.Namespace) -> list[bench.Row]:
         raise AssertionError("measured before checking the arguments")
 
-    monkeypatch.setattr(bench, "run", no_run)
+    monkeypatch.setattr(bench._cli, "run", no_run)  # main looks run up in its own module
     with pytest.raises(SystemExit) as e:
         bench.main(argv)
     assert message in str(e.value.code)

@@ -387,7 +387,7 @@ def test_stream_is_accepted_on_cpu(handle: cudecomp.Handle) -> None:
 
 
 def test_stream_forms() -> None:
-    from cudecomp.fft import _stream_ptr
+    from cudecomp.fft._gpu import _stream_ptr
 
     class Proto:
         def __cuda_stream__(self) -> tuple[int, int]:

@@ -1,0 +1,262 @@
+"""The command line: arguments, the checks before measuring, the sweep over configurations."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from mpi4py import MPI
+
+import cudecomp
+from cudecomp import TransposeCommBackend
+
+from ._baselines import xy_baselines
+from ._common import DTYPES, OPS, Row
+from ._measure import Ceilings, Xp
+from ._ops import autotune, fft_rows, run_config
+from ._progress import PROGRESS_MODES, Progress, tqdm_class
+from ._report import plot, report, write
+
+
+def parse_grid(s: str) -> tuple[int, int, int]:
+    """Parse a global grid: ``256^3``, ``128,96,64``, ``128x96x64`` or ``64`` (a cube)."""
+    try:
+        if "^" in s:
+            n = int(s.split("^")[0])
+            v = [n, n, n]
+        else:
+            v = [int(t) for t in s.replace("x", ",").split(",")]
+            v = v * 3 if len(v) == 1 else v
+    except ValueError:
+        v = []
+    if len(v) != 3 or min(v) < 1:
+        raise argparse.ArgumentTypeError(f"invalid grid {s!r}: expected N^3, NX,NY,NZ or NXxNYxNZ with positive sizes")
+    return (v[0], v[1], v[2])
+
+
+def parse_backends(s: str) -> str:
+    """Validate ``--backends``: ``all`` or comma-separated TransposeCommBackend names."""
+    if s != "all":
+        bad = [b for b in s.split(",") if b not in TransposeCommBackend.__members__]
+        if bad:
+            names = ", ".join(TransposeCommBackend.__members__)
+            raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(bad)}; choose from {names}, or all")
+    return s
+
+
+def process_grids(spec: str, n: int) -> list[tuple[int, int]]:
+    """Process grids of ``n`` ranks: ``all`` of them, or those of ``spec`` (``1x2,2x1``) whose product is ``n``."""
+    if spec == "all":
+        return [(r, n // r) for r in range(1, n + 1) if n % r == 0]
+    out = []
+    for s in spec.split(","):
+        try:
+            r, c = (int(v) for v in s.split("x"))
+        except ValueError:
+            continue
+        if r * c == n:
+            out.append((r, c))
+    return out
+
+
+def default_backends(xp: Xp) -> list[str]:
+    """Transpose backends measured by ``--backends all`` (NCCL ones only with a GPU per rank)."""
+    names = ["MPI_P2P", "MPI_P2P_PL", "MPI_A2A"]
+    if xp.gpu and xp.local_size <= xp.ngpus:
+        names = ["NCCL", "NCCL_PL"] + names
+    return names + ["DIRECT"]
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    """Measure every configuration of ``args`` (collective); the rows, the same on every rank."""
+    comm = MPI.COMM_WORLD
+    xp = Xp()  # selects this rank's GPU before the handle binds it
+    handle = cudecomp.Handle(comm)
+    ceils = Ceilings(xp, comm, args.warmup, args.reps, handle.one_node())
+    backends = args.backends.split(",") if args.backends != "all" else default_backends(xp)
+    rows: list[Row] = []
+    grids = process_grids(args.pdims, comm.size)
+    total = len(args.gdims) * len(args.dtypes) * len(args.axis_contiguous) * len(backends) * len(grids)
+    progress = Progress(total, "off" if args.quiet else args.progress, enabled=comm.rank == 0)
+    one_device: dict[tuple[Any, ...], dict[str, float]] = {}  # same-run single-device fftn, per grid and dtype
+    try:
+        if args.autotune:
+            for gdims in args.gdims:
+                rows += [autotune(handle, comm, gdims, d, bool(ac)) for d in args.dtypes for ac in args.axis_contiguous]
+        for gdims in args.gdims:
+            for pdims in grids:
+                for dname in args.dtypes:
+                    dtype = DTYPES[dname]
+                    itemsize = cudecomp.get_data_type_size(dtype)
+                    base: dict[str, float] = {}
+                    if args.baselines and "xy" in args.ops:
+                        base = xy_baselines(args, handle, xp, comm, gdims, pdims, dtype, itemsize)
+                    for i, ac in enumerate(args.axis_contiguous):
+                        for bname in backends:
+                            g, p = "x".join(map(str, gdims)), "x".join(map(str, pdims))
+                            progress.start(f"{g} {p} {dname} {bname} ac={ac}")
+                            if any(op in OPS or op == "halo" for op in args.ops):
+                                rows += run_config(
+                                    args, handle, xp, comm, gdims, pdims, dtype, dname, bool(ac), bname, itemsize, base, ceils
+                                )
+                            if "fft" in args.ops and i == 0:  # the plan chooses its own layouts
+                                rows += fft_rows(args, handle, xp, comm, gdims, pdims, dname, bname, one_device)
+                            progress.done()
+    finally:
+        progress.close()
+    handle.finalize()
+    for r in rows:
+        r.baseline = {**r.baseline, **{f"ceiling_{k}_gbps": v for k, v in ceils.run_wide.items()}}
+    return rows
+
+
+def parser() -> argparse.ArgumentParser:
+    """Build the command-line parser; every option's help ends with its default."""
+    p = argparse.ArgumentParser(
+        prog="python -m cudecomp.bench",
+        description=(sys.modules[__package__].__doc__ or "").split("\n\n")[0] or None,
+        epilog="Run under MPI, e.g. mpiexec -n 4 python -m cudecomp.bench --gdims 128^3 --pdims all --plot out/",
+    )
+    ops = ", ".join([*OPS, "halo"])
+    choices = [*OPS, "halo", "fft"]
+    p.add_argument(
+        "--gdims",
+        nargs="+",
+        type=parse_grid,
+        default=[(64, 64, 64)],
+        metavar="GRID",
+        help="global grids, each N^3, NX,NY,NZ or NXxNYxNZ (default: 64^3)",
+    )
+    p.add_argument(
+        "--pdims", default="all", help="process grids: all (every factorisation of the rank count) or a list like 1x2,2x1 (default: all)"
+    )
+    p.add_argument(
+        "--backends",
+        default="all",
+        type=parse_backends,
+        help="comma-separated TransposeCommBackend names (e.g. MPI_P2P,DIRECT), or all (default: all)",
+    )
+    p.add_argument("--dtypes", nargs="+", default=["c128"], choices=list(DTYPES), help="element types (default: c128)")
+    p.add_argument(
+        "--axis-contiguous",
+        nargs="+",
+        type=int,
+        default=[0],
+        choices=[0, 1],
+        help="pencil layouts: 0 = default, 1 = axis-contiguous (default: 0)",
+    )
+    p.add_argument(
+        "--ops",
+        nargs="+",
+        default=[*OPS, "halo"],
+        choices=choices,
+        help=f"operations to time; fft = a cudecomp.fft plan's forward and backward transform (default: {ops})",
+    )
+    p.add_argument(
+        "--fft-out",
+        default="transposed",
+        choices=["transposed", "natural", "both"],
+        help="--ops fft: spectral output left in the Z-pencil (transposed, no return transposes) or returned to the "
+        "X-pencil (natural; rows fft-natural, ifft-natural) (default: transposed)",
+    )
+    p.add_argument(
+        "--halo",
+        nargs=3,
+        type=int,
+        default=[1, 1, 1],
+        metavar=("HX", "HY", "HZ"),
+        help="halo extents for the halo benchmark (default: 1 1 1)",
+    )
+    p.add_argument(
+        "--graph",
+        type=int,
+        default=0,
+        metavar="N",
+        help="GPU: also capture N of each transpose and halo update into a CUDA graph and time its replay against "
+        "N eager calls, wall clock per operation (rows op-graph; capturable backends only; 0 = off) (default: 0)",
+    )
+    p.add_argument(
+        "--alloc",
+        choices=["user", "library"],
+        default="user",
+        help="arrays of the transposes: user (NumPy/CuPy arrays made by the benchmark) or library "
+        "(GridDesc.empty_pencil: on DIRECT grids node-shared host memory or exported device memory, where "
+        "transposes then run as single copies) (default: user)",
+    )
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: 3)")
+    p.add_argument("--reps", type=int, default=10, help="timed calls; the median is reported (default: 10)")
+    p.add_argument(
+        "--no-baselines", dest="baselines", action="store_false", help="skip the peer baselines of distributed X->Y (default: measure them)"
+    )
+    p.add_argument("--autotune", action="store_true", help="also run the autotuner (grid + backend) and report its choice (default: off)")
+    p.add_argument("--json", metavar="FILE", help="write rows as JSON (default: not written)")
+    p.add_argument("--csv", metavar="FILE", help="write rows as CSV (default: not written)")
+    p.add_argument("--plot", metavar="DIR", help="directory for PNG heatmaps and bandwidth plots; needs matplotlib (default: no plots)")
+    p.add_argument(
+        "--progress",
+        default="auto",
+        choices=PROGRESS_MODES,
+        help="progress on rank 0's stderr: auto = a tqdm bar when stderr is a terminal and tqdm is installed, else none; "
+        "bar = a tqdm bar even into a pipe (mpiexec's ranks write into pipes); lines = one plain line per configuration; "
+        "off (default: auto)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output, the same as --progress off (default: off)")
+    return p
+
+
+def preflight(args: argparse.Namespace, comm: MPI.Comm) -> str:
+    """Check, before any measurement, what the end of the run needs (collective).
+
+    Returns the first problem found on rank 0 (the one that writes and plots), the same
+    on every rank, or "".
+    """
+    problem = ""
+    if comm.rank == 0:
+        problem = _output_problem(args)
+    if not problem and not process_grids(args.pdims, comm.size):
+        problem = f"--pdims {args.pdims}: no process grid of {comm.size} ranks"
+    return comm.bcast(problem, root=0)
+
+
+def _output_problem(args: argparse.Namespace) -> str:
+    if args.plot:
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError:
+            return "--plot needs matplotlib, which is not installed (pip install matplotlib), or leave out --plot"
+        try:
+            os.makedirs(args.plot, exist_ok=True)
+        except OSError as e:
+            return f"--plot {args.plot}: cannot create the directory: {e}"
+    if args.graph < 0:
+        return f"--graph must be >= 0 operations, got {args.graph}"
+    if args.graph and cudecomp.CPU_ONLY:
+        return "--graph needs the GPU variant (CUDA graphs); this is the CPU variant"
+    if args.progress == "bar" and not args.quiet and tqdm_class() is None:
+        return "--progress bar needs tqdm, which is not installed (pip install tqdm)"
+    for opt in ("json", "csv"):
+        path = getattr(args, opt)
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            return f"--{opt} {path}: the directory does not exist"
+    return ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark (all ranks) and report on rank 0."""
+    args = parser().parse_args(argv)
+    if args.reps < 1 or args.warmup < 0:
+        raise SystemExit("--reps must be >= 1 and --warmup >= 0")
+    problem = preflight(args, MPI.COMM_WORLD)
+    if problem:
+        raise SystemExit(f"python -m cudecomp.bench: error: {problem}")
+    rows = run(args)
+    if MPI.COMM_WORLD.rank == 0:
+        report(rows, args)
+        write(rows, args)
+        if args.plot:
+            plot(rows, args.plot)
+    return 0

@@ -1,0 +1,221 @@
+"""Timing: the array backend, the median-of-ranks timer, the copy ceilings and the rows they make."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+import cudecomp
+
+from ._common import Row, pct_of
+
+
+class Xp:
+    """Array backend of the loaded variant: NumPy (CPU) or CuPy (GPU)."""
+
+    def __init__(self) -> None:
+        self.gpu = not cudecomp.CPU_ONLY
+        if self.gpu:
+            import cupy
+
+            self.m: Any = cupy
+            n = cupy.cuda.runtime.getDeviceCount()
+            local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+            cupy.cuda.Device(local.rank % n).use()
+            self.ngpus, self.local_size = n, local.size
+            local.Free()
+        else:
+            self.m = np
+            self.ngpus, self.local_size = 0, 1
+
+    def sync(self) -> None:
+        """Wait for the current stream (GPU); nothing on CPU."""
+        if self.gpu:
+            self.m.cuda.get_current_stream().synchronize()
+
+    def host(self, a: Any) -> np.ndarray:
+        """Return ``a`` as a NumPy array (a copy to the host on GPU)."""
+        return self.m.asnumpy(a) if self.gpu else a
+
+    def timer(self) -> Callable[[Callable[[], object]], float]:
+        """Return a function timing one call in seconds (events on GPU, wall clock on CPU)."""
+        if self.gpu:
+            start, end = self.m.cuda.Event(), self.m.cuda.Event()
+
+            def gpu_time(fn: Callable[[], object]) -> float:
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                return float(self.m.cuda.get_elapsed_time(start, end)) / 1e3
+
+            return gpu_time
+
+        def cpu_time(fn: Callable[[], object]) -> float:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+
+        return cpu_time
+
+
+def measure(xp: Xp, comm: MPI.Comm, fn: Callable[[], object], warmup: int, reps: int) -> tuple[float, float]:
+    """(median, min) seconds of ``fn``: median per rank, then the slowest rank."""
+    for _ in range(warmup):
+        fn()
+    xp.sync()
+    timer = xp.timer()
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        times.append(timer(fn))
+    med = float(np.median(times))
+    return comm.allreduce(med, op=MPI.MAX), comm.allreduce(min(times), op=MPI.MAX)
+
+
+def ceilings(xp: Xp, comm: MPI.Comm) -> dict[str, float]:
+    """Same-run copy bandwidths in GB/s (bytes copied / time), the ceilings of distributed operations.
+
+    Measured once, by rank 0 alone, with large buffers (1 GiB on GPU, 256 MiB on CPU):
+    ``device_copy`` or ``host_copy``, and ``peer_copy`` (GPU to GPU) where rank 0 sees
+    two GPUs or more. Collective; the same dict on every rank.
+    """
+    out: dict[str, float] = {}
+    nbytes = 1 << 30 if xp.gpu else 1 << 28
+    if comm.rank == 0:
+        m = xp.m
+        a = m.ones(nbytes // 8, dtype=np.float64)
+        b = m.empty_like(a)
+        timer = xp.timer()
+        for _ in range(3):
+            m.copyto(b, a)
+        xp.sync()
+        t = float(np.median([timer(lambda: m.copyto(b, a)) for _ in range(10)]))
+        out["device_copy" if xp.gpu else "host_copy"] = nbytes / t / 1e9
+        if xp.gpu and xp.ngpus >= 2:
+            rt = m.cuda.runtime
+            me = m.cuda.Device().id
+            other = (me + 1) % xp.ngpus
+            with m.cuda.Device(other):
+                c = m.empty_like(a)
+            try:
+                rt.deviceEnablePeerAccess(other)
+            except Exception:
+                pass
+            stream = m.cuda.get_current_stream()
+
+            def peer() -> None:
+                rt.memcpyPeerAsync(c.data.ptr, other, a.data.ptr, me, nbytes, stream.ptr)
+
+            for _ in range(3):
+                peer()
+            xp.sync()
+            out["peer_copy"] = nbytes / float(np.median([timer(peer) for _ in range(10)])) / 1e9
+            del c
+        del a, b
+    return comm.bcast(out, root=0)
+
+
+def boxes(info: cudecomp.PencilInfo) -> tuple[list[int], list[int]]:
+    """(lo, hi exclusive) of a pencil's interior in global axis order."""
+    lo, hi = [0] * 3, [0] * 3
+    for p in range(3):
+        lo[info.order[p]] = info.lo[p]
+        hi[info.order[p]] = info.hi[p] + 1
+    return lo, hi
+
+
+def off_rank_bytes(grid: cudecomp.GridDesc, a: int, b: int, itemsize: int) -> int:
+    """Bytes of a transpose's input that leave this rank."""
+    (il, ih), (ol, oh) = boxes(grid.get_pencil_info(a)), boxes(grid.get_pencil_info(b))
+    stay = math.prod(max(0, min(ih[g], oh[g]) - max(il[g], ol[g])) for g in range(3))
+    return (math.prod(ih[g] - il[g] for g in range(3)) - stay) * itemsize
+
+
+class Ceilings:
+    """The ceilings rows are compared with (GB/s, bytes copied / time).
+
+    ``run_wide`` is measured once, on rank 0 alone, with large buffers
+    (:func:`ceilings`); it bounds distributed operations when the run is on one node
+    (``single_node``: as the package sees nodes, ``Handle.one_node()``).
+    Local operations are compared with a copy of the same bytes on every rank at once
+    (:meth:`local`), measured per distinct set of per-rank sizes and cached.
+    """
+
+    def __init__(self, xp: Xp, comm: MPI.Comm, warmup: int, reps: int, single_node: bool) -> None:
+        self.xp, self.comm, self.warmup, self.reps = xp, comm, warmup, reps
+        self.run_wide = ceilings(xp, comm)
+        if not single_node:
+            self.exchange_name = ""  # bytes may cross the network, which is not measured
+        elif xp.gpu:
+            self.exchange_name = "peer_copy" if "peer_copy" in self.run_wide else "device_copy"
+        else:
+            self.exchange_name = "host_copy"
+        self.local_name = "device_copy_same_data" if xp.gpu else "host_copy_same_data"
+        self._same: dict[tuple[int, ...], float] = {}
+
+    def exchange(self) -> tuple[str, float]:
+        """(name, GB/s) of the ceiling of distributed operations; ("", NaN) when none applies."""
+        if not self.exchange_name:
+            return "", math.nan
+        return self.exchange_name, self.run_wide.get(self.exchange_name, math.nan)
+
+    def local(self, nbytes: int) -> tuple[str, float]:
+        """(name, GB/s) of copying ``nbytes`` (this rank's share) on every rank at once.
+
+        Collective. GB/s is the mean bytes over ranks over the slowest rank's median time,
+        the same way the operations' bandwidth is computed.
+        """
+        sizes = tuple(self.comm.allgather(int(nbytes)))
+        if sizes not in self._same:
+            m = self.xp.m
+            src = m.ones(max(int(nbytes), 1), dtype=np.uint8)
+            dst = m.zeros_like(src)
+            med, _ = measure(self.xp, self.comm, lambda: m.copyto(dst, src), self.warmup, self.reps)
+            mean = sum(sizes) / len(sizes)
+            self._same[sizes] = mean / med / 1e9 if med > 0 and mean > 0 else math.nan
+            del src, dst
+        return self.local_name, self._same[sizes]
+
+
+def mean_gbps(comm: MPI.Comm, nbytes: int, seconds: float) -> float:
+    """Mean over ranks of ``nbytes / seconds`` in GB/s (collective)."""
+    return comm.allreduce(nbytes / seconds / 1e9, op=MPI.SUM) / comm.size
+
+
+def measured_row(
+    comm: MPI.Comm,
+    ceils: Ceilings,
+    ident: Row,
+    med: float,
+    mn: float,
+    off: int,
+    local_bytes: int,
+    distributed: bool,
+) -> Row:
+    """Fill ``ident`` (a row naming the configuration) with its timings and bandwidth (collective).
+
+    Distributed operations count the ``off`` bytes that leave the rank against the exchange
+    ceiling; local ones count ``local_bytes`` against a copy of the same bytes.
+    """
+    moved = off if distributed else local_bytes
+    cname, ceiling = ceils.exchange() if distributed else ceils.local(moved)
+    gbps = mean_gbps(comm, moved, med)
+    return replace(
+        ident,
+        ms=med * 1e3,
+        ms_min=mn * 1e3,
+        gbps_per_rank=gbps,
+        bytes_off_rank=comm.allreduce(off, op=MPI.MAX),
+        ceiling_gbps=ceiling,
+        pct_of_ceiling=pct_of(gbps, ceiling),
+        distributed=distributed,
+        ceiling=cname,
+        bytes_per_rank=comm.allreduce(moved, op=MPI.MAX),
+    )

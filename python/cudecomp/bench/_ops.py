@@ -1,0 +1,320 @@
+"""What one configuration runs: transposes, halo updates, CUDA-graph replays, FFT plans, the autotuner."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+import cudecomp
+from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
+
+from ._baselines import fft_one_device
+from ._common import DTYPES, HALO_OPS, NP_DTYPES, OPS, Row, config, pct_of
+from ._measure import Ceilings, Xp, measure, measured_row, off_rank_bytes
+
+
+def autotune(handle: cudecomp.Handle, comm: MPI.Comm, gdims: tuple[int, int, int], dname: str, ac: bool) -> Row:
+    """Run the autotuner (process grid and transpose backend, all four transposes).
+
+    Returns its choice as a row whose ``ms`` is the wall time of the whole search.
+    """
+    opts = cudecomp.GridDescAutotuneOptions()
+    opts.dtype = DTYPES[dname]
+    opts.autotune_transpose_backend = True
+    cfg = config(gdims, (0, 0), TransposeCommBackend.MPI_P2P, ac)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    grid = handle.create_grid(cfg, opts)
+    took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+    chosen = grid.config
+    row = Row(
+        "tune",
+        gdims,
+        (int(chosen.pdims[0]), int(chosen.pdims[1])),
+        TransposeCommBackend(int(chosen.transpose_comm_backend)).name,
+        dname,
+        ac,
+        ms=took * 1e3,
+        note=f"autotuner chose {TransposeCommBackend(int(chosen.transpose_comm_backend)).name} on "
+        f"{chosen.pdims[0]}x{chosen.pdims[1]}; search took {took:.2f} s",
+    )
+    grid.destroy()
+    return row
+
+
+def run_config(
+    args: argparse.Namespace,
+    handle: cudecomp.Handle,
+    xp: Xp,
+    comm: MPI.Comm,
+    gdims: tuple[int, int, int],
+    pdims: tuple[int, int],
+    dtype: DataType,
+    dname: str,
+    ac: bool,
+    bname: str,
+    itemsize: int,
+    base: dict[str, float],
+    ceils: Ceilings,
+) -> list[Row]:
+    """Measure the transposes and halo updates of one configuration (collective)."""
+    rows: list[Row] = []
+    # The halo backend of the same family as the transpose backend.
+    halo_of = {
+        "MPI_P2P_PL": "MPI_BLOCKING",
+        "NCCL": "NCCL",
+        "NCCL_PL": "NCCL",
+        "DIRECT": "DIRECT",
+        "NVSHMEM": "NVSHMEM",
+        "NVSHMEM_PL": "NVSHMEM_BLOCKING",
+        "NVSHMEM_SM": "NVSHMEM",
+    }
+    halo_backend = HaloCommBackend[halo_of.get(bname, "MPI")]
+    try:
+        grid = handle.create_grid(config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend))
+    except cudecomp.CudecompError as e:
+        return [Row("all", gdims, pdims, bname, dname, ac, note=f"skipped: {type(e).__name__}: {e}")]
+    try:
+        infos = [grid.get_pencil_info(a) for a in range(3)]
+        if args.alloc == "library":
+            # The library's own arrays (on DIRECT grids: node-shared host memory, exported
+            # device memory).
+            bufs = [grid.empty_pencil(a, NP_DTYPES[dtype]) for a in range(3)]
+            for b in bufs:
+                b[...] = 1
+        else:
+            bufs = [xp.m.ones(i.array_shape, NP_DTYPES[dtype]) for i in infos]
+        for key in args.ops:
+            if key not in OPS:
+                continue
+            name, a, b = OPS[key]
+            fn = getattr(grid, name)
+            inp, out = bufs[a], bufs[b]
+            med, mn = measure(xp, comm, functools.partial(fn, inp, out), args.warmup, args.reps)
+            off = off_rank_bytes(grid, a, b, itemsize)
+            distributed = comm.allreduce(off > 0, op=MPI.LOR)
+            # A local transpose is compared with a copy of the pencil's bytes.
+            local_bytes = infos[a].size * itemsize
+            row = measured_row(comm, ceils, Row(key, gdims, pdims, bname, dname, ac), med, mn, off, local_bytes, distributed)
+            # The baselines are distributed X->Y transposes of the default layout: compare
+            # only with the same (a local X->Y has none, see xy_baselines).
+            if key == "xy" and not ac and distributed and base:
+                row.baseline = dict(base)
+                row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
+            rows.append(row)
+        if "halo" in args.ops and any(args.halo):
+            rows += halo_rows(args, xp, comm, grid, gdims, pdims, dname, ac, itemsize, halo_backend, ceils)
+        del bufs
+    finally:
+        grid.destroy()
+    if args.graph:
+        cfg = config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend)
+        rows += graph_rows(args, xp, comm, cfg, NP_DTYPES[dtype], rows)
+    return rows
+
+
+def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list[Row]) -> list[Row]:
+    """``--graph N``: N operations of each eager row captured into one CUDA graph (collective).
+
+    Each row ``op-graph`` times a replay of the graph, wall clock per operation, against
+    the same N operations called eagerly back to back (``eager_wall_ms``: the host path
+    and the GPU work overlapping as in a solver's loop). A fresh handle serves the
+    captures, so that the frozen workspace of a captured handle (docs/graphs.md) does not
+    constrain the rest of the run.
+    """
+    m = xp.m
+    h = tuple(args.halo)
+    periods = (True, True, True)
+    out: list[Row] = []
+    with cudecomp.Handle(comm) as handle, handle.create_grid(cfg) as grid:
+        bufs = [m.ones(grid.get_pencil_info(a).array_shape, dtype) for a in range(3)]
+        halo = m.ones(grid.get_pencil_info(0, h).array_shape, dtype)
+        s = m.cuda.Stream(non_blocking=True)
+
+        def call(op: str) -> Callable[[], None]:
+            if op in OPS:
+                name, a, b = OPS[op]
+                return functools.partial(getattr(grid, name), bufs[a], bufs[b], stream=s)
+            dims = halo_dims(op)
+
+            def update() -> None:
+                for d in dims:
+                    grid.update_halos_x(halo, h, periods, d, stream=s)
+
+            return update
+
+        for row in eager:
+            if row.note or not (row.op in OPS or row.op in HALO_OPS):
+                continue
+            fn = call(row.op)
+            timed = replay_times(comm, s, fn, args.graph, args.warmup, args.reps)
+            if isinstance(timed, str):
+                out.append(replace(row, op=f"{row.op}-graph", note=f"graph skipped: {timed}", baseline={}))
+                continue
+            gbps = row.gbps_per_rank * row.ms / (timed["replay"] * 1e3)
+            base = {
+                "eager_wall_ms": timed["eager"] * 1e3,
+                "ratio_vs_eager_wall": timed["replay"] / timed["eager"],
+                "eager_host_ms": timed["eager_host"] * 1e3,
+                "replay_host_ms": timed["replay_host"] * 1e3,
+            }
+            ms, ms_min, pct = timed["replay"] * 1e3, timed["replay_min"] * 1e3, pct_of(gbps, row.ceiling_gbps)
+            out.append(replace(row, op=f"{row.op}-graph", ms=ms, ms_min=ms_min, gbps_per_rank=gbps, pct_of_ceiling=pct, baseline=base))
+    return out
+
+
+def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup: int, reps: int) -> dict[str, float] | str:
+    """Seconds per operation of ``n`` calls of ``fn``, eager and as a replayed graph, or why it could not be captured.
+
+    Keys: ``replay`` and ``replay_min`` (wall clock of a replay, launch to the stream's
+    completion), ``replay_host`` (the launch call alone: the host's share), ``eager``
+    and ``eager_host`` likewise for the calls made one by one; each divided by ``n``,
+    the median per rank, then the slowest rank. Collective; a capture refused on any
+    rank is abandoned on every rank (the captured work is never launched). The graph is
+    dropped on return, before its grid and handle go.
+    """
+
+    def eager() -> None:
+        for _ in range(n):
+            fn()
+
+    def timed(run: Callable[[], object]) -> tuple[float, float]:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        run()
+        t1 = time.perf_counter()
+        s.synchronize()
+        return (time.perf_counter() - t0) / n, (t1 - t0) / n
+
+    def slowest(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
+        walls, hosts = [t[0] for t in samples], [t[1] for t in samples]
+        meds = (float(np.median(walls)), min(walls), float(np.median(hosts)))
+        return tuple(comm.allreduce(v, op=MPI.MAX) for v in meds)  # type: ignore[return-value]
+
+    for _ in range(max(warmup, 1)):  # a capture needs one eager run first
+        eager()
+    s.synchronize()
+    e_med, _, e_host = slowest([timed(eager) for _ in range(reps)])
+    why = ""
+    s.begin_capture()
+    try:
+        eager()
+    except cudecomp.CudecompError as e:
+        why = f"{type(e).__name__}: {e}"
+    graph = s.end_capture()
+    why = comm.allreduce([why] if why else [], op=MPI.SUM)
+    if why:
+        return why[0]
+    graph.launch(s)  # replay warm-up (graph upload)
+    s.synchronize()
+    g_med, g_min, g_host = slowest([timed(functools.partial(graph.launch, s)) for _ in range(reps)])
+    return {"replay": g_med, "replay_min": g_min, "replay_host": g_host, "eager": e_med, "eager_host": e_host}
+
+
+def halo_dims(op: str) -> list[int]:
+    """Return the dimensions a halo row updates: all three for ``halo``, one for ``hx``, ``hy``, ``hz``."""
+    return [0, 1, 2] if op == "halo" else ["xyz".index(op[1])]
+
+
+def halo_rows(
+    args: argparse.Namespace,
+    xp: Xp,
+    comm: MPI.Comm,
+    grid: cudecomp.GridDesc,
+    gdims: tuple[int, int, int],
+    pdims: tuple[int, int],
+    dname: str,
+    ac: bool,
+    itemsize: int,
+    halo_backend: HaloCommBackend,
+    ceils: Ceilings,
+) -> list[Row]:
+    """Time the periodic halo updates of X-pencils: all three dimensions, then each (collective)."""
+    h = tuple(args.halo)
+    info = grid.get_pencil_info(0, h)
+    data = xp.m.ones(info.array_shape, NP_DTYPES[DTYPES[dname]])
+    periods = (True, True, True)
+    faces = [2 * h[d] * math.prod(info.shape[p] for p in range(3) if info.order[p] != d) * itemsize for d in range(3)]
+    remote = [comm.allreduce(grid.get_shifted_rank(0, d, 1, True) != comm.rank, op=MPI.LOR) for d in range(3)]
+
+    def halo_row(op: str, dims: list[int]) -> Row:
+        """Bandwidth from the faces that leave the rank, or (all local) from the faces copied."""
+
+        def update() -> None:
+            for d in dims:
+                grid.update_halos_x(data, h, periods, d)
+
+        med, mn = measure(xp, comm, update, args.warmup, args.reps)
+        off = sum(faces[d] for d in dims if remote[d])
+        distributed = any(remote[d] for d in dims)
+        ident = Row(op, gdims, pdims, halo_backend.name, dname, ac, halo=(h[0], h[1], h[2]))
+        return measured_row(comm, ceils, ident, med, mn, off, sum(faces[d] for d in dims), distributed)
+
+    ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]
+    return [halo_row(op, halo_dims(op)) for op in ops]
+
+
+def fft_kind(dname: str) -> str:
+    """Return the FFT kind a dtype selects: real types ``r2c``, complex types ``c2c``."""
+    return "r2c" if dname in ("f32", "f64") else "c2c"
+
+
+def fft_rows(
+    args: argparse.Namespace,
+    handle: cudecomp.Handle,
+    xp: Xp,
+    comm: MPI.Comm,
+    gdims: tuple[int, int, int],
+    pdims: tuple[int, int],
+    dname: str,
+    bname: str,
+    one_device: dict[tuple[Any, ...], dict[str, float]],
+) -> list[Row]:
+    """Time a ``cudecomp.fft`` plan's forward and backward transform (collective).
+
+    ``f32``/``f64`` run ``r2c`` plans, ``c64``/``c128`` ``c2c`` plans, with the spectral
+    output left transposed (``--fft-out transposed``, the fast path) or in the input's
+    pencil (``natural``). Each row carries, as baseline, the same transform of the whole
+    global array on one device (rank 0: ``cupy.fft`` on its GPU, or the plan's CPU
+    library), measured once per grid and dtype in the same run.
+    """
+    from .. import fft as cfft
+
+    kind = fft_kind(dname)
+    dtype = NP_DTYPES[DTYPES[dname]]
+    rows: list[Row] = []
+    for transposed in {"transposed": [True], "natural": [False], "both": [True, False]}[args.fft_out]:
+        tag = "" if transposed else "natural"
+        try:
+            plan = cfft.FFT(handle, gdims, pdims, kind=kind, dtype=dtype, transposed_out=transposed, backend=TransposeCommBackend[bname])
+        except cudecomp.CudecompError as e:
+            rows.append(Row("fft", gdims, pdims, bname, dname, False, note=f"skipped: {type(e).__name__}: {e}"))
+            continue
+        key = (gdims, dname)
+        if args.baselines and key not in one_device:
+            one_device[key] = fft_one_device(xp, comm, plan, args.warmup, args.reps)
+        try:
+            a = plan.zeros_input()
+            a += 1
+            spec = plan.forward(a)
+            back = plan.empty_input()
+            calls = (("fft", functools.partial(plan.forward, a, spec)), ("ifft", functools.partial(plan.backward, spec, back)))
+            for op, fn in calls:
+                med, mn = measure(xp, comm, fn, args.warmup, args.reps)
+                base = {k[len(op) + 1 :]: v for k, v in one_device.get(key, {}).items() if k.startswith(op + ":")}
+                row = Row(op + (f"-{tag}" if tag else ""), gdims, pdims, bname, dname, False, ms=med * 1e3, ms_min=mn * 1e3)
+                row.distributed = comm.size > 1
+                row.baseline = dict(base)
+                row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
+                rows.append(row)
+        finally:
+            plan.destroy()
+    return rows

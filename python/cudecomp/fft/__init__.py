@@ -1,0 +1,45 @@
+"""Distributed 3-D FFTs over cudecomp grid descriptors.
+
+[`FFT`][cudecomp.fft.FFT] is a plan: it owns the grid descriptor(s) of one global grid and
+process grid, and runs forward and backward complex-to-complex (``c2c``) or
+real-to-complex / complex-to-real (``r2c``) transforms of this rank's pencils, local
+one-, two- or three-dimensional FFTs along contiguous axes with the global transposes in
+between. The CPU variant transforms NumPy arrays with ``scipy.fft`` (worker threads) when
+SciPy is installed, else with ``numpy.fft``; the GPU variant transforms CuPy arrays with
+cuFFT through CuPy (plans cached by CuPy's plan cache), on the operation's stream, with no
+host synchronisation.
+
+Real space is always the X-pencil (array ``a[z, y, x]``, X contiguous). Spectral space is
+the same X-pencil of the spectral grid (the default), or, with ``transposed_out=True``,
+the Z-pencil where the forward transform ends, which saves the return transposes. Which
+schedule runs depends on the process grid ``(P_rows, P_cols)``:
+
+| schedule | when | forward |
+| --- | --- | --- |
+| ``local`` | one rank | one 3-D FFT, no transpose |
+| ``slab-xy`` | ``P_rows == 1`` | 2-D FFT over (Y, X), Y→Z, 1-D FFT along Z |
+| ``slab-yz`` | ``P_cols == 1`` | 1-D FFT along X, X→Y, 2-D FFT over (Z, Y) |
+| ``pencil`` | otherwise | FFT along X, X→Y, FFT along Y, Y→Z, FFT along Z |
+
+On GPUs, ``slab-xy`` on ``DIRECT`` streams its slabs: the 2-D FFTs run in slabs of Z
+planes (backward: the FFTs along Z in slabs of Y rows), each sent to the peers by the copy
+engine while the next is transformed (pencils keep X fastest; a transposed output is then
+indexed ``a[kz, ky, kx]``).
+
+Example (any number of ranks):
+
+```python
+with cudecomp.Handle(MPI.COMM_WORLD) as handle, cudecomp.fft.FFT(handle, (64, 64, 64), kind="r2c") as plan:
+    x, y, z = plan.coordinates()          # this rank's grid points on [0, 2 pi)^3
+    u = np.sin(x) * np.cos(y) * np.cos(z) # float64, this rank's X-pencil
+    u_hat = plan.forward(u)               # complex128, this rank's spectral pencil
+    kx, ky, kz = plan.wavenumbers()       # broadcastable against u_hat
+    du_dx = plan.backward(1j * kx * u_hat)
+```
+"""
+
+from ._args import Kind, Norm
+from ._plan import FFT
+from ._schedule import Schedule, schedule_of
+
+__all__ = ["FFT", "Kind", "Norm", "Schedule", "schedule_of"]

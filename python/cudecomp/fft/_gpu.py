@@ -1,0 +1,174 @@
+"""GPU-only parts of a plan: stream handles and the streamed slabs of slab-xy on DIRECT."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .._cudecomp import GridDesc
+
+# Slabs the 2-D FFTs of a streamed forward transform are cut into (the exchange of one
+# overlaps the FFT of the next); `CUDECOMP_FFT_CHUNKS` overrides.
+_STREAM_CHUNKS = 8
+
+
+def _stream_ptr(stream: Any) -> int:
+    """Return the raw handle of a stream given as None (CuPy's current), an int, ``__cuda_stream__`` or ``.ptr``."""
+    if stream is None:
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    if isinstance(stream, bool):
+        raise TypeError(f"stream: expected None, an int handle or a stream object, got {stream!r}")
+    if isinstance(stream, int):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int((proto() if callable(proto) else proto)[1])
+    ptr = getattr(stream, "ptr", None)
+    if isinstance(ptr, int) and not isinstance(ptr, bool):
+        return ptr
+    raise TypeError(f"stream: expected None, an int handle or a stream object, got {stream!r}")
+
+
+class _StreamRef:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
+
+
+# ---------------------------------------------------------------------------------------
+# Streamed slabs (GPU, slab-xy, DIRECT)
+
+
+class _SlabStream:
+    """The slab-xy transforms of a GPU plan on DIRECT, each local FFT streamed into the exchange beside it.
+
+    Forward: the 2-D FFTs over (Y, X) run in slabs of Z planes on the operation's stream
+    into a library array, each slab followed by an event; the Y→Z transpose runs on a
+    second stream with those events as ``input_ready``, so DIRECT's copy engine sends
+    each slab to the peers while the next is transformed. The FFT along Z (the slowest
+    axis of the X-fastest Z-pencil: a strided cuFFT plan) follows once every chunk has
+    arrived. Backward mirrors it: the inverse FFT along Z runs in slabs of Y rows, each
+    sent by the Z→Y transpose (``input_ready_axis=1``) while the next is transformed,
+    then the 2-D inverse FFTs.
+    """
+
+    def __init__(self, grid: GridDesc, r2c: bool, dtype: np.dtype) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.grid = grid
+        self.r2c = r2c
+        self.dtype = dtype  # spectral
+        self.plans: dict[tuple[Any, ...], Any] = {}
+        self.bufs: dict[int, Any] = {}
+        self.side: Any = None
+        self.events: list[Any] = []
+        try:
+            chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
+        except ValueError:
+            chunks = _STREAM_CHUNKS
+        self.chunks = max(1, chunks)
+
+    def buffer(self, axis: int) -> Any:
+        """Return the plan's library array of spectral pencil ``axis`` (peers map it: DIRECT copies once, into it)."""
+        b = self.bufs.get(axis)
+        if b is None:
+            b = self.bufs[axis] = self.grid.empty_pencil(axis, self.dtype)
+        return b
+
+    def plan2(self, a: Any) -> Any:
+        """Return a cached cuFFT plan over axes (1, 2) of arrays shaped like ``a`` (C order)."""
+        value_type = "R2C" if self.r2c else "C2C"
+        key = (a.shape, a.dtype.str, value_type)
+        p = self.plans.get(key)
+        if p is None:
+            import cupyx.scipy.fft
+
+            p = self.plans[key] = cupyx.scipy.fft.get_fft_plan(a, axes=(1, 2), value_type=value_type)
+        return p
+
+    def zfft(self, a: Any, out: Any, inverse: bool, lo: int = 0, hi: int | None = None) -> None:
+        """Unscaled FFT along axis 0 (Z) of Y rows ``lo:hi`` of ``a`` into ``out`` (may be ``a``).
+
+        Both are X-fastest Z-pencils shaped alike; the plan (strided along Z, batched over
+        the rows and X at unit distance) reads and writes through the views' pointers.
+        """
+        from cupy.cuda import cufft
+
+        nz, ny, nx = a.shape
+        hi = ny if hi is None else hi
+        key = ("z", a.shape, a.dtype.str, hi - lo)
+        p = self.plans.get(key)
+        if p is None:
+            t = cufft.CUFFT_Z2Z if a.dtype == np.complex128 else cufft.CUFFT_C2C
+            # cufftPlanMany's arguments, as CuPy's own N-D planning passes them.
+            p = self.plans[key] = cufft.PlanNd((nz,), (nz,), ny * nx, 1, (nz,), ny * nx, 1, t, (hi - lo) * nx, "C", 0, None)
+        p.fft(a[:, lo:hi], out[:, lo:hi], cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
+
+    def streamed(self, n: int, step: Any, move: Any) -> None:
+        """Run ``step(lo, hi)`` in slabs of ``n`` cells, each feeding ``move`` as it is done.
+
+        The steps run on the current stream, each followed by an event; ``move(stream,
+        marks)`` (a transpose with those ``input_ready`` marks) runs on a second stream,
+        and the current stream then waits for it.
+        """
+        cp = self.cupy
+        main = cp.cuda.get_current_stream()
+        if self.side is None:
+            self.side = cp.cuda.Stream(non_blocking=True)
+        k = min(self.chunks, n)
+        cuts = [n * (j + 1) // k for j in range(k)]
+        while len(self.events) < k + 1:
+            self.events.append(cp.cuda.Event(block=False, disable_timing=True))
+        edge = self.events[k]
+        edge.record(main)
+        self.side.wait_event(edge)  # earlier work on the stream: the buffers are free
+        marks, lo = [], 0
+        for e, hi in zip(self.events, cuts, strict=False):
+            step(lo, hi)
+            e.record(main)
+            marks.append((e, hi))
+            lo = hi
+        move(self.side.ptr, marks)
+        edge.record(self.side)
+        main.wait_event(edge)
+
+    def forward(self, a: Any, out: Any, in_place: bool) -> Any:
+        """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array."""
+        from cupy.cuda import cufft
+
+        y, z = self.buffer(1), self.buffer(2)
+
+        def fft2(lo: int, hi: int) -> None:
+            self.plan2(a[lo:hi]).fft(a[lo:hi], y[lo:hi], cufft.CUFFT_FORWARD)
+
+        self.streamed(y.shape[0], fft2, lambda st, marks: self.grid.transpose_y_to_z(y, z, stream=st, input_ready=marks))
+        dst = z if in_place else self.cupy.empty_like(z) if out is None else out
+        self.zfft(z, dst, False)
+        return dst
+
+    def backward(self, a: Any, transposed: bool, stream: int | None, scale: float) -> Any:
+        """Run the inverse FFT along Z and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours).
+
+        ``scale`` multiplies each slab right after its FFT: SM work that runs beside the
+        exchange of the slabs before it, rather than a pass of its own at the end.
+        """
+        y, z = self.buffer(1), self.buffer(2)
+        src = a if transposed else self.grid.transpose_y_to_z(a, z, stream=stream)
+
+        def step(lo: int, hi: int) -> None:
+            self.zfft(src, z, True, lo, hi)
+            if scale != 1.0:
+                z[:, lo:hi] *= scale
+
+        def move(st: int, marks: list[tuple[Any, int]]) -> None:
+            self.grid.transpose_z_to_y(z, y, stream=st, input_ready=marks, input_ready_axis=1)
+
+        self.streamed(z.shape[1], step, move)
+        return y

@@ -1,0 +1,185 @@
+"""Local FFTs: the array library that transforms each rank's pencils (NumPy, SciPy or CuPy)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import numpy as np
+
+from .._cudecomp import CPU_ONLY
+from .._errors import InvalidUsageError
+from ._args import _COMPLEX, _REAL
+
+
+class _Local:
+    """Local FFTs of one library.
+
+    Stages are c2c over ``axes``, r2c and c2r (the last of ``axes`` is the halved one).
+    With ``out`` the result is written into ``out`` (and ``out`` returned); without it
+    the result is a new array, or the input itself when ``overwrite`` allows.
+    """
+
+    name = ""
+    gpu = False
+
+    def __init__(self, norm: str) -> None:
+        self.norm = norm
+
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        raise NotImplementedError
+
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        raise NotImplementedError
+
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        raise NotImplementedError
+
+    def scale(self, inverse: bool, n: int) -> float:
+        """Factor to apply once after all stages (1 when the stages normalise themselves)."""
+        return 1.0
+
+
+def _into(r: Any, out: Any) -> Any:
+    """Deliver ``r`` in ``out`` when given (copying unless it already is ``out``)."""
+    if out is None or r is out:
+        return r
+    out[...] = r
+    return out
+
+
+class _NumpyLocal(_Local):
+    """``numpy.fft``: each stage applies the norm itself (pocketfft scales for free).
+
+    NumPy >= 2 writes into ``out`` directly (in place too); NumPy < 2 computes in double
+    precision, so results are cast back to the plan's precision.
+    """
+
+    name = "numpy"
+
+    def __init__(self, norm: str) -> None:
+        super().__init__(norm)
+        self.has_out = "out" in inspect.signature(np.fft.fft).parameters  # NumPy >= 2.0
+
+    def _run(self, f: Any, a: Any, out: Any, overwrite: bool, dtype: np.dtype, **kw: Any) -> Any:
+        if self.has_out and (out is not None or overwrite):
+            return f(a, norm=self.norm, out=a if out is None else out, **kw)
+        return _into(f(a, norm=self.norm, **kw).astype(dtype, copy=False), out)
+
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        if len(axes) == 1:
+            return self._run(np.fft.ifft if inverse else np.fft.fft, a, out, overwrite, a.dtype, axis=axes[0])
+        return self._run(np.fft.ifftn if inverse else np.fft.fftn, a, out, overwrite, a.dtype, axes=axes)
+
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        if len(axes) == 1:
+            return self._run(np.fft.rfft, a, out, False, _COMPLEX[a.dtype], axis=axes[0])
+        return self._run(np.fft.rfftn, a, out, False, _COMPLEX[a.dtype], axes=axes)
+
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        if len(axes) == 1:
+            return self._run(np.fft.irfft, a, out, False, _REAL[a.dtype], n=s[0], axis=axes[0])
+        return self._run(np.fft.irfftn, a, out, False, _REAL[a.dtype], s=s, axes=axes)
+
+
+class _ScipyLocal(_Local):
+    """``scipy.fft`` with worker threads; each stage applies the norm itself.
+
+    ``scipy.fft`` has no ``out``: a c2c stage into ``out`` copies its input there and
+    transforms it in place; r2c and c2r stages copy their result.
+    """
+
+    name = "scipy"
+
+    def __init__(self, norm: str, workers: int | None) -> None:
+        super().__init__(norm)
+        import scipy.fft
+
+        self.m = scipy.fft
+        self.workers = workers
+
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        if out is not None and out is not a:
+            np.copyto(out, a)
+            a, overwrite = out, True
+        kw = {"norm": self.norm, "overwrite_x": overwrite, "workers": self.workers}
+        if len(axes) == 1:
+            r = (self.m.ifft if inverse else self.m.fft)(a, axis=axes[0], **kw)
+        else:
+            r = (self.m.ifftn if inverse else self.m.fftn)(a, axes=axes, **kw)
+        return _into(r, out)
+
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        kw = {"norm": self.norm, "workers": self.workers}
+        r = self.m.rfft(a, axis=axes[0], **kw) if len(axes) == 1 else self.m.rfftn(a, axes=axes, **kw)
+        return _into(r, out)
+
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        kw = {"norm": self.norm, "overwrite_x": overwrite, "workers": self.workers}
+        r = self.m.irfft(a, n=s[0], axis=axes[0], **kw) if len(axes) == 1 else self.m.irfftn(a, s=s, axes=axes, **kw)
+        return _into(r, out)
+
+
+class _CupyLocal(_Local):
+    """cuFFT through ``cupyx.scipy.fft``, on CuPy's current stream.
+
+    CuPy caches the cuFFT plans (``cupy.fft.config.get_plan_cache()``, 16 plans per device
+    by default) and scales with a separate kernel, so the stages run unscaled and the
+    plan scales once, in place, after the last one. Results are new arrays from CuPy's
+    memory pool (on the current stream), or the input transformed in place.
+    """
+
+    name = "cupy"
+    gpu = True
+
+    def __init__(self, norm: str) -> None:
+        super().__init__(norm)
+        import cupyx.scipy.fft
+
+        self.m = cupyx.scipy.fft
+
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        # "backward" leaves the forward unscaled, "forward" the inverse.
+        norm = "forward" if inverse else "backward"
+        if len(axes) == 1:
+            r = (self.m.ifft if inverse else self.m.fft)(a, axis=axes[0], norm=norm, overwrite_x=overwrite)
+        else:
+            r = (self.m.ifftn if inverse else self.m.fftn)(a, axes=axes, norm=norm, overwrite_x=overwrite)
+        return _into(r, out)
+
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        r = self.m.rfft(a, axis=axes[0], norm="backward") if len(axes) == 1 else self.m.rfftn(a, axes=axes, norm="backward")
+        return _into(r, out)
+
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        if len(axes) == 1:
+            r = self.m.irfft(a, n=s[0], axis=axes[0], norm="forward", overwrite_x=overwrite)
+        else:
+            r = self.m.irfftn(a, s=s, axes=axes, norm="forward", overwrite_x=overwrite)
+        return _into(r, out)
+
+    def scale(self, inverse: bool, n: int) -> float:
+        if self.norm == "ortho":
+            return 1.0 / math.sqrt(n)
+        if (self.norm == "backward") == inverse:
+            return 1.0 / n
+        return 1.0
+
+
+def _make_local(library: str, norm: str, workers: int | None) -> _Local:
+    if not CPU_ONLY:
+        if library not in ("auto", "cupy"):
+            raise InvalidUsageError(f"fft_library {library!r}: the GPU variant transforms with cupy")
+        return _CupyLocal(norm)
+    if library == "cupy":
+        raise InvalidUsageError("fft_library 'cupy' needs the GPU variant")
+    if library in ("auto", "scipy"):
+        try:
+            return _ScipyLocal(norm, workers)
+        except ImportError:
+            if library == "scipy":
+                raise
+    if library not in ("auto", "numpy", "scipy"):
+        raise InvalidUsageError(f"fft_library {library!r}: expected 'auto', 'numpy', 'scipy' or 'cupy'")
+    return _NumpyLocal(norm)
