@@ -13,6 +13,7 @@ mod array;
 mod errors;
 mod grid;
 mod handle;
+mod pencil;
 mod shared;
 mod variant;
 
@@ -74,7 +75,7 @@ fn _queue_notice(text: String) {
 fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
     m.add_class::<grid::GridDesc>()?;
-    m.add_class::<grid::PencilInfo>()?;
+    m.add_class::<pencil::PencilInfo>()?;
     m.add_class::<shared::SharedMemory>()?;
     m.add_class::<shared::DeviceMemory>()?;
     m.add_function(wrap_pyfunction!(transpose_comm_backend_to_string, m)?)?;
