@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,8 +12,8 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import DataType, TransposeCommBackend
 
-from ._common import MPI_TYPES, NP_DTYPES, config
-from ._measure import Xp, boxes, measure, off_rank_bytes
+from ._common import MPI_TYPES, NP_DTYPES, Case, config
+from ._measure import Session, Xp, boxes, off_rank_bytes
 
 
 class XYBaselines:
@@ -96,18 +95,15 @@ class XYBaselines:
 
         return run
 
-    def measures(self, comm: MPI.Comm, warmup: int, reps: int) -> dict[str, float]:
-        """Median milliseconds of each baseline, keyed ``<name>_ms``."""
-        out: dict[str, float] = {}
+    def measures(self, s: Session) -> dict[str, float]:
+        """Median milliseconds of each baseline, keyed ``<name>_ms`` (collective over ``s.comm``)."""
         if self.nccl is not None:
-            out["raw_nccl_alltoall_ms"] = measure(self.xp, comm, self.exchange, warmup, reps)[0] * 1e3
-            out["cupy_pack_nccl_unpack_ms"] = measure(self.xp, comm, self.pack_exchange_unpack, warmup, reps)[0] * 1e3
+            fns = {"raw_nccl_alltoall": self.exchange, "cupy_pack_nccl_unpack": self.pack_exchange_unpack}
         elif self.xp.gpu:
-            out["cupy_pack_staged_mpi_unpack_ms"] = measure(self.xp, comm, self.pack_exchange_unpack, warmup, reps)[0] * 1e3
+            fns = {"cupy_pack_staged_mpi_unpack": self.pack_exchange_unpack}
         else:
-            out["mpi_alltoallw_subarray_ms"] = measure(self.xp, comm, self.alltoallw(), warmup, reps)[0] * 1e3
-            out["numpy_pack_alltoallv_unpack_ms"] = measure(self.xp, comm, self.pack_exchange_unpack, warmup, reps)[0] * 1e3
-        return out
+            fns = {"mpi_alltoallw_subarray": self.alltoallw(), "numpy_pack_alltoallv_unpack": self.pack_exchange_unpack}
+        return {f"{name}_ms": s.time(fn)[0] * 1e3 for name, fn in fns.items()}
 
     def close(self) -> None:
         """Free the communicators."""
@@ -116,36 +112,28 @@ class XYBaselines:
         self.col.Free()
 
 
-def xy_baselines(
-    args: argparse.Namespace,
-    handle: cudecomp.Handle,
-    xp: Xp,
-    comm: MPI.Comm,
-    gdims: tuple[int, int, int],
-    pdims: tuple[int, int],
-    dtype: DataType,
-    itemsize: int,
-) -> dict[str, float]:
-    """Measure the peer baselines of X->Y on ``pdims`` (collective); empty when X->Y moves no byte off any rank."""
-    grid = handle.create_grid(config(gdims, pdims, TransposeCommBackend.MPI_P2P, False))
+def xy_baselines(s: Session, case: Case) -> dict[str, float]:
+    """Measure the peer baselines of X->Y of ``case`` (collective); empty when X->Y moves no byte off any rank."""
+    grid = s.handle.create_grid(config(case.gdims, case.pdims, TransposeCommBackend.MPI_P2P, False))
     try:
-        if not comm.allreduce(off_rank_bytes(grid, 0, 1, itemsize) > 0, op=MPI.LOR):
+        if not s.comm.allreduce(off_rank_bytes(grid, 0, 1, case.itemsize) > 0, op=MPI.LOR):
             return {}
-        bl = XYBaselines(xp, comm, grid, dtype)
+        bl = XYBaselines(s.xp, s.comm, grid, case.dtype)
         try:
-            return bl.measures(comm, args.warmup, args.reps)
+            return bl.measures(s)
         finally:
             bl.close()
     finally:
         grid.destroy()
 
 
-def fft_one_device(xp: Xp, comm: MPI.Comm, plan: Any, warmup: int, reps: int) -> dict[str, float]:
+def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
     """Milliseconds of the plan's transform of the whole global array on rank 0's device alone (collective).
 
     Keys ``fft:<name>_ms`` and ``ifft:<name>_ms`` with ``<name>`` ``cupy_fftn_1gpu``
     (GPU) or ``<library>_fftn_1rank`` (CPU). Empty where the array does not fit (GPU).
     """
+    xp, comm = s.xp, s.comm
     out: dict[str, float] = {}
     if comm.rank == 0:
         m = xp.m
@@ -156,7 +144,7 @@ def fft_one_device(xp: Xp, comm: MPI.Comm, plan: Any, warmup: int, reps: int) ->
 
             f = cupy.fft
             name = "cupy_fftn_1gpu"
-            fwd, inv = (f.rfftn, lambda s: f.irfftn(s, s=shape)) if r2c else (f.fftn, f.ifftn)
+            fwd, inv = (f.rfftn, lambda x: f.irfftn(x, s=shape)) if r2c else (f.fftn, f.ifftn)
         else:
             try:
                 import scipy.fft as f  # type: ignore[import-not-found,no-redef]
@@ -165,20 +153,21 @@ def fft_one_device(xp: Xp, comm: MPI.Comm, plan: Any, warmup: int, reps: int) ->
             except ImportError:
                 f = np.fft
                 name = "numpy_fftn_1rank"
-            fwd, inv = (f.rfftn, lambda s: f.irfftn(s, s=shape, axes=(0, 1, 2))) if r2c else (f.fftn, f.ifftn)
+            fwd, inv = (f.rfftn, lambda x: f.irfftn(x, s=shape, axes=(0, 1, 2))) if r2c else (f.fftn, f.ifftn)
         if xp.gpu:
             m.get_default_memory_pool().free_all_blocks()  # room for the whole array
         try:
             a = m.ones(shape, plan.input_dtype)
-            s = fwd(a)
+            spec = fwd(a)
             timer = xp.timer()
-            for _ in range(warmup):
+            for _ in range(s.args.warmup):
                 fwd(a)
-                inv(s)
+                inv(spec)
             xp.sync()
+            reps = s.args.reps
             out[f"fft:{name}_ms"] = float(np.median([timer(lambda: fwd(a)) for _ in range(reps)])) * 1e3
-            out[f"ifft:{name}_ms"] = float(np.median([timer(lambda: inv(s)) for _ in range(reps)])) * 1e3
-            del a, s
+            out[f"ifft:{name}_ms"] = float(np.median([timer(lambda: inv(spec)) for _ in range(reps)])) * 1e3
+            del a, spec
         except MemoryError:
             out = {}
         except Exception as e:  # CuPy's OutOfMemoryError and cuFFT errors

@@ -15,8 +15,8 @@ import cudecomp
 from cudecomp import TransposeCommBackend
 
 from ._baselines import xy_baselines
-from ._common import DTYPES, OPS, Row
-from ._measure import Ceilings, Xp
+from ._common import DTYPES, OPS, Case, Row
+from ._measure import Ceilings, Session, Xp
 from ._ops import autotune, fft_rows, run_config
 from ._progress import PROGRESS_MODES, Progress, tqdm_class
 from ._report import plot, report, write
@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     xp = Xp()  # selects this rank's GPU before the handle binds it
     handle = cudecomp.Handle(comm)
     ceils = Ceilings(xp, comm, args.warmup, args.reps, handle.one_node())
+    s = Session(args, comm, xp, handle, ceils)
     backends = args.backends.split(",") if args.backends != "all" else default_backends(xp)
     rows: list[Row] = []
     grids = process_grids(args.pdims, comm.size)
@@ -86,25 +87,20 @@ def run(args: argparse.Namespace) -> list[Row]:
     try:
         if args.autotune:
             for gdims in args.gdims:
-                rows += [autotune(handle, comm, gdims, d, bool(ac)) for d in args.dtypes for ac in args.axis_contiguous]
+                rows += [autotune(s, gdims, d, bool(ac)) for d in args.dtypes for ac in args.axis_contiguous]
         for gdims in args.gdims:
             for pdims in grids:
                 for dname in args.dtypes:
-                    dtype = DTYPES[dname]
-                    itemsize = cudecomp.get_data_type_size(dtype)
-                    base: dict[str, float] = {}
-                    if args.baselines and "xy" in args.ops:
-                        base = xy_baselines(args, handle, xp, comm, gdims, pdims, dtype, itemsize)
+                    case = Case(gdims, pdims, dname)
+                    base = xy_baselines(s, case) if args.baselines and "xy" in args.ops else {}
                     for i, ac in enumerate(args.axis_contiguous):
                         for bname in backends:
                             g, p = "x".join(map(str, gdims)), "x".join(map(str, pdims))
                             progress.start(f"{g} {p} {dname} {bname} ac={ac}")
                             if any(op in OPS or op == "halo" for op in args.ops):
-                                rows += run_config(
-                                    args, handle, xp, comm, gdims, pdims, dtype, dname, bool(ac), bname, itemsize, base, ceils
-                                )
+                                rows += run_config(s, case, bool(ac), bname, base)
                             if "fft" in args.ops and i == 0:  # the plan chooses its own layouts
-                                rows += fft_rows(args, handle, xp, comm, gdims, pdims, dname, bname, one_device)
+                                rows += fft_rows(s, case, bname, one_device)
                             progress.done()
     finally:
         progress.close()

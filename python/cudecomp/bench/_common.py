@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -110,6 +111,34 @@ def pct_of(gbps: float, ceiling: float) -> float:
     if not (math.isfinite(ceiling) and ceiling > 0 and math.isfinite(gbps)):
         return math.nan
     return 100 * gbps / ceiling
+
+
+@dataclass(frozen=True)
+class Case:
+    """One global grid, process grid and element type of the sweep."""
+
+    gdims: tuple[int, int, int]
+    pdims: tuple[int, int]
+    dname: str
+
+    @property
+    def dtype(self) -> DataType:
+        """The element type as a ``cudecomp.DataType``."""
+        return DTYPES[self.dname]
+
+    @property
+    def np_dtype(self) -> Any:
+        """The element type as a NumPy type."""
+        return NP_DTYPES[self.dtype]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return cudecomp.get_data_type_size(self.dtype)
+
+    def row(self, op: str, backend: str, ac: bool, **kw: Any) -> Row:
+        """Return a row naming operation ``op`` of this case on ``backend``, layout ``ac`` (``kw``: further fields)."""
+        return Row(op, self.gdims, self.pdims, backend, self.dname, ac, **kw)
 
 
 def config(

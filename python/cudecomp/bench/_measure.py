@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -189,33 +190,39 @@ def mean_gbps(comm: MPI.Comm, nbytes: int, seconds: float) -> float:
     return comm.allreduce(nbytes / seconds / 1e9, op=MPI.SUM) / comm.size
 
 
-def measured_row(
-    comm: MPI.Comm,
-    ceils: Ceilings,
-    ident: Row,
-    med: float,
-    mn: float,
-    off: int,
-    local_bytes: int,
-    distributed: bool,
-) -> Row:
-    """Fill ``ident`` (a row naming the configuration) with its timings and bandwidth (collective).
+@dataclass(frozen=True)
+class Session:
+    """What every measurement of one run shares: its options, communicator, array backend, handle and ceilings."""
 
-    Distributed operations count the ``off`` bytes that leave the rank against the exchange
-    ceiling; local ones count ``local_bytes`` against a copy of the same bytes.
-    """
-    moved = off if distributed else local_bytes
-    cname, ceiling = ceils.exchange() if distributed else ceils.local(moved)
-    gbps = mean_gbps(comm, moved, med)
-    return replace(
-        ident,
-        ms=med * 1e3,
-        ms_min=mn * 1e3,
-        gbps_per_rank=gbps,
-        bytes_off_rank=comm.allreduce(off, op=MPI.MAX),
-        ceiling_gbps=ceiling,
-        pct_of_ceiling=pct_of(gbps, ceiling),
-        distributed=distributed,
-        ceiling=cname,
-        bytes_per_rank=comm.allreduce(moved, op=MPI.MAX),
-    )
+    args: argparse.Namespace
+    comm: MPI.Comm
+    xp: Xp
+    handle: cudecomp.Handle
+    ceils: Ceilings
+
+    def time(self, fn: Callable[[], object]) -> tuple[float, float]:
+        """(median, min) seconds of ``fn`` after the run's warm-up, over its repetitions (collective)."""
+        return measure(self.xp, self.comm, fn, self.args.warmup, self.args.reps)
+
+    def measured_row(self, ident: Row, med: float, mn: float, off: int, local_bytes: int, distributed: bool) -> Row:
+        """Fill ``ident`` (a row naming the configuration) with its timings and bandwidth (collective).
+
+        Distributed operations count the ``off`` bytes that leave the rank against the
+        exchange ceiling; local ones count ``local_bytes`` against a copy of the same bytes.
+        """
+        comm = self.comm
+        moved = off if distributed else local_bytes
+        cname, ceiling = self.ceils.exchange() if distributed else self.ceils.local(moved)
+        gbps = mean_gbps(comm, moved, med)
+        return replace(
+            ident,
+            ms=med * 1e3,
+            ms_min=mn * 1e3,
+            gbps_per_rank=gbps,
+            bytes_off_rank=comm.allreduce(off, op=MPI.MAX),
+            ceiling_gbps=ceiling,
+            pct_of_ceiling=pct_of(gbps, ceiling),
+            distributed=distributed,
+            ceiling=cname,
+            bytes_per_rank=comm.allreduce(moved, op=MPI.MAX),
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import time
@@ -14,14 +13,14 @@ import numpy as np
 from mpi4py import MPI
 
 import cudecomp
-from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
+from cudecomp import HaloCommBackend, TransposeCommBackend
 
 from ._baselines import fft_one_device
-from ._common import DTYPES, HALO_OPS, NP_DTYPES, OPS, Row, config, pct_of
-from ._measure import Ceilings, Xp, measure, measured_row, off_rank_bytes
+from ._common import DTYPES, HALO_OPS, OPS, Case, Row, config, pct_of
+from ._measure import Session, off_rank_bytes
 
 
-def autotune(handle: cudecomp.Handle, comm: MPI.Comm, gdims: tuple[int, int, int], dname: str, ac: bool) -> Row:
+def autotune(s: Session, gdims: tuple[int, int, int], dname: str, ac: bool) -> Row:
     """Run the autotuner (process grid and transpose backend, all four transposes).
 
     Returns its choice as a row whose ``ms`` is the wall time of the whole search.
@@ -30,9 +29,10 @@ def autotune(handle: cudecomp.Handle, comm: MPI.Comm, gdims: tuple[int, int, int
     opts.dtype = DTYPES[dname]
     opts.autotune_transpose_backend = True
     cfg = config(gdims, (0, 0), TransposeCommBackend.MPI_P2P, ac)
+    comm = s.comm
     comm.Barrier()
     t0 = time.perf_counter()
-    grid = handle.create_grid(cfg, opts)
+    grid = s.handle.create_grid(cfg, opts)
     took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     chosen = grid.config
     row = Row(
@@ -50,22 +50,12 @@ def autotune(handle: cudecomp.Handle, comm: MPI.Comm, gdims: tuple[int, int, int
     return row
 
 
-def run_config(
-    args: argparse.Namespace,
-    handle: cudecomp.Handle,
-    xp: Xp,
-    comm: MPI.Comm,
-    gdims: tuple[int, int, int],
-    pdims: tuple[int, int],
-    dtype: DataType,
-    dname: str,
-    ac: bool,
-    bname: str,
-    itemsize: int,
-    base: dict[str, float],
-    ceils: Ceilings,
-) -> list[Row]:
-    """Measure the transposes and halo updates of one configuration (collective)."""
+def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, float]) -> list[Row]:
+    """Measure the transposes and halo updates of ``case`` on backend ``bname``, layout ``ac`` (collective).
+
+    ``base``: the peer baselines of X->Y (``xy_baselines``), attached to the X->Y row.
+    """
+    args, comm = s.args, s.comm
     rows: list[Row] = []
     # The halo backend of the same family as the transpose backend.
     halo_of = {
@@ -79,31 +69,31 @@ def run_config(
     }
     halo_backend = HaloCommBackend[halo_of.get(bname, "MPI")]
     try:
-        grid = handle.create_grid(config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend))
+        grid = s.handle.create_grid(config(case.gdims, case.pdims, TransposeCommBackend[bname], ac, halo_backend))
     except cudecomp.CudecompError as e:
-        return [Row("all", gdims, pdims, bname, dname, ac, note=f"skipped: {type(e).__name__}: {e}")]
+        return [case.row("all", bname, ac, note=f"skipped: {type(e).__name__}: {e}")]
     try:
         infos = [grid.get_pencil_info(a) for a in range(3)]
         if args.alloc == "library":
             # The library's own arrays (on DIRECT grids: node-shared host memory, exported
             # device memory).
-            bufs = [grid.empty_pencil(a, NP_DTYPES[dtype]) for a in range(3)]
+            bufs = [grid.empty_pencil(a, case.np_dtype) for a in range(3)]
             for b in bufs:
                 b[...] = 1
         else:
-            bufs = [xp.m.ones(i.array_shape, NP_DTYPES[dtype]) for i in infos]
+            bufs = [s.xp.m.ones(i.array_shape, case.np_dtype) for i in infos]
         for key in args.ops:
             if key not in OPS:
                 continue
             name, a, b = OPS[key]
             fn = getattr(grid, name)
             inp, out = bufs[a], bufs[b]
-            med, mn = measure(xp, comm, functools.partial(fn, inp, out), args.warmup, args.reps)
-            off = off_rank_bytes(grid, a, b, itemsize)
+            med, mn = s.time(functools.partial(fn, inp, out))
+            off = off_rank_bytes(grid, a, b, case.itemsize)
             distributed = comm.allreduce(off > 0, op=MPI.LOR)
             # A local transpose is compared with a copy of the pencil's bytes.
-            local_bytes = infos[a].size * itemsize
-            row = measured_row(comm, ceils, Row(key, gdims, pdims, bname, dname, ac), med, mn, off, local_bytes, distributed)
+            local_bytes = infos[a].size * case.itemsize
+            row = s.measured_row(case.row(key, bname, ac), med, mn, off, local_bytes, distributed)
             # The baselines are distributed X->Y transposes of the default layout: compare
             # only with the same (a local X->Y has none, see xy_baselines).
             if key == "xy" and not ac and distributed and base:
@@ -111,17 +101,17 @@ def run_config(
                 row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
             rows.append(row)
         if "halo" in args.ops and any(args.halo):
-            rows += halo_rows(args, xp, comm, grid, gdims, pdims, dname, ac, itemsize, halo_backend, ceils)
+            rows += halo_rows(s, case, grid, ac, halo_backend)
         del bufs
     finally:
         grid.destroy()
     if args.graph:
-        cfg = config(gdims, pdims, TransposeCommBackend[bname], ac, halo_backend)
-        rows += graph_rows(args, xp, comm, cfg, NP_DTYPES[dtype], rows)
+        cfg = config(case.gdims, case.pdims, TransposeCommBackend[bname], ac, halo_backend)
+        rows += graph_rows(s, cfg, case.np_dtype, rows)
     return rows
 
 
-def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list[Row]) -> list[Row]:
+def graph_rows(s: Session, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list[Row]) -> list[Row]:
     """``--graph N``: N operations of each eager row captured into one CUDA graph (collective).
 
     Each row ``op-graph`` times a replay of the graph, wall clock per operation, against
@@ -130,24 +120,24 @@ def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.G
     captures, so that the frozen workspace of a captured handle (docs/graphs.md) does not
     constrain the rest of the run.
     """
-    m = xp.m
+    args, comm, m = s.args, s.comm, s.xp.m
     h = tuple(args.halo)
     periods = (True, True, True)
     out: list[Row] = []
     with cudecomp.Handle(comm) as handle, handle.create_grid(cfg) as grid:
         bufs = [m.ones(grid.get_pencil_info(a).array_shape, dtype) for a in range(3)]
         halo = m.ones(grid.get_pencil_info(0, h).array_shape, dtype)
-        s = m.cuda.Stream(non_blocking=True)
+        stream = m.cuda.Stream(non_blocking=True)
 
         def call(op: str) -> Callable[[], None]:
             if op in OPS:
                 name, a, b = OPS[op]
-                return functools.partial(getattr(grid, name), bufs[a], bufs[b], stream=s)
+                return functools.partial(getattr(grid, name), bufs[a], bufs[b], stream=stream)
             dims = halo_dims(op)
 
             def update() -> None:
                 for d in dims:
-                    grid.update_halos_x(halo, h, periods, d, stream=s)
+                    grid.update_halos_x(halo, h, periods, d, stream=stream)
 
             return update
 
@@ -155,7 +145,7 @@ def graph_rows(args: argparse.Namespace, xp: Xp, comm: MPI.Comm, cfg: cudecomp.G
             if row.note or not (row.op in OPS or row.op in HALO_OPS):
                 continue
             fn = call(row.op)
-            timed = replay_times(comm, s, fn, args.graph, args.warmup, args.reps)
+            timed = replay_times(comm, stream, fn, args.graph, args.warmup, args.reps)
             if isinstance(timed, str):
                 out.append(replace(row, op=f"{row.op}-graph", note=f"graph skipped: {timed}", baseline={}))
                 continue
@@ -224,25 +214,14 @@ def halo_dims(op: str) -> list[int]:
     return [0, 1, 2] if op == "halo" else ["xyz".index(op[1])]
 
 
-def halo_rows(
-    args: argparse.Namespace,
-    xp: Xp,
-    comm: MPI.Comm,
-    grid: cudecomp.GridDesc,
-    gdims: tuple[int, int, int],
-    pdims: tuple[int, int],
-    dname: str,
-    ac: bool,
-    itemsize: int,
-    halo_backend: HaloCommBackend,
-    ceils: Ceilings,
-) -> list[Row]:
-    """Time the periodic halo updates of X-pencils: all three dimensions, then each (collective)."""
-    h = tuple(args.halo)
+def halo_rows(s: Session, case: Case, grid: cudecomp.GridDesc, ac: bool, halo_backend: HaloCommBackend) -> list[Row]:
+    """Time the periodic halo updates of ``grid``'s X-pencils: all three dimensions, then each (collective)."""
+    comm = s.comm
+    h = tuple(s.args.halo)
     info = grid.get_pencil_info(0, h)
-    data = xp.m.ones(info.array_shape, NP_DTYPES[DTYPES[dname]])
+    data = s.xp.m.ones(info.array_shape, case.np_dtype)
     periods = (True, True, True)
-    faces = [2 * h[d] * math.prod(info.shape[p] for p in range(3) if info.order[p] != d) * itemsize for d in range(3)]
+    faces = [2 * h[d] * math.prod(info.shape[p] for p in range(3) if info.order[p] != d) * case.itemsize for d in range(3)]
     remote = [comm.allreduce(grid.get_shifted_rank(0, d, 1, True) != comm.rank, op=MPI.LOR) for d in range(3)]
 
     def halo_row(op: str, dims: list[int]) -> Row:
@@ -252,11 +231,11 @@ def halo_rows(
             for d in dims:
                 grid.update_halos_x(data, h, periods, d)
 
-        med, mn = measure(xp, comm, update, args.warmup, args.reps)
+        med, mn = s.time(update)
         off = sum(faces[d] for d in dims if remote[d])
         distributed = any(remote[d] for d in dims)
-        ident = Row(op, gdims, pdims, halo_backend.name, dname, ac, halo=(h[0], h[1], h[2]))
-        return measured_row(comm, ceils, ident, med, mn, off, sum(faces[d] for d in dims), distributed)
+        ident = case.row(op, halo_backend.name, ac, halo=(h[0], h[1], h[2]))
+        return s.measured_row(ident, med, mn, off, sum(faces[d] for d in dims), distributed)
 
     ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]
     return [halo_row(op, halo_dims(op)) for op in ops]
@@ -267,17 +246,7 @@ def fft_kind(dname: str) -> str:
     return "r2c" if dname in ("f32", "f64") else "c2c"
 
 
-def fft_rows(
-    args: argparse.Namespace,
-    handle: cudecomp.Handle,
-    xp: Xp,
-    comm: MPI.Comm,
-    gdims: tuple[int, int, int],
-    pdims: tuple[int, int],
-    dname: str,
-    bname: str,
-    one_device: dict[tuple[Any, ...], dict[str, float]],
-) -> list[Row]:
+def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...], dict[str, float]]) -> list[Row]:
     """Time a ``cudecomp.fft`` plan's forward and backward transform (collective).
 
     ``f32``/``f64`` run ``r2c`` plans, ``c64``/``c128`` ``c2c`` plans, with the spectral
@@ -288,19 +257,19 @@ def fft_rows(
     """
     from .. import fft as cfft
 
-    kind = fft_kind(dname)
-    dtype = NP_DTYPES[DTYPES[dname]]
+    kind = fft_kind(case.dname)
     rows: list[Row] = []
-    for transposed in {"transposed": [True], "natural": [False], "both": [True, False]}[args.fft_out]:
+    for transposed in {"transposed": [True], "natural": [False], "both": [True, False]}[s.args.fft_out]:
         tag = "" if transposed else "natural"
         try:
-            plan = cfft.FFT(handle, gdims, pdims, kind=kind, dtype=dtype, transposed_out=transposed, backend=TransposeCommBackend[bname])
+            backend = TransposeCommBackend[bname]
+            plan = cfft.FFT(s.handle, case.gdims, case.pdims, kind=kind, dtype=case.np_dtype, transposed_out=transposed, backend=backend)
         except cudecomp.CudecompError as e:
-            rows.append(Row("fft", gdims, pdims, bname, dname, False, note=f"skipped: {type(e).__name__}: {e}"))
+            rows.append(case.row("fft", bname, False, note=f"skipped: {type(e).__name__}: {e}"))
             continue
-        key = (gdims, dname)
-        if args.baselines and key not in one_device:
-            one_device[key] = fft_one_device(xp, comm, plan, args.warmup, args.reps)
+        key = (case.gdims, case.dname)
+        if s.args.baselines and key not in one_device:
+            one_device[key] = fft_one_device(s, plan)
         try:
             a = plan.zeros_input()
             a += 1
@@ -308,10 +277,10 @@ def fft_rows(
             back = plan.empty_input()
             calls = (("fft", functools.partial(plan.forward, a, spec)), ("ifft", functools.partial(plan.backward, spec, back)))
             for op, fn in calls:
-                med, mn = measure(xp, comm, fn, args.warmup, args.reps)
+                med, mn = s.time(fn)
                 base = {k[len(op) + 1 :]: v for k, v in one_device.get(key, {}).items() if k.startswith(op + ":")}
-                row = Row(op + (f"-{tag}" if tag else ""), gdims, pdims, bname, dname, False, ms=med * 1e3, ms_min=mn * 1e3)
-                row.distributed = comm.size > 1
+                row = case.row(op + (f"-{tag}" if tag else ""), bname, False, ms=med * 1e3, ms_min=mn * 1e3)
+                row.distributed = s.comm.size > 1
                 row.baseline = dict(base)
                 row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
                 rows.append(row)
