@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
-from typing import Any, ClassVar, Generic, TypeVar, overload
+from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,7 @@ from ._errors import InvalidUsageError
 __all__ = ["GridDescAutotuneOptions", "GridDescConfig"]
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 _E = TypeVar("_E", bound=enum.IntEnum)
 
 
@@ -63,6 +64,12 @@ def _check_elements(name: str, value: Any, kind: str, scalar_ok: bool = False) -
     return arr
 
 
+def _fits_int32(value: Any) -> bool:
+    """Tell whether every integer of ``value`` fits a C ``int`` (the structs' integer fields)."""
+    a = np.asarray(value)
+    return not a.size or bool(((a >= np.iinfo(np.int32).min) & (a <= np.iinfo(np.int32).max)).all())
+
+
 def _flatten(value: Any) -> Any:
     """Yield the scalars of a nested sequence."""
     for v in value:
@@ -86,7 +93,7 @@ class _FieldArray(np.ndarray):
     def __setitem__(self, key: Any, value: Any) -> None:
         if self._field:
             arr = _check_elements(self._field, value, self._kind, scalar_ok=True)
-            if self._kind == "int" and arr.size and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
+            if self._kind == "int" and not _fits_int32(arr):
                 raise InvalidUsageError(f"{self._field}: values must fit int32, got {value!r}")
         super().__setitem__(key, value)
 
@@ -103,39 +110,54 @@ class _FieldArray(np.ndarray):
         return out[()] if return_scalar else out
 
 
-class _ArrayField(Generic[_T]):
-    """A fixed-shape array field stored in the owner's ``_arrays`` dict."""
+class _Field(Generic[_V]):
+    """A declared field of a struct: its name (given by the owner class), default and doc.
 
-    def __init__(self, shape: tuple[int, ...], kind: str, default: Any, doc: str) -> None:
-        self.shape = shape
-        self.kind = kind
+    Values live in the instance's ``_scalars`` dict (``_arrays`` for array fields), which
+    ``_Struct`` fills with the defaults; subclasses check what is assigned.
+    """
+
+    store = "_scalars"
+
+    def __init__(self, default: Any, doc: str) -> None:
         self.default = default
-        self.dtype = {"int": np.int32, "bool": np.bool_, "float": np.float64}[kind]
         self.__doc__ = doc
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    @overload
+    def __get__(self, obj: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> _V: ...
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj, self.store)[self.name]
+
+
+class _ArrayField(_Field[npt.NDArray[Any]], Generic[_T]):
+    """A fixed-shape array field (elements of ``kind``), stored as a checked view in the owner's ``_arrays``."""
+
+    store = "_arrays"
+
+    def __init__(self, shape: tuple[int, ...], kind: str, default: Any, doc: str) -> None:
+        super().__init__(default, doc)
+        self.shape = shape
+        self.kind = kind
+        self.dtype = {"int": np.int32, "bool": np.bool_, "float": np.float64}[kind]
+
     def make(self) -> np.ndarray:
         arr = np.full(self.shape, self.default, dtype=self.dtype).view(_FieldArray)
         arr._field, arr._kind = self.name, self.kind
         return arr
 
-    @overload
-    def __get__(self, obj: None, owner: type) -> _ArrayField[_T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type) -> npt.NDArray[Any]: ...
-    def __get__(self, obj: object | None, owner: type) -> Any:
-        if obj is None:
-            return self
-        return obj._arrays[self.name]  # type: ignore[attr-defined]
-
     def __set__(self, obj: object, value: Any) -> None:
         arr = _check_elements(self.name, value, self.kind)
         if arr.shape != self.shape:
             raise InvalidUsageError(f"{self.name}: expected {_shape_text(self.shape)} values, got shape {arr.shape}")
-        if self.kind == "int" and ((arr < np.iinfo(np.int32).min) | (arr > np.iinfo(np.int32).max)).any():
+        if self.kind == "int" and not _fits_int32(arr):
             raise InvalidUsageError(f"{self.name}: values must fit int32, got {value!r}")
         np.ndarray.__setitem__(obj._arrays[self.name], Ellipsis, arr)  # type: ignore[attr-defined]
 
@@ -144,26 +166,12 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return " x ".join(str(s) for s in shape) if len(shape) > 1 else str(shape[0])
 
 
-class _EnumField(Generic[_E]):
+class _EnumField(_Field[_E]):
     """A field holding a member of one IntEnum."""
 
     def __init__(self, enum_type: type[_E], default: _E, doc: str) -> None:
+        super().__init__(default, doc)
         self.enum_type = enum_type
-        self.default = default
-        self.__doc__ = doc
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> _EnumField[_E]: ...
-    @overload
-    def __get__(self, obj: object, owner: type) -> _E: ...
-    def __get__(self, obj: object | None, owner: type) -> Any:
-        if obj is None:
-            return self
-        return obj._scalars[self.name]  # type: ignore[attr-defined]
 
     def __set__(self, obj: object, value: Any) -> None:
         if not isinstance(value, self.enum_type):
@@ -171,26 +179,12 @@ class _EnumField(Generic[_E]):
         obj._scalars[self.name] = value  # type: ignore[attr-defined]
 
 
-class _ScalarField(Generic[_T]):
-    """A plain bool, int or float field."""
+class _ScalarField(_Field[_T]):
+    """A plain bool, int or float field (a bool field takes only booleans)."""
 
     def __init__(self, kind: type, default: Any, doc: str) -> None:
+        super().__init__(default, doc)
         self.kind = kind
-        self.default = default
-        self.__doc__ = doc
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> _ScalarField[_T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type) -> _T: ...
-    def __get__(self, obj: object | None, owner: type) -> Any:
-        if obj is None:
-            return self
-        return obj._scalars[self.name]  # type: ignore[attr-defined]
 
     def __set__(self, obj: object, value: Any) -> None:
         is_bool = isinstance(value, (bool, np.bool_))
@@ -202,7 +196,7 @@ class _ScalarField(Generic[_T]):
             ok = isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
         if not ok:
             raise TypeError(f"{self.name}: expected {self.kind.__name__}, got {value!r}")
-        if self.kind is int and not (np.iinfo(np.int32).min <= int(value) <= np.iinfo(np.int32).max):
+        if self.kind is int and not _fits_int32(int(value)):
             raise InvalidUsageError(f"{self.name}: expected a value that fits int32, got {value}")
         obj._scalars[self.name] = self.kind(value)  # type: ignore[attr-defined]
 
@@ -213,7 +207,7 @@ class _Struct:
     _fields: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls) -> None:
-        cls._fields = tuple(k for k, v in cls.__dict__.items() if isinstance(v, (_ArrayField, _EnumField, _ScalarField)))
+        cls._fields = tuple(k for k, v in cls.__dict__.items() if isinstance(v, _Field))
 
     def __init__(self) -> None:
         self._arrays: dict[str, np.ndarray] = {}
