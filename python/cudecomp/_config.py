@@ -394,5 +394,5 @@ class GridDescAutotuneOptions(_Struct):
         out: dict[str, Any] = {}
         for name in self._fields:
             v = getattr(self, name)
-            out[name] = v.tolist() if isinstance(v, np.ndarray) else (int(v) if isinstance(v, enum.Enum) else v)
+            out[name] = v.tolist() if isinstance(v, np.ndarray) else (int(v) if isinstance(v, enum.IntEnum) else v)
         return out

@@ -15,6 +15,7 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import HaloCommBackend, TransposeCommBackend
 
+from ..fft import Kind
 from ._baselines import fft_one_device
 from ._common import DTYPES, HALO_OPS, OPS, Case, Row, config, pct_of
 from ._measure import Session, off_rank_bytes
@@ -241,7 +242,7 @@ def halo_rows(s: Session, case: Case, grid: cudecomp.GridDesc, ac: bool, halo_ba
     return [halo_row(op, halo_dims(op)) for op in ops]
 
 
-def fft_kind(dname: str) -> str:
+def fft_kind(dname: str) -> Kind:
     """Return the FFT kind a dtype selects: real types ``r2c``, complex types ``c2c``."""
     return "r2c" if dname in ("f32", "f64") else "c2c"
 

@@ -21,8 +21,8 @@ Norm = Literal["backward", "ortho", "forward"]
 
 _NORMS = ("backward", "ortho", "forward")
 _KINDS = ("c2c", "r2c")
-_REAL = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
-_COMPLEX = {v: k for k, v in _REAL.items()}
+_REAL: dict[np.dtype[Any], np.dtype[Any]] = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+_COMPLEX: dict[np.dtype[Any], np.dtype[Any]] = {v: k for k, v in _REAL.items()}
 
 
 def _ints(name: str, value: Any, n: int, expected: str = "") -> tuple[int, ...]:

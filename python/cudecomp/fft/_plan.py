@@ -659,11 +659,10 @@ class FFT:
         """Use the plan in a ``with`` block; leaving it calls ``destroy()``."""
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
-        """Destroy the plan (collective) unless already destroyed."""
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Destroy the plan (collective) unless already destroyed; exceptions propagate."""
         if self._grids:
             self._release()
-        return False
 
     def __repr__(self) -> str:
         if not self._grids:
