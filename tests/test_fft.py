@@ -111,6 +111,7 @@ def check_plan(plan: FFT, tol: dict[str, float], seed: int = 0, reuse: bool = Fa
     spec_kept, got_kept = to_host(spec).copy(), to_host(got).copy()
     out = plan.forward(plan.backward(plan.forward(a)), plan.empty_output())
     back = plan.backward(s, plan.empty_input())
+    assert np.array_equal(to_host(s), kept), "backward into out= modified its input"
     assert np.array_equal(to_host(spec), spec_kept) and np.array_equal(to_host(got), got_kept), "a later call changed a result"
     assert rel(to_host(out), spec_kept) < tol["round_trip"] and rel(to_host(back), got_kept) < tol["round_trip"], "out="
 

@@ -122,12 +122,15 @@ class _ScipyLocal(_Local):
 
 
 class _CupyLocal(_Local):
-    """cuFFT through ``cupyx.scipy.fft``, on CuPy's current stream.
+    """cuFFT through CuPy, on CuPy's current stream.
 
     CuPy caches the cuFFT plans (``cupy.fft.config.get_plan_cache()``, 16 plans per device
     by default) and scales with a separate kernel, so the stages run unscaled and the
     plan scales once, in place, after the last one. Results are new arrays from CuPy's
-    memory pool (on the current stream), or the input transformed in place.
+    memory pool (on the current stream), the input transformed in place, or ``out``:
+    a stage into ``out`` runs CuPy's cached plan of the stage straight into it, since
+    ``cupyx.scipy.fft`` has no ``out`` and a copy afterwards is a whole extra pass over
+    memory (where CuPy lacks that plan lookup, the stage falls back to the copy).
     """
 
     name = "cupy"
@@ -136,10 +139,42 @@ class _CupyLocal(_Local):
     def __init__(self, norm: str) -> None:
         super().__init__(norm)
         import cupyx.scipy.fft
+        from cupy.cuda import cufft
 
         self.m = cupyx.scipy.fft
+        self.cufft = cufft
+        try:
+            from cupy.fft._fft import _get_cufft_plan_nd
+        except ImportError:
+            _get_cufft_plan_nd = None
+        self.plan_nd = _get_cufft_plan_nd
+
+    def _into_out(self, a: Any, out: Any, axes: tuple[int, ...], kind: str, inverse: bool) -> bool:
+        """Run the unscaled ``kind`` FFT of ``a`` over ``axes`` into ``out`` with CuPy's cached plan.
+
+        ``kind`` is ``"C2C"``, ``"R2C"`` or ``"C2R"`` (which overwrites ``a``). Returns
+        False, having done nothing, where CuPy has no such plan lookup or refuses the layout.
+        """
+        if self.plan_nd is None or out is None or out is a or not (a.flags.c_contiguous and out.flags.c_contiguous):
+            return False
+        c = self.cufft
+        double = a.dtype in (np.float64, np.complex128)
+        fft_type = {
+            "C2C": c.CUFFT_Z2Z if double else c.CUFFT_C2C,
+            "R2C": c.CUFFT_D2Z if double else c.CUFFT_R2C,
+            "C2R": c.CUFFT_Z2D if double else c.CUFFT_C2R,
+        }[kind]
+        out_size = None if kind == "C2C" else out.shape[axes[-1]] if kind == "C2R" else a.shape[axes[-1]] // 2 + 1
+        try:
+            plan = self.plan_nd(a.shape, fft_type, axes=axes, order="C", out_size=out_size)
+        except (TypeError, ValueError):
+            return False
+        plan.fft(a, out, c.CUFFT_INVERSE if inverse else c.CUFFT_FORWARD)
+        return True
 
     def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        if self._into_out(a, out, axes, "C2C", inverse):
+            return out
         # "backward" leaves the forward unscaled, "forward" the inverse.
         norm = "forward" if inverse else "backward"
         if len(axes) == 1:
@@ -149,10 +184,15 @@ class _CupyLocal(_Local):
         return _into(r, out)
 
     def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        if self._into_out(a, out, axes, "R2C", False):
+            return out
         r = self.m.rfft(a, axis=axes[0], norm="backward") if len(axes) == 1 else self.m.rfftn(a, axes=axes, norm="backward")
         return _into(r, out)
 
     def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        # cuFFT's complex-to-real transforms overwrite their input.
+        if out is not None and self.plan_nd is not None and self._into_out(a if overwrite else a.copy(), out, axes, "C2R", True):
+            return out
         if len(axes) == 1:
             r = self.m.irfft(a, n=s[0], axis=axes[0], norm="forward", overwrite_x=overwrite)
         else:
