@@ -301,7 +301,7 @@ class FFT:
 
     @property
     def schedule(self) -> Schedule:
-        """``"local"``, ``"slab-xy"``, ``"slab-yz"`` or ``"pencil"`` (see the module documentation)."""
+        """``"local"``, ``"slab-xy"``, ``"slab-yz"`` or ``"pencil"`` (see the `cudecomp.fft` documentation)."""
         self._alive()
         return self._schedule
 

@@ -11,7 +11,7 @@ from .._cudecomp import CPU_ONLY
 from .._enums import TransposeCommBackend
 
 Schedule = Literal["local", "slab-xy", "slab-yz", "pencil"]
-"""Which sequence of local FFTs and transposes runs (see the module documentation)."""
+"""Which sequence of local FFTs and transposes runs (see the `cudecomp.fft` documentation)."""
 
 # Memory order (global axes, fastest first) of the X-, Y- and Z-pencils per schedule. Every
 # pencil an FFT runs on has its transformed axes fastest; pencils that hold the same data
