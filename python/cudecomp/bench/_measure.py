@@ -146,7 +146,10 @@ class Ceilings:
     (:func:`ceilings`); it bounds distributed operations when the run is on one node
     (``single_node``: as the package sees nodes, ``Handle.one_node()``).
     Local operations are compared with a copy of the same bytes on every rank at once
-    (:meth:`local`), measured per distinct set of per-rank sizes and cached.
+    (:meth:`local`), measured per distinct set of per-rank sizes and cached; not where
+    ranks share a GPU, whose processes' copy kernels take turns on it (time-sliced) while
+    the library's copies may run on separate copy engines, so that no copy of theirs is
+    a ceiling.
     """
 
     def __init__(self, xp: Xp, comm: MPI.Comm, warmup: int, reps: int, single_node: bool) -> None:
@@ -158,7 +161,8 @@ class Ceilings:
             self.exchange_name = "peer_copy" if "peer_copy" in self.run_wide else "device_copy"
         else:
             self.exchange_name = "host_copy"
-        self.local_name = "device_copy_same_data" if xp.gpu else "host_copy_same_data"
+        shared_gpu = comm.allreduce(xp.gpu and xp.local_size > xp.ngpus, op=MPI.LOR)
+        self.local_name = "" if shared_gpu else "device_copy_same_data" if xp.gpu else "host_copy_same_data"
         self._same: dict[tuple[int, ...], float] = {}
 
     def exchange(self) -> tuple[str, float]:
@@ -168,11 +172,13 @@ class Ceilings:
         return self.exchange_name, self.run_wide.get(self.exchange_name, math.nan)
 
     def local(self, nbytes: int) -> tuple[str, float]:
-        """(name, GB/s) of copying ``nbytes`` (this rank's share) on every rank at once.
+        """(name, GB/s) of copying ``nbytes`` (this rank's share) on every rank at once; ("", NaN) where none applies.
 
         Collective. GB/s is the mean bytes over ranks over the slowest rank's median time,
         the same way the operations' bandwidth is computed.
         """
+        if not self.local_name:
+            return "", math.nan
         sizes = tuple(self.comm.allgather(int(nbytes)))
         if sizes not in self._same:
             m = self.xp.m

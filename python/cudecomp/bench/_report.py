@@ -44,7 +44,8 @@ def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
     print("       '-' when the ranks span several nodes); local rows (nothing leaves the rank) against a copy of the")
     ffts = any(r.op.split("-")[0] in FFT_OPS for r in rows)
     end = "," if ffts else "."
-    print(f"       same bytes on every rank at once (dev-same, host-same). Baselines: beside distributed X->Y rows only{end}")
+    print("       same bytes on every rank at once (dev-same, host-same; '-' where ranks share a GPU, whose processes'")
+    print(f"       copies take turns on it). Baselines: beside distributed X->Y rows only{end}")
     if ffts:
         print("       and beside fft/ifft rows the same transform of the whole array on one device (rank 0's GPU or CPU).")
     if any(r.op.endswith("-graph") for r in rows):
