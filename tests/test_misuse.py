@@ -390,6 +390,18 @@ def test_shifted_rank_large_displacements(handle: cudecomp.Handle, disp: int, pe
         ("transpose_comm_backend", "DIRECT", TypeError),
         ("halo_comm_backend", TransposeCommBackend.MPI_P2P, TypeError),
         ("rank_order", 1, TypeError),
+        ("gdims", (1, 2), Invalid),
+        ("gdims", (1, 2, 3, 4), Invalid),
+        ("gdims", (1.5, 2, 3), TypeError),
+        ("gdims", "abc", TypeError),
+        ("gdims", 3, TypeError),
+        ("gdims", (2**40, 1, 1), Invalid),
+        ("transpose_axis_contiguous", (1.0, 0, 0), TypeError),
+        ("transpose_mem_order", (0, 1, 2), Invalid),
+        ("transpose_comm_backend", 1, TypeError),
+        ("transpose_comm_backend", HaloCommBackend.MPI, TypeError),
+        ("halo_comm_backend", "MPI", TypeError),
+        ("rank_order", None, TypeError),
     ],
 )
 def test_config_types(field: str, value: Any, exc: type[Exception]) -> None:
