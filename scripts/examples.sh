@@ -3,7 +3,8 @@
 # (each example checks its own results and exits non-zero on a wrong one).
 #
 # Usage: bash scripts/examples.sh VENV [FAMILY | LAUNCHER]
-#   VENV      a virtual environment under .venv/ with cudecomp, mpi4py and NumPy (mpich, openmpi, gpu)
+#   VENV      a virtual environment under .venv/ with cudecomp, mpi4py and NumPy (mpich, openmpi, gpu),
+#             or the path of a Python interpreter that has them (then pass LAUNCHER)
 #   FAMILY    mpich or openmpi: use that family's launcher from setup.sh (default: VENV)
 #   LAUNCHER  or the launcher command itself, e.g. "mpirun --oversubscribe"
 # Environment: CUDECOMP_EXAMPLE_RANKS (default 4), CUDECOMP_EXAMPLE_TIMEOUT (seconds per
@@ -19,7 +20,7 @@ esac
 case $LAUNCH in
     mpich | openmpi | gpu | "") echo "examples.sh: no launcher for '$VENV'; pass one (mpich, openmpi or a command)" >&2; exit 2 ;;
 esac
-PY="$VENVS/$VENV/bin/python"
+if [[ $VENV == */* ]]; then PY=$VENV; else PY="$VENVS/$VENV/bin/python"; fi
 [ -x "$PY" ] || { echo "examples.sh: $PY not found" >&2; exit 2; }
 NP=${CUDECOMP_EXAMPLE_RANKS:-4}
 LIMIT=${CUDECOMP_EXAMPLE_TIMEOUT:-120}

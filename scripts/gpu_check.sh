@@ -25,8 +25,10 @@ run() {  # run NAME NRANKS
 }
 G=$(python3 -c 'import cupy; print(cupy.cuda.runtime.getDeviceCount())')
 rc=0
-# SUITES picks runs (default all): gpu1 gpu2 sliced unregistered gpu4
-SUITES=${SUITES:-gpu1 gpu2 sliced unregistered gpu4}
+# SUITES picks runs (default all): gpu1 gpu2 sliced unregistered gpu4 gpu3 gpu6 examples
+# (gpu3, gpu6: the suites with 3 and 6 ranks on the GPUs there are; examples: every example
+# of scripts/examples.sh on 2 ranks)
+SUITES=${SUITES:-gpu1 gpu2 sliced unregistered gpu4 gpu3 gpu6 examples}
 on() { [[ " $SUITES " == *" $1 "* ]]; }
 on gpu1 && { run gpu1 1 || rc=1; }
 if [ "$G" -ge 2 ]; then on gpu2 && { run gpu2 2 || rc=1; }; else on gpu2 && { run gpu2-shared 2 || rc=1; }; fi
@@ -43,6 +45,13 @@ if on unregistered && [ "$G" -ge 2 ]; then
     CUDECOMP_ENABLE_NCCL_UBR=0 K="NCCL or halo_reference" run unregistered 2 "tests/test_transpose.py tests/test_halo.py tests/test_gpu.py" || rc=1
 fi
 on gpu4 && { run gpu4-shared 4 || rc=1; }
+on gpu3 && { run gpu3 3 || rc=1; }
+on gpu6 && { run gpu6 6 || rc=1; }
+if on examples; then
+    CUDECOMP_EXAMPLE_RANKS=2 bash scripts/examples.sh "$(command -v python3)" "mpirun --allow-run-as-root --oversubscribe --bind-to none" \
+        > "$OUT/examples.log" 2>&1 || rc=1
+    grep -E "==>|FAILED|passed|timed out" "$OUT/examples.log" | tail -12
+fi
 B=MPI_P2P; [ "$G" -ge 2 ] && B=NCCL
 echo "=== demo (2 ranks, $B, 128^3) ==="
 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 python3 examples/demo.py -n 128 --backend $B 2>&1 | tail -8
