@@ -419,7 +419,7 @@ def test_streamed_slabs(
     monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
     if shared:  # the plan's small buffers exported too: the copy engine's single copies run
         monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
-    gdims = (128, 16, 10)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 4 ranks
+    gdims = (128, 24, 10)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 6 ranks (r2c: 65 columns)
     plan = make_plan(handle, gdims, (1, COMM.size), kind=kind, transposed_out=transposed, backend=cudecomp.TransposeCommBackend.DIRECT)
     if plan is None:
         return
