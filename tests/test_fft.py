@@ -403,6 +403,20 @@ def test_stream_forms() -> None:
             _stream_ptr(bad)
 
 
+@pytest.mark.skipif(not gpu_available(), reason="needs the GPU variant and a GPU")
+@pytest.mark.parametrize("norm", ["backward", "forward"])
+@pytest.mark.parametrize("kind", ["c2c", "r2c"])
+def test_out_without_cupy_plan_lookup(handle: cudecomp.Handle, kind: str, norm: str) -> None:
+    """Where CuPy lacks its cached-plan lookup, the stages into ``out=`` transform into a new array and copy: same results."""
+    for pdims in (PDIMS[0], PDIMS[-1]):
+        plan = make_plan(handle, (12, 10, 8), pdims, kind=kind, norm=norm)
+        if plan is None:
+            continue
+        with plan:
+            plan._local.plan_nd = None  # type: ignore[attr-defined]
+            check_plan(plan, TOL64, seed=5, reuse=True)
+
+
 @pytest.mark.skipif(cudecomp.CPU_ONLY or COMM.size < 2 or not gpu_available(), reason="GPU slab-xy plans on DIRECT, with peers")
 @pytest.mark.parametrize("shared", [False, True], ids=["private", "exported"])
 @pytest.mark.parametrize("chunks", ["1", "3", "64"])
