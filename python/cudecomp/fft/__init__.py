@@ -43,3 +43,6 @@ from ._plan import FFT
 from ._schedule import Schedule, schedule_of
 
 __all__ = ["FFT", "Kind", "Norm", "Schedule", "schedule_of"]
+
+# Shown where it is imported from (e.g. in type(plan) and tracebacks), not from its private module.
+FFT.__module__ = schedule_of.__module__ = __name__
