@@ -366,3 +366,17 @@ def test_plot_renders_heatmaps_and_small_multiples(tmp_path: os.PathLike[str]) -
             with open(os.path.join(outdir, name), "rb") as f:
                 assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     MPI.COMM_WORLD.Barrier()
+
+
+def test_work_on_rank_0_alone_fails_on_every_rank() -> None:
+    """What rank 0 measures alone (ceilings, the one-device FFT) reaches every rank, and so does its failure."""
+    from cudecomp.bench._measure import on_root
+
+    comm = MPI.COMM_WORLD
+
+    def fails() -> int:
+        raise ValueError("no room for the whole array")
+
+    with pytest.raises(ValueError if comm.rank == 0 else RuntimeError, match="no room for the whole array"):
+        on_root(comm, fails)
+    assert on_root(comm, lambda: comm.rank + 42) == 42

@@ -317,6 +317,8 @@ def test_misuse(handle: cudecomp.Handle) -> None:
         ({"autotune_reps": 2.5}, TypeError),
         ({"autotune_reps": -5}, cudecomp.InvalidUsageError),
         ({"workers": "4"}, TypeError),
+        ({"workers": 0}, cudecomp.InvalidUsageError),
+        ({"gdims": (6, (6,), 6)}, TypeError),
         ({"comm": "world"}, TypeError),
         ({"backend": 1}, TypeError),
     ],
@@ -332,6 +334,12 @@ def test_argument_types(handle: cudecomp.Handle, kw: dict[str, Any], error: type
                 plan.wavenumbers(bad)
         with pytest.raises(TypeError, match="lengths"):
             plan.coordinates("1")
+        for bad in (True, (1.0, np.True_, 1.0)):
+            with pytest.raises(TypeError, match="lengths"):
+                plan.coordinates(bad)
+        # NumPy scalars are numbers too.
+        for good in (np.float32(2.0), np.int64(3), (np.float64(1.0), 2, np.float32(3.0))):
+            assert len(plan.wavenumbers(good)) == 3
 
 
 @pytest.mark.skipif(COMM.size < 2, reason="needs several ranks")
@@ -344,6 +352,11 @@ def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
     # An argument that fails on one rank: it raises its own error, the others name it.
     with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed before"):
         FFT(handle, (6, 6, 6), PDIMS[0], kind="C2C" if last else "c2c")  # type: ignore[arg-type]
+    # Streaming settings decide collective steps: they must agree as well.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDECOMP_FFT_CHUNKS", "3" if last else "4")
+        with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
+            FFT(handle, (6, 6, 6), PDIMS[0])
     with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
         assert plan.forward(plan.zeros_input()).shape == plan.output_info.array_shape
 

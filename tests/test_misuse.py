@@ -374,6 +374,7 @@ def test_shifted_rank_large_displacements(handle: cudecomp.Handle, disp: int, pe
         ("gdims", None, TypeError),
         ("gdims", {"x": 1}, TypeError),
         ("gdims", b"abc", TypeError),
+        ("gdims", (64, (64,), 64), TypeError),
         ("gdims", (2**31, 1, 1), Invalid),
         ("gdims", (-(2**31) - 1, 1, 1), Invalid),
         ("pdims", (True, 1), TypeError),

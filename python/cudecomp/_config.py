@@ -43,7 +43,10 @@ def _check_elements(name: str, value: Any, kind: str, scalar_ok: bool = False) -
     """
     if isinstance(value, (str, bytes)) or (np.isscalar(value) and not scalar_ok):
         raise TypeError(f"{name}: expected a tuple, list or array, got {type(value).__name__}")
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # ragged nesting, e.g. (64, (64,), 64)
+        raise TypeError(f"{name}: expected numbers, got {value!r}") from None
     if arr.dtype == object:
         raise TypeError(f"{name}: expected numbers, got {value!r}")
     if isinstance(value, np.ndarray):

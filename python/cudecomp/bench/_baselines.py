@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +13,7 @@ import cudecomp
 from cudecomp import DataType, TransposeCommBackend
 
 from ._common import MPI_TYPES, NP_DTYPES, Case, config
-from ._measure import Session, Xp, boxes, off_rank_bytes
+from ._measure import Session, Xp, boxes, off_rank_bytes, on_root
 
 
 class XYBaselines:
@@ -37,7 +37,8 @@ class XYBaselines:
         self.sbuf = xp.m.empty(sum(self.send_counts), NP_DTYPES[dtype])
         self.rbuf = xp.m.empty(sum(self.recv_counts), NP_DTYPES[dtype])
         self.nccl: Any = None
-        if xp.gpu and xp.local_size <= xp.ngpus:
+        self.types: list[Any] = []  # MPI datatypes of alltoallw, freed by close()
+        if xp.own_gpus:
             from cupy.cuda import nccl
 
             uid = self.col.bcast(nccl.get_unique_id() if self.col.rank == 0 else None)
@@ -88,6 +89,7 @@ class XYBaselines:
         x, y = self.x, self.y
         stypes = [t.Create_subarray(x.shape, (x.shape[0], x.shape[1], x1 - x0), (0, 0, x0)).Commit() for x0, x1 in self.xr]
         rtypes = [t.Create_subarray(y.shape, (y.shape[0], y1 - y0, y.shape[2]), (0, y0, 0)).Commit() for y0, y1 in self.yr]
+        self.types += stypes + rtypes
         ones, zeros = [1] * self.col.size, [0] * self.col.size
 
         def run() -> None:
@@ -106,7 +108,10 @@ class XYBaselines:
         return {f"{name}_ms": s.time(fn)[0] * 1e3 for name, fn in fns.items()}
 
     def close(self) -> None:
-        """Free the communicators."""
+        """Free the communicators and datatypes."""
+        for t in self.types:
+            t.Free()
+        self.types = []
         if self.nccl is not None:
             self.nccl.destroy()
         self.col.Free()
@@ -133,9 +138,9 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
     Keys ``fft:<name>_ms`` and ``ifft:<name>_ms`` with ``<name>`` ``cupy_fftn_1gpu``
     (GPU) or ``<library>_fftn_1rank`` (CPU). Empty where the array does not fit (GPU).
     """
-    xp, comm = s.xp, s.comm
-    out: dict[str, float] = {}
-    if comm.rank == 0:
+    xp = s.xp
+
+    def measure_on_root() -> dict[str, float]:
         m = xp.m
         shape = plan.gdims[::-1]
         r2c = plan.kind == "r2c"
@@ -147,7 +152,7 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
             fwd, inv = (f.rfftn, lambda x: f.irfftn(x, s=shape)) if r2c else (f.fftn, f.ifftn)
         else:
             try:
-                import scipy.fft as f  # type: ignore[import-not-found,no-redef]
+                import scipy.fft as f  # type: ignore[no-redef]
 
                 name = "scipy_fftn_1rank"
             except ImportError:
@@ -156,6 +161,7 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
             fwd, inv = (f.rfftn, lambda x: f.irfftn(x, s=shape, axes=(0, 1, 2))) if r2c else (f.fftn, f.ifftn)
         if xp.gpu:
             m.get_default_memory_pool().free_all_blocks()  # room for the whole array
+        out: dict[str, float] = {}
         try:
             a = m.ones(shape, plan.input_dtype)
             spec = fwd(a)
@@ -165,8 +171,8 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
                 inv(spec)
             xp.sync()
             reps = s.args.reps
-            out[f"fft:{name}_ms"] = float(np.median([timer(lambda: fwd(a)) for _ in range(reps)])) * 1e3
-            out[f"ifft:{name}_ms"] = float(np.median([timer(lambda: inv(spec)) for _ in range(reps)])) * 1e3
+            out[f"fft:{name}_ms"] = float(np.median([timer(functools.partial(fwd, a)) for _ in range(reps)])) * 1e3
+            out[f"ifft:{name}_ms"] = float(np.median([timer(functools.partial(inv, spec)) for _ in range(reps)])) * 1e3
             del a, spec
         except MemoryError:
             out = {}
@@ -175,10 +181,7 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
                 raise
             out = {}
         if xp.gpu:
-            xp.m.get_default_memory_pool().free_all_blocks()
-    # The other ranks wait without spinning, so that on a CPU with fewer cores than ranks
-    # they leave rank 0 its core.
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(0.002)
-    return comm.bcast(out, root=0)
+            m.get_default_memory_pool().free_all_blocks()
+        return out
+
+    return on_root(s.comm, measure_on_root)

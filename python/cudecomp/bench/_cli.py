@@ -66,7 +66,7 @@ def process_grids(spec: str, n: int) -> list[tuple[int, int]]:
 def default_backends(xp: Xp) -> list[str]:
     """Transpose backends measured by ``--backends all`` (NCCL ones only with a GPU per rank)."""
     names = ["MPI_P2P", "MPI_P2P_PL", "MPI_A2A"]
-    if xp.gpu and xp.local_size <= xp.ngpus:
+    if xp.own_gpus:
         names = ["NCCL", "NCCL_PL"] + names
     return names + ["DIRECT"]
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from mpi4py import MPI
@@ -15,6 +16,8 @@ from mpi4py import MPI
 import cudecomp
 
 from ._common import Row, pct_of
+
+_T = TypeVar("_T")
 
 
 class Xp:
@@ -34,6 +37,9 @@ class Xp:
         else:
             self.m = np
             self.ngpus, self.local_size = 0, 1
+        #: Every rank of the job drives a GPU of its own (decided together: NCCL baselines
+        #: and backends are collective choices).
+        self.own_gpus = MPI.COMM_WORLD.allreduce(self.gpu and self.local_size <= self.ngpus, op=MPI.LAND)
 
     def sync(self) -> None:
         """Wait for the current stream (GPU); nothing on CPU."""
@@ -80,6 +86,31 @@ def measure(xp: Xp, comm: MPI.Comm, fn: Callable[[], object], warmup: int, reps:
     return comm.allreduce(med, op=MPI.MAX), comm.allreduce(min(times), op=MPI.MAX)
 
 
+def on_root(comm: MPI.Comm, fn: Callable[[], _T]) -> _T:
+    """Run ``fn`` on rank 0 alone and return its result on every rank (collective).
+
+    An exception on rank 0 is raised there and, as a ``RuntimeError`` naming it, on the
+    other ranks rather than leaving them waiting. They wait without spinning, so that on
+    a CPU with fewer cores than ranks they leave rank 0 its core.
+    """
+    result: Any = None
+    error: BaseException | None = None
+    if comm.rank == 0:
+        try:
+            result = fn()
+        except Exception as e:
+            error = e
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
+    result, why = comm.bcast((result, f"{type(error).__name__}: {error}" if error else ""), root=0)
+    if error is not None:
+        raise error
+    if why:
+        raise RuntimeError(f"rank 0 failed: {why}")
+    return result  # type: ignore[no-any-return]
+
+
 def ceilings(xp: Xp, comm: MPI.Comm) -> dict[str, float]:
     """Same-run copy bandwidths in GB/s (bytes copied / time), the ceilings of distributed operations.
 
@@ -87,9 +118,10 @@ def ceilings(xp: Xp, comm: MPI.Comm) -> dict[str, float]:
     ``device_copy`` or ``host_copy``, and ``peer_copy`` (GPU to GPU) where rank 0 sees
     two GPUs or more. Collective; the same dict on every rank.
     """
-    out: dict[str, float] = {}
     nbytes = 1 << 30 if xp.gpu else 1 << 28
-    if comm.rank == 0:
+
+    def measure_on_root() -> dict[str, float]:
+        out: dict[str, float] = {}
         m = xp.m
         a = m.ones(nbytes // 8, dtype=np.float64)
         b = m.empty_like(a)
@@ -97,30 +129,30 @@ def ceilings(xp: Xp, comm: MPI.Comm) -> dict[str, float]:
         for _ in range(3):
             m.copyto(b, a)
         xp.sync()
-        t = float(np.median([timer(lambda: m.copyto(b, a)) for _ in range(10)]))
+        t = float(np.median([timer(functools.partial(m.copyto, b, a)) for _ in range(10)]))
         out["device_copy" if xp.gpu else "host_copy"] = nbytes / t / 1e9
-        if xp.gpu and xp.ngpus >= 2:
-            rt = m.cuda.runtime
-            me = m.cuda.Device().id
-            other = (me + 1) % xp.ngpus
+        rt = m.cuda.runtime if xp.gpu else None
+        me = m.cuda.Device().id if xp.gpu else 0
+        other = (me + 1) % max(xp.ngpus, 1)
+        # Without peer access a peer copy is staged through the host: no peer ceiling then.
+        if rt is not None and xp.ngpus >= 2 and rt.deviceCanAccessPeer(me, other):
             with m.cuda.Device(other):
                 c = m.empty_like(a)
             try:
                 rt.deviceEnablePeerAccess(other)
-            except Exception:
-                pass
-            stream = m.cuda.get_current_stream()
-
-            def peer() -> None:
-                rt.memcpyPeerAsync(c.data.ptr, other, a.data.ptr, me, nbytes, stream.ptr)
-
+            except rt.CUDARuntimeError as e:
+                if "already" not in str(e).lower():
+                    raise
+            peer = functools.partial(rt.memcpyPeerAsync, c.data.ptr, other, a.data.ptr, me, nbytes, m.cuda.get_current_stream().ptr)
             for _ in range(3):
                 peer()
             xp.sync()
             out["peer_copy"] = nbytes / float(np.median([timer(peer) for _ in range(10)])) / 1e9
             del c
         del a, b
-    return comm.bcast(out, root=0)
+        return out
+
+    return on_root(comm, measure_on_root)
 
 
 def boxes(info: cudecomp.PencilInfo) -> tuple[list[int], list[int]]:
@@ -161,8 +193,7 @@ class Ceilings:
             self.exchange_name = "peer_copy" if "peer_copy" in self.run_wide else "device_copy"
         else:
             self.exchange_name = "host_copy"
-        shared_gpu = comm.allreduce(xp.gpu and xp.local_size > xp.ngpus, op=MPI.LOR)
-        self.local_name = "" if shared_gpu else "device_copy_same_data" if xp.gpu else "host_copy_same_data"
+        self.local_name = "" if xp.gpu and not xp.own_gpus else "device_copy_same_data" if xp.gpu else "host_copy_same_data"
         self._same: dict[tuple[int, ...], float] = {}
 
     def exchange(self) -> tuple[str, float]:

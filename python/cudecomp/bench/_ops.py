@@ -15,7 +15,7 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import HaloCommBackend, TransposeCommBackend
 
-from ..fft import Kind
+from ..fft import FFT, Kind
 from ._baselines import fft_one_device
 from ._common import DTYPES, HALO_OPS, OPS, Case, Row, config, pct_of
 from ._measure import Session, off_rank_bytes
@@ -198,9 +198,13 @@ def replay_times(comm: MPI.Comm, s: Any, fn: Callable[[], None], n: int, warmup:
     s.begin_capture()
     try:
         eager()
-    except cudecomp.CudecompError as e:
+    except Exception as e:  # a refused capture, or any failure: every rank must still reach the agreement
         why = f"{type(e).__name__}: {e}"
-    graph = s.end_capture()
+    finally:
+        try:
+            graph = s.end_capture()
+        except Exception as e:  # an invalidated capture
+            why = why or f"{type(e).__name__}: {e}"
     why = comm.allreduce([why] if why else [], op=MPI.SUM)
     if why:
         return why[0]
@@ -256,22 +260,20 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
     global array on one device (rank 0: ``cupy.fft`` on its GPU, or the plan's CPU
     library), measured once per grid and dtype in the same run.
     """
-    from .. import fft as cfft
-
     kind = fft_kind(case.dname)
     rows: list[Row] = []
     for transposed in {"transposed": [True], "natural": [False], "both": [True, False]}[s.args.fft_out]:
         tag = "" if transposed else "natural"
         try:
             backend = TransposeCommBackend[bname]
-            plan = cfft.FFT(s.handle, case.gdims, case.pdims, kind=kind, dtype=case.np_dtype, transposed_out=transposed, backend=backend)
+            plan = FFT(s.handle, case.gdims, case.pdims, kind=kind, dtype=case.np_dtype, transposed_out=transposed, backend=backend)
         except cudecomp.CudecompError as e:
-            rows.append(case.row("fft", bname, False, note=f"skipped: {type(e).__name__}: {e}"))
+            rows.append(case.row("fft" + (f"-{tag}" if tag else ""), bname, False, note=f"skipped: {type(e).__name__}: {e}"))
             continue
         key = (case.gdims, case.dname)
-        if s.args.baselines and key not in one_device:
-            one_device[key] = fft_one_device(s, plan)
         try:
+            if s.args.baselines and key not in one_device:
+                one_device[key] = fft_one_device(s, plan)
             a = plan.zeros_input()
             a += 1
             spec = plan.forward(a)

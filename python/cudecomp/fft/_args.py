@@ -45,9 +45,10 @@ def _lengths(lengths: Any) -> list[float]:
     """Return box lengths (X, Y, Z) from one or three positive finite numbers."""
     bad = f"lengths: expected one or three positive finite box lengths, got {lengths!r}"
     try:
-        if isinstance(lengths, str | bytes):
+        values = [lengths] * 3 if np.ndim(lengths) == 0 else list(lengths)
+        if any(isinstance(v, str | bytes | bool | np.bool_) for v in values):
             raise TypeError(bad)
-        ls = [float(lengths)] * 3 if isinstance(lengths, int | float) else [float(v) for v in lengths]
+        ls = [float(v) for v in values]
     except (TypeError, ValueError):
         raise TypeError(bad) from None
     if len(ls) != 3 or not all(math.isfinite(v) and v > 0 for v in ls):

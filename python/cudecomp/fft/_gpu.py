@@ -9,8 +9,8 @@ import numpy as np
 
 from .._cudecomp import GridDesc
 
-# Slabs the 2-D FFTs of a streamed forward transform are cut into (the exchange of one
-# overlaps the FFT of the next); `CUDECOMP_FFT_CHUNKS` overrides.
+# Slabs the local FFTs of a streamed transform are cut into (the exchange of one overlaps
+# the FFTs of the next); `CUDECOMP_FFT_CHUNKS` overrides.
 _STREAM_CHUNKS = 8
 
 
@@ -31,14 +31,6 @@ def _stream_ptr(stream: Any) -> int:
     if isinstance(ptr, int) and not isinstance(ptr, bool):
         return ptr
     raise TypeError(f"stream: expected None, an int handle or a stream object, got {stream!r}")
-
-
-class _StreamRef:
-    def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.ptr)
 
 
 # ---------------------------------------------------------------------------------------

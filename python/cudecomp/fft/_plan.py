@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -13,10 +14,11 @@ import numpy as np
 
 from .._config import GridDescConfig
 from .._cudecomp import GridDesc, Handle, PencilInfo
+from .._cupy import external_stream
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError, NotSupportedError
 from ._args import _KINDS, _NORMS, _REAL, Kind, Norm, _backend_list, _dtypes, _ints, _lengths
-from ._gpu import _SlabStream, _stream_ptr, _StreamRef
+from ._gpu import _SlabStream, _stream_ptr
 from ._local import _into, _make_local
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
 
@@ -119,7 +121,9 @@ class FFT:
             if reps < 1:
                 raise InvalidUsageError(f"autotune_reps {reps}: expected at least 1")
             if workers is not None:
-                _ints("workers", (workers,), 1, "an integer or None")
+                (w,) = _ints("workers", (workers,), 1, "an integer or None")
+                if w == 0:  # scipy.fft's meaning: > 0 threads, < 0 counted back from the CPU count
+                    raise InvalidUsageError("workers 0: expected a non-zero thread count (negative: os.cpu_count() + 1 + workers) or None")
             if comm is not None and not (hasattr(comm, "allreduce") and hasattr(comm, "size")):
                 raise TypeError(f"comm: expected an mpi4py communicator or None, got {type(comm).__name__}")
             local = _make_local(fft_library, norm, workers)
@@ -127,7 +131,9 @@ class FFT:
             with contextlib.suppress(Exception):  # a finalized handle: this rank's own error stands
                 handle._agree(what, None, f"{type(e).__name__}: {e}")
             raise
-        key = (kind, norm, bool(transposed_out), g, p, str(in_dtype), [b and b.name for b in backends], reps, repr(config))
+        # The streaming settings decide collective steps (and the slabs' marks) too.
+        env = [os.environ.get(v) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS")]
+        key = (kind, norm, bool(transposed_out), g, p, str(in_dtype), [b and b.name for b in backends], reps, repr(config), env)
         handle._agree(what, repr(key).encode())
         self._kind: Kind = kind
         self._norm: Norm = norm
@@ -160,10 +166,14 @@ class FFT:
                 )
             cands = [(p[0], p[1])]
         trials = [(p, b) for p in cands for b in backends]
-        if len(trials) == 1:
-            self._build(*trials[0])
-        else:
-            self._autotune(trials, reps)
+        try:
+            if len(trials) == 1:
+                self._build(*trials[0])
+            else:
+                self._autotune(trials, reps)
+        except BaseException:
+            self._release()  # the caller never gets the plan to destroy
+            raise
 
     # -- construction ------------------------------------------------------------------
 
@@ -470,8 +480,7 @@ class FFT:
             return
         s = self._streams.get(ptr)
         if s is None:
-            from_external = getattr(cupy.cuda.Stream, "from_external", None)
-            s = from_external(_StreamRef(ptr)) if from_external else cupy.cuda.ExternalStream(ptr)
+            s = external_stream(ptr)
             if len(self._streams) < 8:
                 self._streams[ptr] = s
         with s:
