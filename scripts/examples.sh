@@ -17,6 +17,7 @@ LAUNCH=${2:-$VENV}
 case $LAUNCH in
     mpich | openmpi) LAUNCH=$(launcher "$LAUNCH") ;;
 esac
+[[ $VENV == */* && $LAUNCH == "$VENV" ]] && LAUNCH=""  # an interpreter's path: no family to take a launcher from
 case $LAUNCH in
     mpich | openmpi | gpu | "") echo "examples.sh: no launcher for '$VENV'; pass one (mpich, openmpi or a command)" >&2; exit 2 ;;
 esac

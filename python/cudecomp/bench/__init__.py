@@ -1,7 +1,7 @@
 """Benchmark CLI: ``mpiexec -n N python -m cudecomp.bench [options]``.
 
 Sweeps grids, process grids, backends, dtypes and layouts; times the four transposes and
-halo updates (warm-up, then >= 10 timed repetitions; CUDA events on GPU, wall clock on
+halo updates (``--warmup`` calls, then ``--reps`` timed ones, 10 by default; CUDA events on GPU, wall clock on
 CPU; the median per rank, then the slowest rank); and reports, per row, the achieved
 bandwidth per rank next to a same-run ceiling, and for distributed X->Y rows the same-run
 peer baselines on the same data.
@@ -13,7 +13,8 @@ once per run on one node; a run spanning several nodes reports no percentage for
 (the network is not measured). Local operations (a process grid dimension of 1 along the
 exchange: nothing leaves the rank) count the bytes of their input and are compared with a
 device or host memory copy of the same bytes (read and written once), timed on every rank
-at once like the operation itself, so that caches and shared memory bandwidth weigh alike.
+at once like the operation itself, so that caches and shared memory bandwidth weigh alike;
+where ranks share a GPU they get none (the processes' copy kernels take turns on it).
 
 Peer baselines (X->Y, default layout, only where X->Y is distributed): on GPU a raw NCCL
 all-to-all of the same bytes and the straightforward CuPy pack -> all-to-all -> unpack a

@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"python -m cudecomp.bench: error: {problem}")
     rows = run(args)
     if MPI.COMM_WORLD.rank == 0:
-        report(rows, args)
+        report(rows)
         write(rows, args)
         if args.plot:
             plot(rows, args.plot)

@@ -42,7 +42,8 @@ OPS = {
 HALO_OPS = ("halo", "hx", "hy", "hz")
 
 
-#: ``--ops fft`` times a cudecomp.fft plan: rows ``fft`` (forward) and ``ifft`` (backward).
+#: ``--ops fft`` times a cudecomp.fft plan: rows ``fft`` (forward) and ``ifft`` (backward), with
+#: ``-natural`` appended where the spectral output returns to the input's pencil.
 FFT_OPS = ("fft", "ifft")
 
 

@@ -175,10 +175,10 @@ class Ceilings:
     """The ceilings rows are compared with (GB/s, bytes copied / time).
 
     ``run_wide`` is measured once, on rank 0 alone, with large buffers
-    (:func:`ceilings`); it bounds distributed operations when the run is on one node
+    (``ceilings``); it bounds distributed operations when the run is on one node
     (``single_node``: as the package sees nodes, ``Handle.one_node()``).
     Local operations are compared with a copy of the same bytes on every rank at once
-    (:meth:`local`), measured per distinct set of per-rank sizes and cached; not where
+    (``local``), measured per distinct set of per-rank sizes and cached; not where
     ranks share a GPU, whose processes' copy kernels take turns on it (time-sliced) while
     the library's copies may run on separate copy engines, so that no copy of theirs is
     a ceiling.

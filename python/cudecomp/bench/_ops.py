@@ -51,6 +51,11 @@ def autotune(s: Session, gdims: tuple[int, int, int], dname: str, ac: bool) -> R
     return row
 
 
+def with_ratios(base: dict[str, float], seconds: float) -> dict[str, float]:
+    """Baselines ``<name>_ms`` with, for each, ``ratio_vs_<name>``: our time over the baseline's."""
+    return {**base, **{f"ratio_vs_{k[:-3]}": seconds * 1e3 / v for k, v in base.items() if v > 0}}
+
+
 def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, float]) -> list[Row]:
     """Measure the transposes and halo updates of ``case`` on backend ``bname``, layout ``ac`` (collective).
 
@@ -98,8 +103,7 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             # The baselines are distributed X->Y transposes of the default layout: compare
             # only with the same (a local X->Y has none, see xy_baselines).
             if key == "xy" and not ac and distributed and base:
-                row.baseline = dict(base)
-                row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
+                row.baseline = with_ratios(base, med)
             rows.append(row)
         if "halo" in args.ops and any(args.halo):
             rows += halo_rows(s, case, grid, ac, halo_backend)
@@ -284,8 +288,7 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
                 base = {k[len(op) + 1 :]: v for k, v in one_device.get(key, {}).items() if k.startswith(op + ":")}
                 row = case.row(op + (f"-{tag}" if tag else ""), bname, False, ms=med * 1e3, ms_min=mn * 1e3)
                 row.distributed = s.comm.size > 1
-                row.baseline = dict(base)
-                row.baseline.update({f"ratio_vs_{k[:-3]}": med * 1e3 / v for k, v in base.items() if v > 0})
+                row.baseline = with_ratios(base, med)
                 rows.append(row)
         finally:
             plan.destroy()

@@ -22,7 +22,7 @@ import cudecomp
 from ._common import CEILING_TAGS, FFT_OPS, HALO_OPS, OP_TITLES, OPS, Row
 
 
-def report(rows: Sequence[Row], args: argparse.Namespace) -> None:
+def report(rows: Sequence[Row]) -> None:
     """Print the table (rank 0)."""
     w = max([5] + [len(r.op) + 1 for r in rows])
     head = f"{'op':<{w}}{'gdims':<16}{'pdims':<7}{'backend':<13}{'dtype':<6}{'ac':<3}"

@@ -6,8 +6,8 @@ real-to-complex / complex-to-real (``r2c``) transforms of this rank's pencils, l
 one-, two- or three-dimensional FFTs along contiguous axes with the global transposes in
 between. The CPU variant transforms NumPy arrays with ``scipy.fft`` (worker threads) when
 SciPy is installed, else with ``numpy.fft``; the GPU variant transforms CuPy arrays with
-cuFFT through CuPy (plans cached by CuPy's plan cache), on the operation's stream, with no
-host synchronisation.
+cuFFT through CuPy (plans cached by CuPy's plan cache), on the operation's stream (with no
+host synchronisation on the NCCL, NVSHMEM and DIRECT backends).
 
 Real space is always the X-pencil (array ``a[z, y, x]``, X contiguous). Spectral space is
 the same X-pencil of the spectral grid (the default), or, with ``transposed_out=True``,
@@ -21,7 +21,8 @@ schedule runs depends on the process grid ``(P_rows, P_cols)``:
 | ``slab-yz`` | ``P_cols == 1`` | 1-D FFT along X, X→Y, 2-D FFT over (Z, Y) |
 | ``pencil`` | otherwise | FFT along X, X→Y, FFT along Y, Y→Z, FFT along Z |
 
-On GPUs, ``slab-xy`` on ``DIRECT`` streams its slabs: the 2-D FFTs run in slabs of Z
+On GPUs where every rank has a GPU of its own, ``slab-xy`` on ``DIRECT`` streams its
+slabs (``CUDECOMP_FFT_STREAM`` overrides): the 2-D FFTs run in slabs of Z
 planes (backward: the FFTs along Z in slabs of Y rows), each sent to the peers by the copy
 engine while the next is transformed (pencils keep X fastest; a transposed output is then
 indexed ``a[kz, ky, kx]``).

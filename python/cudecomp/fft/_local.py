@@ -126,7 +126,7 @@ class _CupyLocal(_Local):
 
     CuPy caches the cuFFT plans (``cupy.fft.config.get_plan_cache()``, 16 plans per device
     by default) and scales with a separate kernel, so the stages run unscaled and the
-    plan scales once, in place, after the last one. Results are new arrays from CuPy's
+    plan applies the factor once (see ``scale``). Results are new arrays from CuPy's
     memory pool (on the current stream), the input transformed in place, or ``out``:
     a stage into ``out`` runs CuPy's cached plan of the stage straight into it, since
     ``cupyx.scipy.fft`` has no ``out`` and a copy afterwards is a whole extra pass over

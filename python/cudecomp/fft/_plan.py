@@ -230,7 +230,7 @@ class FFT:
             a = self.zeros_input()
             a += 1
             times = []
-            for i in range(1 + max(1, reps)):
+            for i in range(1 + reps):  # the first call warms up
                 t0 = time.perf_counter()
                 self.backward(self.forward(a))
                 self._sync()
@@ -344,7 +344,8 @@ class FFT:
         without ``transposed_out``. With it, the Z-pencil of ``spectral_grid``, whose
         layout depends on the schedule: ``a[ky, kx, kz]`` (``kz`` contiguous) for
         ``pencil`` and ``slab-xy``, ``a[kx, kz, ky]`` (``ky`` contiguous) for
-        ``slab-yz``, ``a[kz, ky, kx]`` for ``local``. Use its ``order``, ``lo``,
+        ``slab-yz``, ``a[kz, ky, kx]`` for ``local`` and for ``slab-xy`` where its slabs
+        stream (GPUs with ``DIRECT``, see the `cudecomp.fft` documentation). Use its ``order``, ``lo``,
         ``global_slices`` and ``to_global_axes``, or ``wavenumbers()``, rather than
         assuming one.
         """
@@ -355,6 +356,11 @@ class FFT:
     def output_axis(self) -> int:
         """The pencil (0 = X, 2 = Z) of ``spectral_grid`` that ``output_info`` describes."""
         return self._out_axis
+
+    @property
+    def _real_dtype(self) -> np.dtype:
+        """The real type of the plan's precision (wavenumbers, coordinates)."""
+        return self._in_dtype if self._kind == "r2c" else _REAL[self._in_dtype]
 
     def _alive(self) -> None:
         if not self._grids:
@@ -431,7 +437,7 @@ class FFT:
         """
         ls = _lengths(lengths)
         mx, my, mz = self.modes()
-        real = self._in_dtype if self._kind == "r2c" else _REAL[self._in_dtype]
+        real = self._real_dtype
         return tuple(m.astype(real) * real.type(2 * math.pi / L) for m, L in zip((mx, my, mz), ls, strict=True))  # type: ignore[return-value]
 
     def coordinates(self, lengths: float | Sequence[float] = 2 * math.pi) -> tuple[Any, Any, Any]:
@@ -446,7 +452,7 @@ class FFT:
             against a real-space array.
         """
         ls = _lengths(lengths)
-        real = self._in_dtype if self._kind == "r2c" else _REAL[self._in_dtype]
+        real = self._real_dtype
         full = [np.arange(n) * (L / n) for n, L in zip(self._gdims, ls, strict=True)]
         return self._broadcast(self.input_info, full, real)
 
@@ -618,9 +624,9 @@ class FFT:
         T = self._tmp
         tr = self._transposed
 
-        def middle(x: Any, axes: tuple[int, ...], own: bool, key: str, axis: int) -> Any:
-            """Run an inner c2c stage: in place on our arrays, into scratch from the user's."""
-            return L.c2c(x, axes, True, overwrite=True) if own else L.c2c(x, axes, True, T(key, axis))
+        def middle(x: Any, axes: tuple[int, ...], scratch: tuple[str, int] | None = None) -> Any:
+            """Run an inner c2c stage: in place on our arrays (``scratch`` None), else from the user's into scratch ``(key, axis)``."""
+            return L.c2c(x, axes, True, overwrite=True) if scratch is None else L.c2c(x, axes, True, T(*scratch))
 
         def last(x: Any, axes: tuple[int, ...], s: tuple[int, ...], own: bool, kept: bool = False) -> Any:
             """Run the final stage, into ``out`` or a new array (never into scratch).
@@ -644,16 +650,16 @@ class FFT:
                 scale = 1.0  # applied slab by slab, beside the exchange
                 return last(c, (1, 2), (Y, X), True, kept=True)
             if sch == "slab-xy":
-                c = middle(a, (2,), False, "z", 2) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,), True, "", 2)
+                c = middle(a, (2,), ("z", 2)) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,))
                 return last(G.transpose_z_to_y(c, T("x", 0), stream=st), (1, 2), (Y, X), True)
             if sch == "slab-yz":
-                c = middle(a, (1, 2), False, "y", 1) if tr else middle(G.transpose_x_to_y(a, T("y", 1), stream=st), (1, 2), True, "", 1)
+                c = middle(a, (1, 2), ("y", 1)) if tr else middle(G.transpose_x_to_y(a, T("y", 1), stream=st), (1, 2))
                 return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)
             if tr:
-                d = middle(a, (2,), False, "z", 2)
+                d = middle(a, (2,), ("z", 2))
             else:
-                d = middle(G.transpose_y_to_z(G.transpose_x_to_y(a, T("y", 1), stream=st), T("z", 2), stream=st), (2,), True, "", 2)
-            c = middle(G.transpose_z_to_y(d, T("y", 1), stream=st), (2,), True, "", 1)
+                d = middle(G.transpose_y_to_z(G.transpose_x_to_y(a, T("y", 1), stream=st), T("z", 2), stream=st), (2,))
+            c = middle(G.transpose_z_to_y(d, T("y", 1), stream=st), (2,))
             del d
             return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)
 
