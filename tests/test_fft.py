@@ -268,6 +268,10 @@ def test_misuse(handle: cudecomp.Handle) -> None:
         FFT(handle, gdims, PDIMS[0], kind="c2c", dtype=np.float64)
     with pytest.raises(TypeError):
         FFT(handle, gdims, PDIMS[0], dtype="int32")
+    with pytest.raises(TypeError, match="native byte order"):
+        FFT(handle, gdims, PDIMS[0], dtype=">c16")
+    with FFT(handle, gdims, PDIMS[0], kind="r2c", dtype=cudecomp.DataType.FLOAT) as plan:
+        assert plan.input_dtype == np.float32 and plan.output_dtype == np.complex64
     with pytest.raises(cudecomp.InvalidUsageError):
         FFT(handle, gdims, (COMM.size, 2))
     with pytest.raises(cudecomp.InvalidUsageError):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._alloc import numpy_dtype
 from .._config import _check_elements
-from .._enums import DataType, TransposeCommBackend
+from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError
 
 Kind = Literal["c2c", "r2c"]
@@ -76,15 +76,7 @@ def _backend_list(backend: Any) -> list[TransposeCommBackend | None]:
 
 def _dtypes(kind: str, dtype: Any) -> tuple[np.dtype, np.dtype]:
     """(real-space dtype, spectral dtype) of a plan."""
-    if dtype is None:
-        d = np.dtype(np.complex128 if kind == "c2c" else np.float64)
-    elif isinstance(dtype, DataType):
-        d = numpy_dtype(dtype)
-    else:
-        try:
-            d = np.dtype(dtype)
-        except TypeError as e:
-            raise TypeError(f"dtype: expected a NumPy dtype or a cudecomp.DataType member, got {dtype!r}") from e
+    d = np.dtype(np.complex128 if kind == "c2c" else np.float64) if dtype is None else numpy_dtype(dtype)
     if kind == "c2c":
         if d not in _REAL:
             raise TypeError(f"dtype {d}: a c2c plan takes complex64 or complex128")
