@@ -190,13 +190,8 @@ class _ScalarField(_Field[_T]):
         self.kind = kind
 
     def __set__(self, obj: object, value: Any) -> None:
-        is_bool = isinstance(value, (bool, np.bool_))
-        if self.kind is bool:
-            ok = is_bool
-        elif self.kind is int:
-            ok = isinstance(value, (int, np.integer)) and not is_bool
-        else:
-            ok = isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
+        # Unlike array elements, a bool field takes only booleans (not 0 or 1).
+        ok = isinstance(value, (bool, np.bool_)) if self.kind is bool else _element_ok(value, self.kind.__name__)
         if not ok:
             raise TypeError(f"{self.name}: expected {self.kind.__name__}, got {value!r}")
         if self.kind is int and not _fits_int32(int(value)):
