@@ -155,6 +155,59 @@ def test_config_views_and_copies() -> None:
 @pytest.mark.parametrize(
     "field, value, exc",
     [
+        ("gdims", (True, 6, 5), TypeError),
+        ("gdims", (6, False, 5), TypeError),
+        ("gdims", [np.True_, 6, 5], TypeError),
+        ("gdims", (4.0, 5, 6), TypeError),
+        ("gdims", (4.9, 5, 6), TypeError),
+        ("gdims", np.array([4.0, 5, 6]), TypeError),
+        ("gdims", np.array([True, True, True]), TypeError),
+        ("gdims", (1 + 2j, 5, 6), TypeError),
+        ("gdims", None, TypeError),
+        ("gdims", {"x": 1}, TypeError),
+        ("gdims", b"abc", TypeError),
+        ("gdims", (64, (64,), 64), TypeError),
+        ("gdims", (2**31, 1, 1), cudecomp.InvalidUsageError),
+        ("gdims", (-(2**31) - 1, 1, 1), cudecomp.InvalidUsageError),
+        ("pdims", (True, 1), TypeError),
+        ("pdims", (1.0, 1), TypeError),
+        ("pdims", (1, 2, 3), cudecomp.InvalidUsageError),
+        ("gdims_dist", (0.5, 0, 0), TypeError),
+        ("transpose_axis_contiguous", (2, 0, 0), TypeError),
+        ("transpose_axis_contiguous", (0.0, 1, 0), TypeError),
+        ("transpose_axis_contiguous", ("yes", 1, 0), TypeError),
+        ("transpose_mem_order", [[0.0, 1, 2]] * 3, TypeError),
+        ("transpose_mem_order", [[True, 1, 2]] * 3, TypeError),
+        ("transpose_mem_order", [0, 1, 2], cudecomp.InvalidUsageError),
+        ("transpose_comm_backend", 9, TypeError),
+        ("transpose_comm_backend", "DIRECT", TypeError),
+        ("halo_comm_backend", TransposeCommBackend.MPI_P2P, TypeError),
+        ("rank_order", 1, TypeError),
+        ("gdims", (1, 2), cudecomp.InvalidUsageError),
+        ("gdims", (1, 2, 3, 4), cudecomp.InvalidUsageError),
+        ("gdims", (1.5, 2, 3), TypeError),
+        ("gdims", "abc", TypeError),
+        ("gdims", 3, TypeError),
+        ("gdims", (2**40, 1, 1), cudecomp.InvalidUsageError),
+        ("transpose_axis_contiguous", (1.0, 0, 0), TypeError),
+        ("transpose_mem_order", (0, 1, 2), cudecomp.InvalidUsageError),
+        ("transpose_comm_backend", 1, TypeError),
+        ("transpose_comm_backend", HaloCommBackend.MPI, TypeError),
+        ("halo_comm_backend", "MPI", TypeError),
+        ("rank_order", None, TypeError),
+    ],
+)
+def test_config_field_errors(field: str, value: object, exc: type[Exception]) -> None:
+    c = cudecomp.GridDescConfig()
+    before = c.copy()
+    with pytest.raises(exc):
+        setattr(c, field, value)
+    assert c == before
+
+
+@pytest.mark.parametrize(
+    "field, value, exc",
+    [
         ("n_trials", 2.5, TypeError),
         ("n_trials", True, TypeError),
         ("skip_threshold", "x", TypeError),

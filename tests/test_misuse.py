@@ -361,59 +361,6 @@ def test_shifted_rank_large_displacements(handle: cudecomp.Handle, disp: int, pe
 
 
 @pytest.mark.parametrize(
-    "field, value, exc",
-    [
-        ("gdims", (True, 6, 5), TypeError),
-        ("gdims", (6, False, 5), TypeError),
-        ("gdims", [np.True_, 6, 5], TypeError),
-        ("gdims", (4.0, 5, 6), TypeError),
-        ("gdims", (4.9, 5, 6), TypeError),
-        ("gdims", np.array([4.0, 5, 6]), TypeError),
-        ("gdims", np.array([True, True, True]), TypeError),
-        ("gdims", (1 + 2j, 5, 6), TypeError),
-        ("gdims", None, TypeError),
-        ("gdims", {"x": 1}, TypeError),
-        ("gdims", b"abc", TypeError),
-        ("gdims", (64, (64,), 64), TypeError),
-        ("gdims", (2**31, 1, 1), Invalid),
-        ("gdims", (-(2**31) - 1, 1, 1), Invalid),
-        ("pdims", (True, 1), TypeError),
-        ("pdims", (1.0, 1), TypeError),
-        ("pdims", (1, 2, 3), Invalid),
-        ("gdims_dist", (0.5, 0, 0), TypeError),
-        ("transpose_axis_contiguous", (2, 0, 0), TypeError),
-        ("transpose_axis_contiguous", (0.0, 1, 0), TypeError),
-        ("transpose_axis_contiguous", ("yes", 1, 0), TypeError),
-        ("transpose_mem_order", [[0.0, 1, 2]] * 3, TypeError),
-        ("transpose_mem_order", [[True, 1, 2]] * 3, TypeError),
-        ("transpose_mem_order", [0, 1, 2], Invalid),
-        ("transpose_comm_backend", 9, TypeError),
-        ("transpose_comm_backend", "DIRECT", TypeError),
-        ("halo_comm_backend", TransposeCommBackend.MPI_P2P, TypeError),
-        ("rank_order", 1, TypeError),
-        ("gdims", (1, 2), Invalid),
-        ("gdims", (1, 2, 3, 4), Invalid),
-        ("gdims", (1.5, 2, 3), TypeError),
-        ("gdims", "abc", TypeError),
-        ("gdims", 3, TypeError),
-        ("gdims", (2**40, 1, 1), Invalid),
-        ("transpose_axis_contiguous", (1.0, 0, 0), TypeError),
-        ("transpose_mem_order", (0, 1, 2), Invalid),
-        ("transpose_comm_backend", 1, TypeError),
-        ("transpose_comm_backend", HaloCommBackend.MPI, TypeError),
-        ("halo_comm_backend", "MPI", TypeError),
-        ("rank_order", None, TypeError),
-    ],
-)
-def test_config_types(field: str, value: Any, exc: type[Exception]) -> None:
-    c = cudecomp.GridDescConfig()
-    before = c.copy()
-    with pytest.raises(exc):
-        setattr(c, field, value)
-    assert c == before
-
-
-@pytest.mark.parametrize(
     "field, index, value, exc",
     [
         ("gdims", 0, 4.9, TypeError),
