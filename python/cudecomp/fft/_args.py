@@ -1,14 +1,16 @@
-"""The plan's argument types and the checks of its arguments."""
+"""The plan's argument types, their checks (one rank's) and what the ranks agree on."""
 
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from .._alloc import numpy_dtype
-from .._config import _check_elements
+from .._config import GridDescConfig, _check_elements
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError
 
@@ -84,3 +86,72 @@ def _dtypes(kind: str, dtype: Any) -> tuple[np.dtype, np.dtype]:
     if d not in _COMPLEX:
         raise TypeError(f"dtype {d}: an r2c plan takes float32 or float64 (its real-space type)")
     return d, _COMPLEX[d]
+
+
+@dataclass(frozen=True)
+class _PlanArgs:
+    """A plan's arguments after their checks (``_parse``)."""
+
+    gdims: tuple[int, int, int]
+    pdims: tuple[int, int] | None
+    kind: Kind
+    norm: Norm
+    transposed_out: bool
+    in_dtype: np.dtype
+    out_dtype: np.dtype
+    backends: list[TransposeCommBackend | None]
+    config: GridDescConfig | None
+    autotune_reps: int
+    workers: int | None
+    comm: Any
+
+    def agreement_key(self) -> bytes:
+        """Return what every rank must pass alike: all but its own threads and communicator object.
+
+        The streaming settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``) are part
+        of it: they decide collective steps too.
+        """
+        env = [os.environ.get(v) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS")]
+        backends = [b and b.name for b in self.backends]
+        parts = (self.kind, self.norm, self.transposed_out, self.gdims, self.pdims, str(self.in_dtype), backends)
+        return repr((*parts, self.autotune_reps, repr(self.config), env)).encode()
+
+
+def _parse(
+    gdims: Any,
+    pdims: Any,
+    kind: Any,
+    dtype: Any,
+    norm: Any,
+    transposed_out: Any,
+    backend: Any,
+    config: Any,
+    autotune_reps: Any,
+    workers: Any,
+    comm: Any,
+) -> _PlanArgs:
+    """Check a plan's arguments on this rank (``TypeError``, ``InvalidUsageError``) and return them parsed."""
+    g = _ints("gdims", gdims, 3)
+    if min(g) < 1:
+        raise InvalidUsageError(f"gdims {g}: expected three positive extents (X, Y, Z)")
+    p = None if pdims is None else _ints("pdims", pdims, 2)
+    if kind not in _KINDS:
+        raise InvalidUsageError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
+    if norm not in _NORMS:
+        raise InvalidUsageError(f"norm {norm!r}: expected 'backward', 'ortho' or 'forward'")
+    in_dtype, out_dtype = _dtypes(kind, dtype)
+    backends = _backend_list(backend)
+    if config is not None and not isinstance(config, GridDescConfig):
+        raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
+    (reps,) = _ints("autotune_reps", (autotune_reps,), 1, "an integer")
+    if reps < 1:
+        raise InvalidUsageError(f"autotune_reps {reps}: expected at least 1")
+    w = None
+    if workers is not None:
+        (w,) = _ints("workers", (workers,), 1, "an integer or None")
+        if w == 0:  # scipy.fft's meaning: > 0 threads, < 0 counted back from the CPU count
+            raise InvalidUsageError("workers 0: expected a non-zero thread count (negative: os.cpu_count() + 1 + workers) or None")
+    if comm is not None and not (hasattr(comm, "allreduce") and hasattr(comm, "size")):
+        raise TypeError(f"comm: expected an mpi4py communicator or None, got {type(comm).__name__}")
+    pd = None if p is None else (p[0], p[1])
+    return _PlanArgs((g[0], g[1], g[2]), pd, kind, norm, bool(transposed_out), in_dtype, out_dtype, backends, config, reps, w, comm)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Iterator, Sequence
 from types import TracebackType
@@ -17,7 +16,7 @@ from .._cudecomp import GridDesc, Handle, PencilInfo
 from .._cupy import external_stream
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError, NotSupportedError
-from ._args import _KINDS, _NORMS, _REAL, Kind, Norm, _backend_list, _dtypes, _ints, _lengths
+from ._args import _REAL, Kind, Norm, _lengths, _parse
 from ._gpu import _SlabStream, _stream_ptr
 from ._local import _into, _make_local
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
@@ -105,49 +104,27 @@ class FFT:
         # fail, or differ, would otherwise leave the others waiting in the first exchange.
         what = "cudecomp.fft.FFT arguments"
         try:
-            g = _ints("gdims", gdims, 3)
-            if min(g) < 1:
-                raise InvalidUsageError(f"gdims {g}: expected three positive extents (X, Y, Z)")
-            p = None if pdims is None else _ints("pdims", pdims, 2)
-            if kind not in _KINDS:
-                raise InvalidUsageError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
-            if norm not in _NORMS:
-                raise InvalidUsageError(f"norm {norm!r}: expected 'backward', 'ortho' or 'forward'")
-            in_dtype, out_dtype = _dtypes(kind, dtype)
-            backends = _backend_list(backend)
-            if config is not None and not isinstance(config, GridDescConfig):
-                raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
-            (reps,) = _ints("autotune_reps", (autotune_reps,), 1, "an integer")
-            if reps < 1:
-                raise InvalidUsageError(f"autotune_reps {reps}: expected at least 1")
-            if workers is not None:
-                (w,) = _ints("workers", (workers,), 1, "an integer or None")
-                if w == 0:  # scipy.fft's meaning: > 0 threads, < 0 counted back from the CPU count
-                    raise InvalidUsageError("workers 0: expected a non-zero thread count (negative: os.cpu_count() + 1 + workers) or None")
-            if comm is not None and not (hasattr(comm, "allreduce") and hasattr(comm, "size")):
-                raise TypeError(f"comm: expected an mpi4py communicator or None, got {type(comm).__name__}")
-            local = _make_local(fft_library, norm, workers)
+            a = _parse(gdims, pdims, kind, dtype, norm, transposed_out, backend, config, autotune_reps, workers, comm)
+            local = _make_local(fft_library, a.norm, a.workers)
         except Exception as e:
             with contextlib.suppress(Exception):  # a finalized handle: this rank's own error stands
                 handle._agree(what, None, f"{type(e).__name__}: {e}")
             raise
-        # The streaming settings decide collective steps (and the slabs' marks) too.
-        env = [os.environ.get(v) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS")]
-        key = (kind, norm, bool(transposed_out), g, p, str(in_dtype), [b and b.name for b in backends], reps, repr(config), env)
-        handle._agree(what, repr(key).encode())
+        handle._agree(what, a.agreement_key())
+        g, p, kind = a.gdims, a.pdims, a.kind
         self._kind: Kind = kind
-        self._norm: Norm = norm
-        self._transposed = bool(transposed_out)
-        self._gdims = (g[0], g[1], g[2])
-        self._spectral_gdims = (g[0] // 2 + 1, g[1], g[2]) if kind == "r2c" else self._gdims
-        self._in_dtype, self._out_dtype = in_dtype, out_dtype
+        self._norm: Norm = a.norm
+        self._transposed = a.transposed_out
+        self._gdims = g
+        self._spectral_gdims = (g[0] // 2 + 1, g[1], g[2]) if kind == "r2c" else g
+        self._in_dtype, self._out_dtype = a.in_dtype, a.out_dtype
         self._handle = handle
         self._local = local
-        self._base = config.copy() if config is not None else GridDescConfig()
+        self._base = a.config.copy() if a.config is not None else GridDescConfig()
         self._streams: dict[int, Any] = {}
         self._scratch: dict[str, Any] = {}
         self._one_gpu_each: bool | None = None
-        self._comm = comm
+        self._comm = a.comm
         self.autotune_times: dict[tuple[tuple[int, int], str], float] = {}
         """Autotuning: seconds of one forward + backward (slowest rank's median) per (pdims, backend name); empty without."""
 
@@ -165,12 +142,12 @@ class FFT:
                     f"{' (spectral ' + str(self._spectral_gdims) + ')' if kind == 'r2c' else ''}"
                 )
             cands = [(p[0], p[1])]
-        trials = [(p, b) for p in cands for b in backends]
+        trials = [(p, b) for p in cands for b in a.backends]
         try:
             if len(trials) == 1:
                 self._build(*trials[0])
             else:
-                self._autotune(trials, reps)
+                self._autotune(trials, a.autotune_reps)
         except BaseException:
             self._release()  # the caller never gets the plan to destroy
             raise
