@@ -39,7 +39,8 @@ def _check_elements(name: str, value: Any, kind: str, scalar_ok: bool = False) -
     """Convert ``value`` to an array, rejecting element types that do not fit ``kind``.
 
     Booleans are not integers here, and non-integral numbers are not integers (nothing is
-    truncated). ``scalar_ok`` accepts a single value (element assignment).
+    truncated); integers must fit a C ``int`` (``InvalidUsageError``). ``scalar_ok``
+    accepts a single value (element assignment).
     """
     if isinstance(value, (str, bytes)) or (np.isscalar(value) and not scalar_ok):
         raise TypeError(f"{name}: expected a tuple, list or array, got {type(value).__name__}")
@@ -64,6 +65,8 @@ def _check_elements(name: str, value: Any, kind: str, scalar_ok: bool = False) -
     if not ok:
         expected = {"bool": "booleans", "int": "integers", "float": "real numbers"}[kind]
         raise TypeError(f"{name}: expected {expected}, got {value!r}")
+    if kind == "int" and not _fits_int32(arr):
+        raise InvalidUsageError(f"{name}: values must fit int32, got {value!r}")
     return arr
 
 
@@ -95,9 +98,7 @@ class _FieldArray(np.ndarray):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if self._field:
-            arr = _check_elements(self._field, value, self._kind, scalar_ok=True)
-            if self._kind == "int" and not _fits_int32(arr):
-                raise InvalidUsageError(f"{self._field}: values must fit int32, got {value!r}")
+            _check_elements(self._field, value, self._kind, scalar_ok=True)
         super().__setitem__(key, value)
 
     def fill(self, value: Any) -> None:
@@ -160,8 +161,6 @@ class _ArrayField(_Field[npt.NDArray[Any]], Generic[_T]):
         arr = _check_elements(self.name, value, self.kind)
         if arr.shape != self.shape:
             raise InvalidUsageError(f"{self.name}: expected {_shape_text(self.shape)} values, got shape {arr.shape}")
-        if self.kind == "int" and not _fits_int32(arr):
-            raise InvalidUsageError(f"{self.name}: values must fit int32, got {value!r}")
         np.ndarray.__setitem__(obj._arrays[self.name], Ellipsis, arr)  # type: ignore[attr-defined]
 
 
