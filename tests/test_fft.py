@@ -439,8 +439,9 @@ def test_out_without_cupy_plan_lookup(handle: cudecomp.Handle, kind: str, norm: 
 @pytest.mark.parametrize("chunks", ["1", "3", "64"])
 @pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
 @pytest.mark.parametrize("kind", ["c2c", "r2c"])
+@pytest.mark.parametrize("norm", ["backward", "ortho"])  # ortho: both directions scale their slabs
 def test_streamed_slabs(
-    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, kind: str, transposed: bool, chunks: str, shared: bool
+    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, kind: str, transposed: bool, chunks: str, shared: bool, norm: str
 ) -> None:
     """GPU slab-xy on DIRECT: 2-D FFTs streamed slab by slab into the exchange (X-fastest Z-pencils)."""
     from cudecomp import _cudecomp as ext
@@ -451,7 +452,9 @@ def test_streamed_slabs(
     if shared:  # the plan's small buffers exported too: the copy engine's single copies run
         monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
     gdims = (128, 24, 10)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 6 ranks (r2c: 65 columns)
-    plan = make_plan(handle, gdims, (1, COMM.size), kind=kind, transposed_out=transposed, backend=cudecomp.TransposeCommBackend.DIRECT)
+    plan = make_plan(
+        handle, gdims, (1, COMM.size), kind=kind, norm=norm, transposed_out=transposed, backend=cudecomp.TransposeCommBackend.DIRECT
+    )
     if plan is None:
         return
     with plan:

@@ -131,14 +131,20 @@ class _SlabStream:
         edge.record(self.side)
         main.wait_event(edge)
 
-    def forward(self, a: Any, out: Any, in_place: bool) -> Any:
-        """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array."""
+    def forward(self, a: Any, out: Any, in_place: bool, scale: float) -> Any:
+        """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array.
+
+        ``scale`` multiplies each slab right after its 2-D FFT, beside the exchange of the
+        slabs before it (as in ``backward``), instead of a pass over the result at the end.
+        """
         from cupy.cuda import cufft
 
         y, z = self.buffer(1), self.buffer(2)
 
         def fft2(lo: int, hi: int) -> None:
             self.plan2(a[lo:hi]).fft(a[lo:hi], y[lo:hi], cufft.CUFFT_FORWARD)
+            if scale != 1.0:
+                y[lo:hi] *= scale
 
         self.streamed(y.shape[0], fft2, lambda st, marks: self.grid.transpose_y_to_z(y, z, stream=st, input_ready=marks))
         dst = z if in_place else self.cupy.empty_like(z) if out is None else out

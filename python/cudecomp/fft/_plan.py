@@ -541,10 +541,8 @@ class FFT:
             if sch == "local":
                 return self._finish(first(a, (0, 1, 2), out), out, scale)
             if self._slabs is not None:
-                c = self._slabs.forward(a, out if tr and scale == 1.0 else None, not tr)
-                if tr:
-                    return self._finish(c, out, scale)
-                return G.transpose_z_to_y(self._finish(c, None, scale), out, stream=s)
+                c = self._slabs.forward(a, out if tr else None, not tr, scale)
+                return _into(c, out) if tr else G.transpose_z_to_y(c, out, stream=s)  # scaled slab by slab
             if sch == "slab-xy":
                 c = G.transpose_y_to_z(first(a, (1, 2), T("x", 0)), out if tr else T("z", 2), stream=s)
                 c = L.c2c(c, (2,), False, overwrite=True)
