@@ -8,8 +8,14 @@ Y rows (the streamed backward transform); a copy-engine
 copy of half the pencil (2-D, whole planes: the shape of the chunk DIRECT sends to the
 peer, here into local memory); and the slabbed 2-D FFTs with that copy running beside
 them on another stream, to see whether cuFFT and the copy engine slow each other.
+Then the stages of other schedules (``--alternatives``): the backward's X FFT moved
+ahead of the exchange ((Z, X) 2-D FFTs in slabs of Y rows) leaving the FFT along Y alone
+after it (no single cuFFT layout: one plane per call, on one or four streams); the X FFT
+alone; the Z FFT split by one radix-2 step into two half-length FFTs; the norm's scale
+pass; and whether cuFFT accepts a JIT link-time store callback (a scale fused into the
+transform's stores) here.
 
-    python3 bench/probes/fft_slab_parts.py --n 1024 --chunks 4
+    python3 bench/probes/fft_slab_parts.py --n 1024 --chunks 4 [--alternatives]
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=1024)
     p.add_argument("--chunks", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--alternatives", action="store_true", help="also time the stages of other schedules")
     a = p.parse_args()
     n = a.n
     x = cp.ones((n // 2, n, n), cp.complex128)  # this rank's Y-pencil (Z/2 planes)
@@ -121,6 +128,84 @@ def main() -> None:
     for c in a.chunks:
         print(f"2-D FFT in {c} slab(s) with the engine copy beside it: {timed(lambda c=c: beside(lambda: fft2(c)), a.reps):.2f} ms")
         print(f"Z FFT in {c} slab(s) with the engine copy beside it: {timed(lambda c=c: beside(lambda: zslabs(c)), a.reps):.2f} ms")
+    if a.alternatives:
+        alternatives(x, y, z, max(a.chunks), a.reps)
+
+
+def z2z(n: tuple[int, ...], embed: tuple[int, ...], stride: int, dist: int, batch: int) -> cufft.PlanNd:
+    """Return a complex128 cuFFT plan with the same layout on both sides."""
+    return cufft.PlanNd(n, embed, stride, dist, embed, stride, dist, cufft.CUFFT_Z2Z, batch, "C", 0, None)
+
+
+def alternatives(x: cp.ndarray, y: cp.ndarray, z: cp.ndarray, chunks: int, reps: int) -> None:
+    """Print the stage times of the schedules not taken (see the module docstring)."""
+    nz, ny, nx = z.shape
+    inv = cufft.CUFFT_INVERSE
+    cuts = [slice(ny * j // chunks, ny * (j + 1) // chunks) for j in range(chunks)]
+    zx = z2z((nz, nx), (nz, ny * nx), 1, nx, ny // chunks)
+    zo = y.reshape(z.shape)  # out of place, into the Y-pencil's memory
+    print(f"(Z, X) 2-D FFT in {chunks} slab(s) of Y rows: {timed(lambda: [zx.fft(z[:, c], zo[:, c], inv) for c in cuts], reps):.2f} ms")
+    xp = z2z((nx,), (nx,), 1, nx, x.shape[0] * x.shape[1])
+    print(f"X FFT of the Y-pencil (contiguous): {timed(lambda: xp.fft(x, y, inv), reps):.2f} ms")
+    planes, rows = x.shape[0], x.shape[1]
+    yp = [z2z((rows,), (rows,), nx, 1, nx) for _ in range(4)]
+    main = cp.cuda.get_current_stream()
+    for count in (1, 4):
+        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(count)]
+
+        def yplanes(streams: list[cp.cuda.Stream] = streams) -> None:
+            fork = cp.cuda.Event(disable_timing=True)
+            fork.record(main)
+            for s in streams:
+                s.wait_event(fork)
+            for i in range(planes):
+                with streams[i % len(streams)]:
+                    yp[i % len(streams)].fft(x[i], y[i], inv)
+            for s in streams:
+                join = cp.cuda.Event(disable_timing=True)
+                join.record(s)
+                main.wait_event(join)
+
+        print(f"Y FFT of the Y-pencil, one plane per call on {count} stream(s): {timed(yplanes, reps):.2f} ms")
+    h = nz // 2
+    half = z2z((h,), (h,), ny * nx, 1, ny * nx)
+
+    def two() -> None:
+        half.fft(z[:h], zo[:h], inv)
+        half.fft(z[h:], zo[h:], inv)
+
+    print(f"Z FFT as two half-length FFTs (after a radix-2 split): {timed(two, reps):.2f} ms")
+    split = cp.ElementwiseKernel(
+        "raw complex128 x, int64 half, int64 plane, int64 n",
+        "raw complex128 out",
+        """
+        long long p = i / plane;
+        complex<double> a = x[i], b = x[i + half];
+        double t = -2.0 * M_PI * (double)p / (double)n;
+        out[i] = a + b;
+        out[i + half] = (a - b) * complex<double>(cos(t), sin(t));
+        """,
+        "radix2_split",
+    )
+    m = h * ny * nx
+    print(f"radix-2 split of Z (one fused pass): {timed(lambda: split(z, m, ny * nx, nz, zo, size=m), reps):.2f} ms")
+    print(f"scale pass (y *= s): {timed(lambda: y.__imul__(0.5), reps):.2f} ms")
+    print(f"cuFFT JIT store callbacks (a fused scale): {callbacks()}")
+
+
+def callbacks() -> str:
+    """Whether cuFFT runs a JIT link-time store callback here (through CuPy), as a short verdict."""
+    src = (
+        'extern "C" __device__ void half_store(void *out, unsigned long long i, double2 v, void *info, void *shared)\n'
+        "{ double2 r; r.x = v.x * 0.5; r.y = v.y * 0.5; static_cast<double2 *>(out)[i] = r; }\n"
+    )
+    a = cp.ones((4, 64), dtype=cp.complex128)
+    try:
+        with cp.fft.config.set_cufft_callbacks(cb_store=src, cb_store_name="half_store", cb_ver="jit"):
+            r = cp.fft.fft(a)
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return f"unavailable ({type(e).__name__}: {e})"
+    return "available" if bool(cp.allclose(r, 0.5 * cp.fft.fft(a))) else "runs but does not scale"
 
 
 if __name__ == "__main__":
