@@ -439,9 +439,10 @@ def test_out_without_cupy_plan_lookup(handle: cudecomp.Handle, kind: str, norm: 
 @pytest.mark.parametrize("chunks", ["1", "3", "64"])
 @pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
 @pytest.mark.parametrize("kind", ["c2c", "r2c"])
-@pytest.mark.parametrize("norm", ["backward", "ortho"])  # ortho: both directions scale their slabs
+@pytest.mark.parametrize("norm", ["backward", "ortho"])  # ortho: both directions scale
+@pytest.mark.parametrize("nz", [10, 32])  # 32: the scale fused into the Z FFT (cudecomp.fft._zfft)
 def test_streamed_slabs(
-    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, kind: str, transposed: bool, chunks: str, shared: bool, norm: str
+    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, kind: str, transposed: bool, chunks: str, shared: bool, norm: str, nz: int
 ) -> None:
     """GPU slab-xy on DIRECT: 2-D FFTs streamed slab by slab into the exchange (X-fastest Z-pencils)."""
     from cudecomp import _cudecomp as ext
@@ -451,7 +452,7 @@ def test_streamed_slabs(
     monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
     if shared:  # the plan's small buffers exported too: the copy engine's single copies run
         monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
-    gdims = (128, 24, 10)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 6 ranks (r2c: 65 columns)
+    gdims = (128, 24, nz)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 6 ranks (r2c: 65 columns)
     plan = make_plan(
         handle, gdims, (1, COMM.size), kind=kind, norm=norm, transposed_out=transposed, backend=cudecomp.TransposeCommBackend.DIRECT
     )
@@ -463,6 +464,38 @@ def test_streamed_slabs(
         before = ext._single_copy_count()
         check_plan(plan, TOL64, seed=11, reuse=True)
         assert (ext._single_copy_count() > before) == shared
+
+
+@pytest.mark.skipif(not gpu_available(), reason="needs the GPU variant and a GPU")
+@pytest.mark.parametrize("dtype", [np.complex128, np.complex64])
+def test_strided_fft_kernel(dtype: type) -> None:  # pragma: no cover - GPU
+    """The Z FFT kernel equals cupy.fft.fft along axis 0: every length it takes, both
+    directions, scaled, in place and out of place, on slabs of rows (column counts that
+    are not a multiple of a block's); it declines what it cannot do."""
+    import cupy
+
+    from cudecomp.fft._zfft import StridedFFT, supported
+
+    k = StridedFFT()
+    tol = 1e-13 if dtype == np.complex128 else 2e-6
+    rng = np.random.default_rng(3)
+    for bits in range(4, 11):
+        n = 1 << bits
+        x = cupy.asarray((rng.standard_normal((n, 3, 7)) + 1j * rng.standard_normal((n, 3, 7))).astype(dtype))
+        for inverse in (False, True):
+            want = cupy.fft.ifft(x, axis=0) * n if inverse else cupy.fft.fft(x, axis=0)
+            got = cupy.empty_like(x)
+            assert k.takes(x, got)
+            k(x, got, inverse, 0.25)
+            assert float(cupy.abs(got - 0.25 * want).max()) <= tol * float(cupy.abs(want).max())
+            y = x.copy()
+            k(y[:, 1:3], y[:, 1:3], inverse)  # in place, rows 1-2 of each plane: 14 columns
+            assert float(cupy.abs(y[:, 1:3] - want[:, 1:3]).max()) <= tol * float(cupy.abs(want).max())
+            assert bool((y[:, 0] == x[:, 0]).all())
+    assert not supported(12, dtype) and not supported(2048, dtype) and not supported(16, np.float64)
+    x = cupy.zeros((16, 4, 6), dtype)
+    assert not k.takes(x[:, :, :3], x[:, :, :3])  # rows not contiguous
+    assert not k.takes(x, cupy.zeros((16, 4, 6), np.complex128 if dtype == np.complex64 else np.complex64))
 
 
 @pytest.mark.skipif(cudecomp.CPU_ONLY or COMM.size < 2 or not gpu_available(), reason="GPU slab-xy plans on DIRECT, with peers")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._cudecomp import GridDesc
+from ._zfft import StridedFFT
 
 # Slabs the local FFTs of a streamed transform are cut into (the exchange of one overlaps
 # the FFTs of the next); `CUDECOMP_FFT_CHUNKS` overrides.
@@ -61,6 +62,7 @@ class _SlabStream:
         self.bufs: dict[int, Any] = {}
         self.side: Any = None
         self.events: list[Any] = []
+        self.kernel = StridedFFT()
         try:
             chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
         except ValueError:
@@ -85,23 +87,31 @@ class _SlabStream:
             p = self.plans[key] = cupyx.scipy.fft.get_fft_plan(a, axes=(1, 2), value_type=value_type)
         return p
 
-    def zfft(self, a: Any, out: Any, inverse: bool, lo: int = 0, hi: int | None = None) -> None:
-        """Unscaled FFT along axis 0 (Z) of Y rows ``lo:hi`` of ``a`` into ``out`` (may be ``a``).
+    def zfft(self, a: Any, out: Any, inverse: bool, lo: int = 0, hi: int | None = None, scale: float = 1.0) -> None:
+        """FFT along axis 0 (Z) of Y rows ``lo:hi`` of ``a`` into ``out`` (may be ``a``), times ``scale``.
 
-        Both are X-fastest Z-pencils shaped alike; the plan (strided along Z, batched over
-        the rows and X at unit distance) reads and writes through the views' pointers.
+        Both are X-fastest Z-pencils shaped alike. A scale is fused by our kernel where it
+        takes the length (one pass instead of cuFFT's and a scale pass); unscaled, or at
+        other lengths, a cuFFT plan strided along Z (batched over the rows and X at unit
+        distance) reads and writes through the views' pointers.
         """
         from cupy.cuda import cufft
 
         nz, ny, nx = a.shape
         hi = ny if hi is None else hi
+        src, dst = a[:, lo:hi], out[:, lo:hi]
+        if scale != 1.0 and self.kernel.takes(src, dst):
+            self.kernel(src, dst, inverse, scale)
+            return
         key = ("z", a.shape, a.dtype.str, hi - lo)
         p = self.plans.get(key)
         if p is None:
             t = cufft.CUFFT_Z2Z if a.dtype == np.complex128 else cufft.CUFFT_C2C
             # cufftPlanMany's arguments, as CuPy's own N-D planning passes them.
             p = self.plans[key] = cufft.PlanNd((nz,), (nz,), ny * nx, 1, (nz,), ny * nx, 1, t, (hi - lo) * nx, "C", 0, None)
-        p.fft(a[:, lo:hi], out[:, lo:hi], cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
+        p.fft(src, dst, cufft.CUFFT_INVERSE if inverse else cufft.CUFFT_FORWARD)
+        if scale != 1.0:
+            dst *= scale
 
     def streamed(self, n: int, step: Any, move: Any) -> None:
         """Run ``step(lo, hi)`` in slabs of ``n`` cells, each feeding ``move`` as it is done.
@@ -134,36 +144,37 @@ class _SlabStream:
     def forward(self, a: Any, out: Any, in_place: bool, scale: float) -> Any:
         """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array.
 
-        ``scale`` multiplies each slab right after its 2-D FFT, beside the exchange of the
-        slabs before it (as in ``backward``), instead of a pass over the result at the end.
+        ``scale`` is fused into the FFT along Z where our kernel takes it; otherwise it
+        multiplies each slab right after its 2-D FFT, beside the exchange of the slabs
+        before it (as in ``backward``), rather than a pass over the result at the end.
         """
         from cupy.cuda import cufft
 
         y, z = self.buffer(1), self.buffer(2)
+        dst = z if in_place else self.cupy.empty_like(z) if out is None else out
+        fused = scale != 1.0 and self.kernel.takes(z, dst)
 
         def fft2(lo: int, hi: int) -> None:
             self.plan2(a[lo:hi]).fft(a[lo:hi], y[lo:hi], cufft.CUFFT_FORWARD)
-            if scale != 1.0:
+            if scale != 1.0 and not fused:
                 y[lo:hi] *= scale
 
         self.streamed(y.shape[0], fft2, lambda st, marks: self.grid.transpose_y_to_z(y, z, stream=st, input_ready=marks))
-        dst = z if in_place else self.cupy.empty_like(z) if out is None else out
-        self.zfft(z, dst, False)
+        self.zfft(z, dst, False, scale=scale if fused else 1.0)
         return dst
 
     def backward(self, a: Any, transposed: bool, stream: int | None, scale: float) -> Any:
         """Run the inverse FFT along Z and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours).
 
-        ``scale`` multiplies each slab right after its FFT: SM work that runs beside the
-        exchange of the slabs before it, rather than a pass of its own at the end.
+        ``scale`` is applied to each slab by its FFT (fused where our kernel takes the
+        length): work that runs beside the exchange of the slabs before it, rather than a
+        pass of its own at the end.
         """
         y, z = self.buffer(1), self.buffer(2)
         src = a if transposed else self.grid.transpose_y_to_z(a, z, stream=stream)
 
         def step(lo: int, hi: int) -> None:
-            self.zfft(src, z, True, lo, hi)
-            if scale != 1.0:
-                z[:, lo:hi] *= scale
+            self.zfft(src, z, True, lo, hi, scale)
 
         def move(st: int, marks: list[tuple[Any, int]]) -> None:
             self.grid.transpose_z_to_y(z, y, stream=st, input_ready=marks, input_ready_axis=1)
