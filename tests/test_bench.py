@@ -169,7 +169,7 @@ def test_graph_rows_time_replays_beside_eager_calls(tmp_path: os.PathLike[str]) 
 @requires_data_path()
 def test_fft_op_times_forward_and_backward_beside_one_device(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(shared_dir(tmp_path), "fft.json")
-    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "fft", "--fft-out", "both", "--backends", "MPI_P2P"]
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "fft", "--fft-out", "both", "--fft-norm", "ortho", "--backends", "MPI_P2P"]
     assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--quiet", "--json", path]) == 0
     if MPI.COMM_WORLD.rank == 0:
         rows = json.load(open(path))["rows"]

@@ -149,7 +149,7 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
 
             f = cupy.fft
             name = "cupy_fftn_1gpu"
-            fwd, inv = (f.rfftn, lambda x: f.irfftn(x, s=shape)) if r2c else (f.fftn, f.ifftn)
+            inv_axes: dict[str, Any] = {}
         else:
             try:
                 import scipy.fft as f  # type: ignore[no-redef]
@@ -158,7 +158,10 @@ def fft_one_device(s: Session, plan: Any) -> dict[str, float]:
             except ImportError:
                 f = np.fft
                 name = "numpy_fftn_1rank"
-            fwd, inv = (f.rfftn, lambda x: f.irfftn(x, s=shape, axes=(0, 1, 2))) if r2c else (f.fftn, f.ifftn)
+            inv_axes = {"axes": (0, 1, 2)}
+        norm = plan.norm
+        fwd = functools.partial(f.rfftn if r2c else f.fftn, norm=norm)
+        inv = functools.partial(f.irfftn, s=shape, norm=norm, **inv_axes) if r2c else functools.partial(f.ifftn, norm=norm)
         if xp.gpu:
             m.get_default_memory_pool().free_all_blocks()  # room for the whole array
         out: dict[str, float] = {}

@@ -160,6 +160,12 @@ def parser() -> argparse.ArgumentParser:
         "X-pencil (natural; rows fft-natural, ifft-natural) (default: transposed)",
     )
     p.add_argument(
+        "--fft-norm",
+        default="backward",
+        choices=["backward", "ortho", "forward"],
+        help="--ops fft: the plans' norm, as numpy.fft's (which direction scales; the one-device baseline uses it too) (default: backward)",
+    )
+    p.add_argument(
         "--halo",
         nargs=3,
         type=int,

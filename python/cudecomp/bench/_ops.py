@@ -260,7 +260,7 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
 
     ``f32``/``f64`` run ``r2c`` plans, ``c64``/``c128`` ``c2c`` plans, with the spectral
     output left transposed (``--fft-out transposed``, the fast path) or in the input's
-    pencil (``natural``). Each row carries, as baseline, the same transform of the whole
+    pencil (``natural``), with ``--fft-norm``'s norm. Each row carries, as baseline, the same transform of the whole
     global array on one device (rank 0: ``cupy.fft`` on its GPU, or the plan's CPU
     library), measured once per grid and dtype in the same run.
     """
@@ -270,7 +270,16 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
         tag = "" if transposed else "natural"
         try:
             backend = TransposeCommBackend[bname]
-            plan = FFT(s.handle, case.gdims, case.pdims, kind=kind, dtype=case.np_dtype, transposed_out=transposed, backend=backend)
+            plan = FFT(
+                s.handle,
+                case.gdims,
+                case.pdims,
+                kind=kind,
+                dtype=case.np_dtype,
+                norm=s.args.fft_norm,
+                transposed_out=transposed,
+                backend=backend,
+            )
         except cudecomp.CudecompError as e:
             rows.append(case.row("fft" + (f"-{tag}" if tag else ""), bname, False, note=f"skipped: {type(e).__name__}: {e}"))
             continue
