@@ -250,3 +250,46 @@ def test_opaque_storage_with_explicit_dtype(handle: cudecomp.Handle) -> None:
         assert np.array_equal(out.view(np.complex128), make(ib, case.gdims, DataType.DOUBLE_COMPLEX))
     finally:
         grid.destroy()
+
+
+@pytest.mark.parametrize("library", [False, True], ids=["user-arrays", "library-arrays"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_own_cells_left_to_the_caller(
+    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, backend: TransposeCommBackend, library: bool
+) -> None:
+    """``own_cells=False``: every cell from another rank lands, this rank's own are left as they were.
+
+    Between ``empty_pencil`` arrays DIRECT runs its single copies; in place is refused on
+    every rank with the handle still usable, and a non-bool is a TypeError.
+    """
+    from cudecomp import _cudecomp as ext
+
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")  # small library arrays exported too
+    monkeypatch.setenv("CUDECOMP_SINGLE_COPY", "1")
+    before = ext._single_copy_count()
+    for pdims in factor_pairs(NRANKS):
+        case = Case((9, 10, 11), pdims, backend)
+        grid = handle.create_grid(case.config())
+        try:
+            for op, a, b in OPS:
+                info_in, info_out = grid.get_pencil_info(a), grid.get_pencil_info(b)
+                x = device(make(info_in, case.gdims, case.dtype))
+                expected = make(info_out, case.gdims, case.dtype, OUT_SENTINEL)
+                own = np.isin(expected, make(info_in, case.gdims, case.dtype)[interior(info_in)]) & interior(info_out)
+                expected[own] = OUT_SENTINEL
+                out = grid.empty_pencil(b, np.float64) if library else xp.empty(info_out.array_shape, np.float64)
+                out[...] = OUT_SENTINEL
+                assert getattr(grid, op)(x, out, own_cells=False) is out
+                assert np.array_equal(to_host(out), expected), f"{op} {case}"
+            info_x, info_y = grid.get_pencil_info(0), grid.get_pencil_info(1)
+            buf = xp.zeros(max(info_x.size, info_y.size), np.float64)
+            inp, out = buf[: info_x.size].reshape(info_x.array_shape), buf[: info_y.size].reshape(info_y.array_shape)
+            with pytest.raises(cudecomp.InvalidUsageError, match="own_cells=False: expected an out-of-place"):
+                grid.transpose_x_to_y(inp, out, own_cells=False)
+            with pytest.raises(TypeError):
+                grid.transpose_x_to_y(inp, out, own_cells=1)  # type: ignore[arg-type]
+            run_op(grid, case, "transpose_x_to_y", 0, 1, None)  # still usable
+        finally:
+            grid.destroy()
+    single = library and backend == TransposeCommBackend.DIRECT and NRANKS > 1
+    assert (ext._single_copy_count() > before) == single

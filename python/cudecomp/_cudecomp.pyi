@@ -371,6 +371,7 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        own_cells: bool = True,
     ) -> Any:
         """Global transpose from X-pencils to Y-pencils (collective).
 
@@ -429,13 +430,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            own_cells: ``False`` leaves the cells that stay on this rank (those in
+                both this rank's input and output pencils) unwritten in ``out``:
+                only cells from other ranks land there, and the caller reads its
+                own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                them). Out of place only. Each rank may choose for itself.
 
         Returns:
             ``out``, or the newly allocated output.
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, a released grid or handle, or MPI already
+                overlap (``own_cells=False`` in place among them) or workspace size,
+                a released grid or handle, or MPI already
                 finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
                 the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
@@ -456,6 +463,7 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        own_cells: bool = True,
     ) -> Any:
         """Global transpose from Y-pencils to Z-pencils (collective).
 
@@ -514,13 +522,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            own_cells: ``False`` leaves the cells that stay on this rank (those in
+                both this rank's input and output pencils) unwritten in ``out``:
+                only cells from other ranks land there, and the caller reads its
+                own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                them). Out of place only. Each rank may choose for itself.
 
         Returns:
             ``out``, or the newly allocated output.
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, a released grid or handle, or MPI already
+                overlap (``own_cells=False`` in place among them) or workspace size,
+                a released grid or handle, or MPI already
                 finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
                 the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
@@ -541,6 +555,7 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        own_cells: bool = True,
     ) -> Any:
         """Global transpose from Z-pencils to Y-pencils (collective).
 
@@ -599,13 +614,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            own_cells: ``False`` leaves the cells that stay on this rank (those in
+                both this rank's input and output pencils) unwritten in ``out``:
+                only cells from other ranks land there, and the caller reads its
+                own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                them). Out of place only. Each rank may choose for itself.
 
         Returns:
             ``out``, or the newly allocated output.
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, a released grid or handle, or MPI already
+                overlap (``own_cells=False`` in place among them) or workspace size,
+                a released grid or handle, or MPI already
                 finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
                 the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.
@@ -626,6 +647,7 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        own_cells: bool = True,
     ) -> Any:
         """Global transpose from Y-pencils to X-pencils (collective).
 
@@ -684,13 +706,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            own_cells: ``False`` leaves the cells that stay on this rank (those in
+                both this rank's input and output pencils) unwritten in ``out``:
+                only cells from other ranks land there, and the caller reads its
+                own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                them). Out of place only. Each rank may choose for itself.
 
         Returns:
             ``out``, or the newly allocated output.
 
         Raises:
             InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                overlap or workspace size, a released grid or handle, or MPI already
+                overlap (``own_cells=False`` in place among them) or workspace size,
+                a released grid or handle, or MPI already
                 finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
                 the ranks run different operations or one rank's arguments are wrong.
             NotSupportedError: A pencil of this transpose is empty on some rank.

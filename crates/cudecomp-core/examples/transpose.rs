@@ -149,6 +149,7 @@ fn transposes(grid: &GridDesc, backend: TransposeBackend) -> Result<bool> {
             direction,
             layouts: TransposeLayouts::default(),
             dtype: DataType::Double,
+            own_cells: true,
         };
         grid.transpose(&op, buf(&mut data), buf(&mut out), None, Exec::Host)?;
         let good = out == oracle(&out_info, g.gdims, SENTINEL);

@@ -421,6 +421,7 @@ fn time_transposes(grid: &GridDesc, o: &AutotuneOptions, best: f64) -> Result<Me
                 direction: *d,
                 layouts: layouts[i],
                 dtype: o.dtype,
+                own_cells: true,
             };
             record[i] += run_timed(exec, &mut || grid.transpose(&op, ab, out, None, exec))?;
         }

@@ -88,6 +88,7 @@
 //!         direction: Direction::XToY,
 //!         layouts: TransposeLayouts::default(),
 //!         dtype: DataType::Double,
+//!         own_cells: true,
 //!     };
 //!     grid.transpose(&op, input, output, None, Exec::Host)?;
 //!     grid.destroy()?;

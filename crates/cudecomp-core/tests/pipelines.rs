@@ -25,6 +25,7 @@ fn op(direction: Direction, layouts: TransposeLayouts) -> TransposeOp {
         direction,
         layouts,
         dtype: DataType::Double,
+        own_cells: true,
     }
 }
 

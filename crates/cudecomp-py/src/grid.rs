@@ -56,6 +56,7 @@ pub struct TransposeCall<'a, 'py> {
     pub stream: Option<&'a Bound<'py, PyAny>>,
     pub input_ready: Option<&'a Bound<'py, PyAny>>,
     pub input_ready_axis: Option<&'a Bound<'py, PyAny>>,
+    pub own_cells: bool,
 }
 
 /// `input_ready`: `(event, planes)` pairs; an event is an int handle, or an object with an
@@ -265,6 +266,7 @@ fn prepare_transpose<'py>(
         direction,
         layouts,
         dtype,
+        own_cells: c.own_cells,
     };
     Ok((op, input, out, out_obj, work, exec))
 }
@@ -474,19 +476,25 @@ macro_rules! grid_methods {
                 ///     input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ///         ``input_ready`` run along; ``None``: the input's slowest axis in
                 ///         memory.
+                ///     own_cells: ``False`` leaves the cells that stay on this rank (those in
+                ///         both this rank's input and output pencils) unwritten in ``out``:
+                ///         only cells from other ranks land there, and the caller reads its
+                ///         own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                ///         them). Out of place only. Each rank may choose for itself.
                 ///
                 /// Returns:
                 ///     ``out``, or the newly allocated output.
                 ///
                 /// Raises:
                 ///     InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
-                ///         overlap or workspace size, a released grid or handle, or MPI already
+                ///         overlap (``own_cells=False`` in place among them) or workspace size,
+                ///         a released grid or handle, or MPI already
                 ///         finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
                 ///         the ranks run different operations or one rank's arguments are wrong.
                 ///     NotSupportedError: A pencil of this transpose is empty on some rank.
                 ///     TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 ///         a list as an array, a host array in the GPU variant).
-                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None))]
+                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None, own_cells = true))]
                 #[allow(clippy::too_many_arguments)]
                 fn $tname<'py>(
                     &self,
@@ -502,11 +510,12 @@ macro_rules! grid_methods {
                     stream: Option<&Bound<'py, PyAny>>,
                     input_ready: Option<&Bound<'py, PyAny>>,
                     input_ready_axis: Option<&Bound<'py, PyAny>>,
+                    own_cells: bool,
                 ) -> PyResult<Bound<'py, PyAny>> {
                     self.transpose(
                         py,
                         $dir,
-                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready, input_ready_axis },
+                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready, input_ready_axis, own_cells },
                     )
                 }
             )*

@@ -75,6 +75,8 @@ pub struct TransposeCall<'a> {
     /// Device operations: when the input is written in steps (none: the stream alone
     /// orders it).
     pub ready: InputReady<'a>,
+    /// Copy this rank's own cells (see [`crate::handle::TransposeOp::own_cells`]).
+    pub own_cells: bool,
 }
 
 /// A transpose's input written in steps: after each mark's event, the input's cells of
@@ -137,6 +139,7 @@ impl TransposeCall<'_> {
             input: self.input,
             output: self.output,
             work,
+            own_cells: self.own_cells,
         }
     }
 }

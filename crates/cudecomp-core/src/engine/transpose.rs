@@ -57,6 +57,9 @@ pub struct TransposeRun<'a> {
     pub output: Buf,
     /// Workspace: packed send chunks from 0, packed receive chunks from `plan.recv_base`.
     pub work: Buf,
+    /// Copy this rank's own cells into the output; `false` (out of place only) leaves them
+    /// in the input for the caller.
+    pub own_cells: bool,
 }
 
 const TAG_TRANSPOSE: i32 = 0;
@@ -146,9 +149,11 @@ impl TransposeRun<'_> {
                     .copy(self.elem, self.input, self.work, &self.plan.pack(me))?;
             }
             Ok(())
-        } else {
+        } else if self.own_cells {
             self.mover
                 .copy(self.elem, self.input, self.output, &self.plan.self_copy())
+        } else {
+            Ok(())
         }
     }
 
@@ -387,7 +392,7 @@ impl TransposeRun<'_> {
         // while the slices travel; host ones copy them piece by piece whenever a slice has
         // not arrived yet, and what is left after the last unpacking.
         let own_first = lag == usize::MAX && !in_place;
-        let mut own: Vec<Copy3> = if own_first || in_place {
+        let mut own: Vec<Copy3> = if own_first || in_place || !self.own_cells {
             Vec::new()
         } else {
             let pieces = if x.polls() { OWN_PIECES } else { 1 };
@@ -519,7 +524,7 @@ impl TransposeRun<'_> {
             .unwrap_or(2);
         let mut parts: Vec<(Buf, Box<dyn Mover + 'm>, Vec<Copy3>)> = (1..=np)
             .map(|step| (plan.me + step) % np)
-            .filter(|&p| plan.sends[p].count > 0)
+            .filter(|&p| plan.sends[p].count > 0 && (p != plan.me || self.own_cells))
             .map(|p| {
                 let (dst, c) = if p == plan.me {
                     (self.output, plan.self_copy())
@@ -824,6 +829,7 @@ mod tests {
                     input: inp,
                     output: if in_place { inp } else { bytes(&mut output) },
                     work: bytes(&mut work),
+                    own_cells: true,
                 };
                 let x = Posted {
                     t: sub.as_ref(),
@@ -942,6 +948,7 @@ mod tests {
                     input: bytes(&mut input),
                     output: outs[c.rank()],
                     work: Buf::empty(),
+                    own_cells: true,
                 };
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
                 let Some((axis, k)) = steps else {

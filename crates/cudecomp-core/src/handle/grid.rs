@@ -30,6 +30,10 @@ pub struct TransposeOp {
     pub layouts: TransposeLayouts,
     /// Element type of both arrays.
     pub dtype: DataType,
+    /// Whether this rank's own cells (those that stay on it) are copied into the output;
+    /// `false` leaves them to the caller, which reads them from the input (out of place
+    /// only). Each rank decides for itself: peers' chunks move alike either way.
+    pub own_cells: bool,
 }
 
 /// One decomposition bound to a handle.
@@ -391,6 +395,7 @@ impl GridDesc {
                 output,
                 work,
                 ready,
+                own_cells: op.own_cells,
             },
             exec,
         )
@@ -412,6 +417,9 @@ impl GridDesc {
         check_len("output", output, plan.output.size, elem)?;
         if input.ptr() != output.ptr() && input.overlaps(&output) {
             invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
+        }
+        if !op.own_cells && input.ptr() == output.ptr() {
+            invalid!("own_cells=False: expected an out-of-place transpose (this rank's own cells stay in the input for the caller), got out sharing the input's memory");
         }
         check_work_apart(work, &[input, output])?;
         check_work_len(
