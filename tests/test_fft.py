@@ -471,7 +471,8 @@ def test_streamed_slabs(
 def test_strided_fft_kernel(dtype: type) -> None:  # pragma: no cover - GPU
     """The Z FFT kernel equals cupy.fft.fft along axis 0: every length it takes, both
     directions, scaled, in place and out of place, on slabs of rows (column counts that
-    are not a multiple of a block's); it declines what it cannot do."""
+    are not a multiple of a block's), with rows read from or written to another array;
+    it declines what it cannot do."""
     import cupy
 
     from cudecomp.fft._zfft import StridedFFT, supported
@@ -492,6 +493,21 @@ def test_strided_fft_kernel(dtype: type) -> None:  # pragma: no cover - GPU
             k(y[:, 1:3], y[:, 1:3], inverse)  # in place, rows 1-2 of each plane: 14 columns
             assert float(cupy.abs(y[:, 1:3] - want[:, 1:3]).max()) <= tol * float(cupy.abs(want).max())
             assert bool((y[:, 0] == x[:, 0]).all())
+            # Rows lo..hi read from, or written to, another array (another row stride).
+            lo, hi = n // 4, n // 2
+            alt = cupy.zeros((hi - lo, 5, 3, 7), dtype)[:, 2]
+            alt[...] = x[lo:hi]
+            poisoned = x.copy()
+            poisoned[lo:hi] = np.nan
+            assert k.takes(poisoned, got, alt)
+            k(poisoned, got, inverse, 1.0, a_rows=(lo, alt))
+            assert float(cupy.abs(got - want).max()) <= tol * float(cupy.abs(want).max())
+            got[...] = 7
+            k(x, got, inverse, 1.0, out_rows=(lo, alt))
+            assert float(cupy.abs(alt - want[lo:hi]).max()) <= tol * float(cupy.abs(want).max())
+            assert bool((got[lo:hi] == 7).all())
+            rest = cupy.concatenate([got[:lo] - want[:lo], got[hi:] - want[hi:]])
+            assert float(cupy.abs(rest).max()) <= tol * float(cupy.abs(want).max())
     assert not supported(12, dtype) and not supported(2048, dtype) and not supported(16, np.float64)
     x = cupy.zeros((16, 4, 6), dtype)
     assert not k.takes(x[:, :, :3], x[:, :, :3])  # rows not contiguous

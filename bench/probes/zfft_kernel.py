@@ -5,7 +5,9 @@ every supported length, both precisions and directions, whole arrays and slabs o
 (column counts that are not a multiple of a block's), then times it against cuFFT's
 strided plan on one rank's half of an N^3 complex128 or complex64 transform over two GPUs (the
 forward's tail), in place and out of place, unscaled and with the norm's scale (the
-backward's streamed step, where cuFFT needs a pass of its own for the scale).
+backward's streamed step, where cuFFT needs a pass of its own for the scale), and with
+this rank's own half of the rows read from or written to the Y-pencil (the streamed
+transforms leave their own cells there instead of copying them).
 
     python3 bench/probes/zfft_kernel.py --n 1024 512
 """
@@ -91,6 +93,18 @@ def measure(n: int, dtype: type, reps: int) -> None:
             k(z[:, lo:hi], w[:, lo:hi], True, 0.5)
 
     t[f"kernel scaled in {chunks} slabs of rows"] = timed(slabs, reps)
+    # The streamed transforms' own cells: half the Z rows live in the Y-pencil (N/2 Z
+    # planes of N x N), read from there (forward's tail) or written there (backward).
+    y = cp.ones((n // 2, n, n), dtype)
+    own = y[:, : n // 2]
+    t["kernel out of place, half the rows read from the Y-pencil"] = timed(lambda: k(z, w, False, a_rows=(0, own)), reps)
+
+    def own_slabs() -> None:
+        for j in range(chunks):
+            lo, hi = n // 2 * j // chunks, n // 2 * (j + 1) // chunks
+            k(z[:, lo:hi], w[:, lo:hi], True, 0.5, out_rows=(0, own[:, lo:hi]))
+
+    t[f"kernel scaled in {chunks} slabs, half the rows written to the Y-pencil"] = timed(own_slabs, reps)
     print(f"N={n}: Z-pencil {z.nbytes / 2**30:.1f} GiB {np.dtype(dtype).name} ({n} x {n // 2} x {n})")
     for name, ms in t.items():
         print(f"  {name}: {ms:.2f} ms ({2 * z.nbytes / ms / 1e6:.0f} GB/s of one read and one write)")

@@ -45,10 +45,12 @@ class _SlabStream:
     into a library array, each slab followed by an event; the Y→Z transpose runs on a
     second stream with those events as ``input_ready``, so DIRECT's copy engine sends
     each slab to the peers while the next is transformed. The FFT along Z (the slowest
-    axis of the X-fastest Z-pencil: a strided cuFFT plan) follows once every chunk has
-    arrived. Backward mirrors it: the inverse FFT along Z runs in slabs of Y rows, each
-    sent by the Z→Y transpose (``input_ready_axis=1``) while the next is transformed,
-    then the 2-D inverse FFTs.
+    axis of the X-fastest Z-pencil: our strided kernel, ``_zfft``, or a strided cuFFT
+    plan at lengths it does not take) follows once every chunk has arrived. Backward
+    mirrors it: the inverse FFT along Z runs in slabs of Y rows, each sent by the Z→Y
+    transpose (``input_ready_axis=1``) while the next is transformed, then the 2-D
+    inverse FFTs. With the kernel, this rank's own cells never go through the exchange:
+    the kernel reads them from (forward) or writes them to (backward) the Y-pencil.
     """
 
     def __init__(self, grid: GridDesc, r2c: bool, dtype: np.dtype) -> None:
@@ -63,6 +65,7 @@ class _SlabStream:
         self.side: Any = None
         self.events: list[Any] = []
         self.kernel = StridedFFT()
+        self.own: tuple[int, int] | None = None
         try:
             chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
         except ValueError:
@@ -76,6 +79,18 @@ class _SlabStream:
             b = self.bufs[axis] = self.grid.empty_pencil(axis, self.dtype)
         return b
 
+    def own_cells(self, y: Any) -> tuple[int, Any]:
+        """Where this rank's own cells lie: ``(z0, view)``, rows ``z0..`` of the Z-pencil being ``view`` of the Y-pencil ``y``.
+
+        They are the cells of both pencils (Z planes of the Y-pencil, Y rows of the
+        Z-pencil); ``view`` has the Z-pencil's extents past axis 0.
+        """
+        if self.own is None:
+            # Every pencil of a streamed plan keeps X fastest: lo lists X, Y, Z.
+            self.own = (self.grid.get_pencil_info(1).lo[2], self.grid.get_pencil_info(2).lo[1])
+        z0, y0 = self.own
+        return z0, y[:, y0 : y0 + self.buffer(2).shape[1]]
+
     def plan2(self, a: Any) -> Any:
         """Return a cached cuFFT plan over axes (1, 2) of arrays shaped like ``a`` (C order)."""
         value_type = "R2C" if self.r2c else "C2C"
@@ -88,21 +103,17 @@ class _SlabStream:
         return p
 
     def zfft(self, a: Any, out: Any, inverse: bool, lo: int = 0, hi: int | None = None, scale: float = 1.0) -> None:
-        """FFT along axis 0 (Z) of Y rows ``lo:hi`` of ``a`` into ``out`` (may be ``a``), times ``scale``.
+        """Run cuFFT along axis 0 (Z) of Y rows ``lo:hi`` of ``a`` into ``out`` (may be ``a``), then ``scale``.
 
-        Both are X-fastest Z-pencils shaped alike. A scale is fused by our kernel where it
-        takes the length (one pass instead of cuFFT's and a scale pass); unscaled, or at
-        other lengths, a cuFFT plan strided along Z (batched over the rows and X at unit
-        distance) reads and writes through the views' pointers.
+        For lengths our kernel does not take. Both are X-fastest Z-pencils shaped alike;
+        the plan (strided along Z, batched over the rows and X at unit distance) reads and
+        writes through the views' pointers.
         """
         from cupy.cuda import cufft
 
         nz, ny, nx = a.shape
         hi = ny if hi is None else hi
         src, dst = a[:, lo:hi], out[:, lo:hi]
-        if scale != 1.0 and self.kernel.takes(src, dst):
-            self.kernel(src, dst, inverse, scale)
-            return
         key = ("z", a.shape, a.dtype.str, hi - lo)
         p = self.plans.get(key)
         if p is None:
@@ -144,40 +155,54 @@ class _SlabStream:
     def forward(self, a: Any, out: Any, in_place: bool, scale: float) -> Any:
         """Transform forward into the Z-pencil: our buffer (``in_place``), ``out``, or a new array.
 
-        ``scale`` is fused into the FFT along Z where our kernel takes it; otherwise it
-        multiplies each slab right after its 2-D FFT, beside the exchange of the slabs
-        before it (as in ``backward``), rather than a pass over the result at the end.
+        Where our kernel takes the Z length, the exchange leaves this rank's own cells in
+        the Y-pencil (``own_cells=False``) and the FFT along Z reads them there, with
+        ``scale`` fused; otherwise cuFFT runs along Z and ``scale`` multiplies each slab
+        right after its 2-D FFT, beside the exchange of the slabs before it.
         """
         from cupy.cuda import cufft
 
         y, z = self.buffer(1), self.buffer(2)
         dst = z if in_place else self.cupy.empty_like(z) if out is None else out
-        fused = scale != 1.0 and self.kernel.takes(z, dst)
+        z0, own = self.own_cells(y)
+        kernel = self.kernel.takes(z, dst, own)
 
         def fft2(lo: int, hi: int) -> None:
             self.plan2(a[lo:hi]).fft(a[lo:hi], y[lo:hi], cufft.CUFFT_FORWARD)
-            if scale != 1.0 and not fused:
+            if scale != 1.0 and not kernel:
                 y[lo:hi] *= scale
 
-        self.streamed(y.shape[0], fft2, lambda st, marks: self.grid.transpose_y_to_z(y, z, stream=st, input_ready=marks))
-        self.zfft(z, dst, False, scale=scale if fused else 1.0)
+        def move(st: int, marks: list[tuple[Any, int]]) -> None:
+            self.grid.transpose_y_to_z(y, z, stream=st, input_ready=marks, own_cells=not kernel)
+
+        self.streamed(y.shape[0], fft2, move)
+        if kernel:
+            self.kernel(z, dst, False, scale, a_rows=(z0, own))
+        else:
+            self.zfft(z, dst, False)
         return dst
 
     def backward(self, a: Any, transposed: bool, stream: int | None, scale: float) -> Any:
         """Run the inverse FFT along Z and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours).
 
-        ``scale`` is applied to each slab by its FFT (fused where our kernel takes the
-        length): work that runs beside the exchange of the slabs before it, rather than a
-        pass of its own at the end.
+        The FFT along Z runs in slabs of Y rows, each scaled as it is transformed, beside
+        the exchange of the slabs before it. Where our kernel takes the Z length it writes
+        this rank's own cells straight into the Y-pencil, scale fused, and the exchange
+        leaves them alone (``own_cells=False``); otherwise cuFFT and a scale per slab.
         """
         y, z = self.buffer(1), self.buffer(2)
         src = a if transposed else self.grid.transpose_y_to_z(a, z, stream=stream)
+        z0, own = self.own_cells(y)
+        kernel = self.kernel.takes(src, z, own)
 
         def step(lo: int, hi: int) -> None:
-            self.zfft(src, z, True, lo, hi, scale)
+            if kernel:
+                self.kernel(src[:, lo:hi], z[:, lo:hi], True, scale, out_rows=(z0, own[:, lo:hi]))
+            else:
+                self.zfft(src, z, True, lo, hi, scale)
 
         def move(st: int, marks: list[tuple[Any, int]]) -> None:
-            self.grid.transpose_z_to_y(z, y, stream=st, input_ready=marks, input_ready_axis=1)
+            self.grid.transpose_z_to_y(z, y, stream=st, input_ready=marks, input_ready_axis=1, own_cells=not kernel)
 
         self.streamed(z.shape[1], step, move)
         return y

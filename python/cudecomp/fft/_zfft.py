@@ -5,7 +5,8 @@ of a whole plane between consecutive elements. cuFFT's strided plan takes 6.3 ms
 8 GiB of complex128 of one rank's half of 1024^3 on an H200 (a copy: 4.0 ms), and cannot
 fuse the norm's scale without JIT callbacks, which the cuFFT of CUDA 13.0 rejects, so a
 scaled transform costs a second pass (10.2 ms in all; bench/RESULTS.md). This kernel
-reads and writes the array once, scale included (7.0 ms): a block takes a few
+reads and writes the array once, scale included (6.5-7.0 ms in place, 5.7-5.9 out of
+place or in slabs of rows): a block takes a few
 neighbouring columns (one element of every Z plane each), so every load and store of a
 warp covers 128-byte stretches of rows, and transforms them as ``N = R * S`` (the
 four-step split): ``S`` threads per column each do an ``R``-point DFT in registers over
@@ -15,9 +16,12 @@ small DFTs are straight-line radix-2 code generated here with the constants writ
 the twiddles between the steps come from a table computed in double precision on the
 host, so results match cuFFT's accuracy.
 
-Unscaled, cuFFT is faster, so the transforms use the kernel only where it fuses a scale
-(the norm's scale of a streamed slab-xy transform). Lengths that are powers of two from
-16 to 1024 take this path (``supported``); others stay with cuFFT and a scale pass.
+Rows of the input may be read from, and rows of the output written to, a second array
+(``a_rows``, ``out_rows``): the streamed transforms' own cells stay in the Y-pencil, so
+the exchange need not copy them into the Z-pencil (``own_cells=False``). Out of place,
+with half the rows in the Y-pencil, it takes 6.3 ms there unscaled (cuFFT on the
+Z-pencil alone: 5.9 ms, after a 2.7 ms copy of those rows). Lengths that are powers of
+two from 16 to 1024 take this path (``supported``); others stay with cuFFT.
 """
 
 from __future__ import annotations
@@ -106,9 +110,7 @@ def _source(sh: _Shape, complex_type: str, real: str, sign: int) -> str:
     # place k1, of the tile.
     stores_a = "\n      ".join(f"sm[t * {row} + {k1 * tx} + c] = cmul(v[{_bitrev(k1, rb)}], tw[(t * {k1}) & {n - 1}]);" for k1 in range(r))
     loads_b = "\n      ".join(f"u[{t}] = sm[{t * row} + k1 * {tx} + c];" for t in range(s))
-    stores_b = "\n        ".join(
-        f"out[(long long)(k1 + {r * k2}) * ld_out + col] = cscale(u[{_bitrev(k2, sb)}], scale);" for k2 in range(s)
-    )
+    stores_b = "\n        ".join(f"out_row(k1 + {r * k2})[col] = cscale(u[{_bitrev(k2, sb)}], scale);" for k2 in range(s))
     return f"""
 typedef {complex_type} C;
 typedef {real} Real;
@@ -120,9 +122,16 @@ __device__ __forceinline__ C mul_mi(C a) {{ return C{{a.y, -a.x}}; }}
 __device__ __forceinline__ C cscale(C a, Real f) {{ return C{{a.x * f, a.y * f}}; }}
 
 extern "C" __global__ void __launch_bounds__({sh.block[0] * sh.block[1]})
-zfft(const C* __restrict__ in, C* __restrict__ out, long long ncols, long long ld_in,
-     long long ld_out, const C* __restrict__ tw, Real scale)
+zfft(const C* in, long long ld_in, const C* in_alt, long long ld_in_alt, int in_lo, int in_hi,
+     C* out, long long ld_out, C* out_alt, long long ld_out_alt, int out_lo, int out_hi,
+     long long ncols, const C* __restrict__ tw, Real scale)
 {{
+    // Rows in_lo..in_hi of the input come from in_alt, rows out_lo..out_hi of the output
+    // go to out_alt (no __restrict__: the input may be the output).
+    auto in_row = [&](int z) -> const C* {{
+        return z >= in_lo && z < in_hi ? in_alt + (long long)(z - in_lo) * ld_in_alt : in + (long long)z * ld_in; }};
+    auto out_row = [&](int z) -> C* {{
+        return z >= out_lo && z < out_hi ? out_alt + (long long)(z - out_lo) * ld_out_alt : out + (long long)z * ld_out; }};
     extern __shared__ C sm[];
     const int c = threadIdx.x;
     const long long col = (long long)blockIdx.x * {tx} + c;
@@ -132,7 +141,7 @@ zfft(const C* __restrict__ in, C* __restrict__ out, long long ncols, long long l
       C v[{r}];
       #pragma unroll
       for (int j = 0; j < {r}; ++j)
-        v[j] = live ? in[(long long)(t + {s} * j) * ld_in + col] : C{{0, 0}};
+        v[j] = live ? in_row(t + {s} * j)[col] : C{{0, 0}};
       {step_a}
       {stores_a}
     }}
@@ -181,23 +190,42 @@ class StridedFFT:
         return k
 
     @staticmethod
-    def takes(a: Any, out: Any) -> bool:
-        """Whether the kernel transforms ``a`` into ``out``.
+    def takes(a: Any, out: Any, *alts: Any) -> bool:
+        """Whether the kernel transforms ``a`` into ``out`` (rows of either may lie in ``alts``).
 
-        It needs a supported length and dtype, the same shape and dtype for both, and the
-        last two axes of each together one contiguous row.
+        It needs a supported length and dtype, the same shape for ``a`` and ``out``, the
+        same dtype and the same extents past axis 0 for all, and the last two axes of each
+        together one contiguous row.
         """
 
         def rows(x: Any) -> bool:
             item = x.dtype.itemsize
-            return x.ndim == 3 and x.strides[2] == item and x.strides[1] == x.shape[2] * item and x.strides[0] > 0
+            return (
+                x.ndim == 3
+                and x.dtype == a.dtype
+                and x.shape[1:] == a.shape[1:]
+                and x.strides[2] == item
+                and x.strides[1] == x.shape[2] * item
+                and x.strides[0] > 0
+            )
 
-        return supported(a.shape[0], a.dtype) and out.shape == a.shape and out.dtype == a.dtype and rows(a) and rows(out)
+        return supported(a.shape[0], a.dtype) and out.shape == a.shape and all(rows(x) for x in (a, out, *alts))
 
-    def __call__(self, a: Any, out: Any, inverse: bool, scale: float = 1.0) -> None:
+    def __call__(
+        self,
+        a: Any,
+        out: Any,
+        inverse: bool,
+        scale: float = 1.0,
+        a_rows: tuple[int, Any] | None = None,
+        out_rows: tuple[int, Any] | None = None,
+    ) -> None:
         """Transform ``a`` along axis 0 into ``out`` (may be ``a``), times ``scale``, on the current stream.
 
-        The caller checks ``takes(a, out)``.
+        ``a_rows = (lo, alt)``: rows ``lo`` to ``lo + len(alt)`` of the input are read from
+        ``alt`` instead of ``a``; ``out_rows``: those rows of the output are written to
+        its array instead of ``out`` (the streamed FFTs' own cells, which stay in the
+        other pencil). The caller checks ``takes(a, out, *alts)``.
         """
         ncols = a.shape[1] * a.shape[2]
         if ncols == 0:
@@ -205,5 +233,17 @@ class StridedFFT:
         fn, tw, sh = self._kernel(a.shape[0], a.dtype, 1 if inverse else -1)
         item = a.dtype.itemsize
         real = np.float64 if a.dtype == np.complex128 else np.float32
-        args = (a, out, np.int64(ncols), np.int64(a.strides[0] // item), np.int64(out.strides[0] // item), tw, real(scale))
+
+        def split(x: Any, rows: tuple[int, Any] | None) -> tuple[Any, ...]:
+            lo, alt = rows if rows is not None else (0, x[:0])
+            return (
+                x,
+                np.int64(x.strides[0] // item),
+                alt if alt.size else x,
+                np.int64(alt.strides[0] // item),
+                np.int32(lo),
+                np.int32(lo + alt.shape[0]),
+            )
+
+        args = (*split(a, a_rows), *split(out, out_rows), np.int64(ncols), tw, real(scale))
         fn(sh.grid(ncols), sh.block, args, shared_mem=sh.smem)
