@@ -75,7 +75,7 @@ pub struct TransposeCall<'a> {
     /// Device operations: when the input is written in steps (none: the stream alone
     /// orders it).
     pub ready: InputReady<'a>,
-    /// Copy this rank's own cells (see [`crate::handle::TransposeOp::own_cells`]).
+    /// Copy this rank's own cells (see [`crate::handle::grid::TransposeOp::own_cells`]).
     pub own_cells: bool,
 }
 
