@@ -12,16 +12,17 @@ warp covers 128-byte stretches of rows, and transforms them as ``N = R * S`` (th
 four-step split): ``S`` threads per column each do an ``R``-point DFT in registers over
 elements ``S`` apart, multiply by the twiddles, exchange through shared memory, then
 ``R`` threads per column do the ``S``-point DFTs and store in natural order, scaled. The
-small DFTs are straight-line radix-2 code generated here with the constants written out;
-the twiddles between the steps come from a table computed in double precision on the
-host, so results match cuFFT's accuracy.
+small DFTs are straight-line mixed-radix code (radices 4, 2, 3, 5) generated here with
+the constants written out; the twiddles between the steps come from a table computed in
+double precision on the host, so results match cuFFT's accuracy.
 
 Rows of the input may be read from, and rows of the output written to, a second array
 (``a_rows``, ``out_rows``): the streamed transforms' own cells stay in the Y-pencil, so
 the exchange need not copy them into the Z-pencil (``own_cells=False``). Out of place,
 with half the rows in the Y-pencil, it takes 6.3 ms there unscaled (cuFFT on the
-Z-pencil alone: 5.9 ms, after a 2.7 ms copy of those rows). Lengths that are powers of
-two from 16 to 1024 take this path (``supported``); others stay with cuFFT.
+Z-pencil alone: 5.9 ms, after a 2.7 ms copy of those rows). Lengths from 16 to 1024
+made of factors 2, 3 and 5 that split into two factors of at most 32 take this path
+(``supported``); others stay with cuFFT.
 """
 
 from __future__ import annotations
@@ -35,15 +36,30 @@ import numpy as np
 _MAX_RADIX = 32
 
 
+def _smooth(n: int) -> bool:
+    """Whether ``n`` has no prime factor above 5 (the radices the DFTs are built from)."""
+    for p in (2, 3, 5):
+        while n % p == 0:
+            n //= p
+    return n == 1
+
+
+def _split(n: int) -> tuple[int, int] | None:
+    """Return the most balanced ``(R, S)`` with ``R * S == n``, ``S <= R <= 32``, or None."""
+    best = None
+    for s in range(1, _MAX_RADIX + 1):
+        if n % s == 0 and s <= n // s <= _MAX_RADIX:
+            best = (n // s, s)
+    return best
+
+
 def supported(n: int, dtype: Any) -> bool:
-    """Whether ``n``-point transforms of ``dtype`` (complex64 or complex128) run on this kernel."""
-    return np.dtype(dtype) in (np.complex64, np.complex128) and 16 <= n <= _MAX_RADIX**2 and n & (n - 1) == 0
+    """Whether ``n``-point transforms of ``dtype`` (complex64 or complex128) run on this kernel.
 
-
-def _split(n: int) -> tuple[int, int]:
-    """Return ``(R, S)`` with ``R * S == n`` and ``R`` the larger, both powers of two."""
-    s = 1 << (int(math.log2(n)) // 2)
-    return n // s, s
+    Lengths from 16 to 1024 with no prime factor above 5 that split into two factors of at
+    most 32 (all powers of two, and 48, 96, 384, 768, 960, ...; not 1000 = 25 x 40).
+    """
+    return np.dtype(dtype) in (np.complex64, np.complex128) and 16 <= n <= _MAX_RADIX**2 and _smooth(n) and _split(n) is not None
 
 
 class _Shape:
@@ -51,7 +67,10 @@ class _Shape:
 
     def __init__(self, n: int, itemsize: int, tx: int) -> None:
         self.n, self.tx = n, tx
-        self.r, self.s = _split(n)
+        rs = _split(n)
+        if rs is None:
+            raise ValueError(f"no split of {n} into two factors of at most {_MAX_RADIX}")
+        self.r, self.s = rs
         # The block's shared tile holds a row of R places per step-A row, padded by one
         # place per column where a warp's accesses would otherwise share banks.
         self.row = (self.r + (1 if tx * itemsize < 128 else 0)) * tx
@@ -67,50 +86,97 @@ def _lit(x: float, real: str) -> str:
     return f"{x!r}" if real == "double" else f"{x!r}f"
 
 
-def _dft(r: int, v: str, sign: int, real: str) -> list[str]:
-    """Straight-line code of an in-place radix-2 decimation-in-frequency DFT of ``v[0..r)``.
+class _Codelet:
+    """Straight-line code of small DFTs, written as a sequence of named temporaries.
 
-    The result is left in bit-reversed order: ``v[bitrev(k)]`` holds output ``k``.
-    Twiddles are ``exp(sign * 2 pi i m / r)``, written as literals; the trivial ones
-    (1 and -+i) are applied without a multiplication.
+    ``dft(names)`` returns the names holding the DFT of the values ``names`` in natural
+    order: mixed-radix decimation in time (radix 4 first, then 2, 3 and 5), with the
+    twiddles ``exp(sign * 2 pi i m / n)`` written out as literals and the trivial ones
+    (1, -1, +-i) applied without a multiplication.
     """
-    lines: list[str] = []
-    h = r // 2
-    while h >= 1:
-        for b in range(0, r, 2 * h):
-            for i in range(h):
-                p, q = f"{v}[{b + i}]", f"{v}[{b + i + h}]"
-                lines.append(f"{{ C a = {p}, c = {q}; {p} = cadd(a, c); C d = csub(a, c);")
-                m = i * (r // (2 * h))  # exponent in units of 1/r of a turn
-                if m == 0:
-                    lines.append(f"  {q} = d; }}")
-                elif 4 * m == r:
-                    # exp(sign * i pi / 2) = sign * i
-                    lines.append(f"  {q} = {'mul_i' if sign > 0 else 'mul_mi'}(d); }}")
-                else:
-                    ang = sign * 2.0 * math.pi * m / r
-                    c, s = _lit(math.cos(ang), real), _lit(math.sin(ang), real)
-                    lines.append(f"  {q} = cmul(d, C{{{c}, {s}}}); }}")
-        h //= 2
-    return lines
 
+    def __init__(self, sign: int, real: str) -> None:
+        self.sign, self.real = sign, real
+        self.lines: list[str] = []
+        self.count = 0
 
-def _bitrev(k: int, bits: int) -> int:
-    return int(f"{k:0{bits}b}"[::-1], 2) if bits else 0
+    def let(self, expr: str) -> str:
+        name = f"q{self.count}"
+        self.count += 1
+        self.lines.append(f"const C {name} = {expr};")
+        return name
+
+    def rotate(self, x: str, m: int, n: int) -> str:
+        """``x`` times ``exp(sign * 2 pi i m / n)``."""
+        m %= n
+        if m == 0:
+            return x
+        if (4 * m) % n == 0:
+            quarter = 4 * m // n  # 1, 2 or 3 quarter turns in the sign's direction
+            if quarter == 2:
+                return self.let(f"cneg({x})")
+            return self.let(f"{'mul_i' if (quarter == 1) == (self.sign > 0) else 'mul_mi'}({x})")
+        ang = self.sign * 2.0 * math.pi * m / n
+        return self.let(f"cmul({x}, C{{{_lit(math.cos(ang), self.real)}, {_lit(math.sin(ang), self.real)}}})")
+
+    def small(self, t: list[str]) -> list[str]:
+        """Return the DFT of 2, 3, 4 or 5 values."""
+        p = len(t)
+        if p == 2:
+            return [self.let(f"cadd({t[0]}, {t[1]})"), self.let(f"csub({t[0]}, {t[1]})")]
+        if p == 4:
+            s02, d02 = self.let(f"cadd({t[0]}, {t[2]})"), self.let(f"csub({t[0]}, {t[2]})")
+            s13, d13 = self.let(f"cadd({t[1]}, {t[3]})"), self.rotate(self.let(f"csub({t[1]}, {t[3]})"), 1, 4)
+            return [
+                self.let(f"cadd({s02}, {s13})"),
+                self.let(f"cadd({d02}, {d13})"),
+                self.let(f"csub({s02}, {s13})"),
+                self.let(f"csub({d02}, {d13})"),
+            ]
+        if p == 3:
+            sb = self.let(f"cadd({t[1]}, {t[2]})")
+            u = self.let(f"csub({t[0]}, cscale({sb}, {_lit(0.5, self.real)}))")
+            h = _lit(self.sign * math.sqrt(3.0) / 2.0, self.real)
+            v = self.let(f"cscale(mul_i(csub({t[1]}, {t[2]})), {h})")
+            return [self.let(f"cadd({t[0]}, {sb})"), self.let(f"cadd({u}, {v})"), self.let(f"csub({u}, {v})")]
+        out = []
+        for q in range(p):
+            acc = t[0]
+            for r in range(1, p):
+                acc = self.let(f"cadd({acc}, {self.rotate(t[r], r * q, p)})")
+            out.append(acc)
+        return out
+
+    def dft(self, x: list[str]) -> list[str]:
+        n = len(x)
+        if n == 1:
+            return list(x)
+        p = next(f for f in (4, 2, 3, 5) if n % f == 0)
+        m = n // p
+        subs = [self.dft(x[r::p]) for r in range(p)]
+        out = [""] * n
+        for k in range(m):
+            ys = self.small([self.rotate(subs[r][k], r * k, n) for r in range(p)])
+            for q in range(p):
+                out[k + m * q] = ys[q]
+        return out
 
 
 def _source(sh: _Shape, complex_type: str, real: str, sign: int) -> str:
     """CUDA source of the kernel of shape ``sh`` (``sign``: of the exponent)."""
-    n, r, s, tx, row = sh.n, sh.r, sh.s, sh.tx, sh.row
-    rb, sb = int(math.log2(r)), int(math.log2(s))
-    step_a = "\n      ".join(_dft(r, "v", sign, real))
-    step_b = "\n      ".join(_dft(s, "u", sign, real))
-    # Step A: thread row t < S of a column holds elements t + S j (j < R); after its DFT,
-    # v[bitrev(k1)] is Y[t, k1], which is multiplied by w_N^(t k1) and stored at row t,
-    # place k1, of the tile.
-    stores_a = "\n      ".join(f"sm[t * {row} + {k1 * tx} + c] = cmul(v[{_bitrev(k1, rb)}], tw[(t * {k1}) & {n - 1}]);" for k1 in range(r))
+    r, s, tx, row = sh.r, sh.s, sh.tx, sh.row
+    a = _Codelet(sign, real)
+    ya = a.dft([f"v[{j}]" for j in range(r)])
+    b = _Codelet(sign, real)
+    xb = b.dft([f"u[{t}]" for t in range(s)])
+    step_a = "\n      ".join(a.lines)
+    step_b = "\n      ".join(b.lines)
+    # Step A: thread row t < S of a column holds elements t + S j (j < R); its DFT gives
+    # Y[t, k1], which is multiplied by w_N^(t k1) (t k1 < N: no wrap) and stored at row
+    # t, place k1, of the tile.
+    stores_a = "\n      ".join(f"sm[t * {row} + {k1 * tx} + c] = cmul({ya[k1]}, tw[t * {k1}]);" for k1 in range(r))
     loads_b = "\n      ".join(f"u[{t}] = sm[{t * row} + k1 * {tx} + c];" for t in range(s))
-    stores_b = "\n        ".join(f"out_row(k1 + {r * k2})[col] = cscale(u[{_bitrev(k2, sb)}], scale);" for k2 in range(s))
+    stores_b = "\n        ".join(f"out_row(k1 + {r * k2})[col] = cscale({xb[k2]}, scale);" for k2 in range(s))
     return f"""
 typedef {complex_type} C;
 typedef {real} Real;
@@ -119,6 +185,7 @@ __device__ __forceinline__ C csub(C a, C b) {{ return C{{a.x - b.x, a.y - b.y}};
 __device__ __forceinline__ C cmul(C a, C b) {{ return C{{a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x}}; }}
 __device__ __forceinline__ C mul_i(C a) {{ return C{{-a.y, a.x}}; }}
 __device__ __forceinline__ C mul_mi(C a) {{ return C{{a.y, -a.x}}; }}
+__device__ __forceinline__ C cneg(C a) {{ return C{{-a.x, -a.y}}; }}
 __device__ __forceinline__ C cscale(C a, Real f) {{ return C{{a.x * f, a.y * f}}; }}
 
 extern "C" __global__ void __launch_bounds__({sh.block[0] * sh.block[1]})
