@@ -19,22 +19,9 @@ import argparse
 import cupy as cp
 import numpy as np
 from cupy.cuda import cufft
+from fft_slab_parts import timed  # beside this script
 
 from cudecomp.fft._zfft import StridedFFT, supported
-
-
-def timed(f, reps: int) -> float:
-    """Median milliseconds of ``f`` (CUDA events on the current stream) after one warm-up."""
-    f()
-    out = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(out))
 
 
 def rel(a, b) -> float:
