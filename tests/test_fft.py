@@ -511,6 +511,17 @@ def test_strided_fft_kernel(dtype: type) -> None:  # pragma: no cover - GPU
     x = cupy.zeros((16, 4, 6), dtype)
     assert not k.takes(x[:, :, :3], x[:, :, :3])  # rows not contiguous
     assert not k.takes(x, cupy.zeros((16, 4, 6), np.complex128 if dtype == np.complex64 else np.complex64))
+    # A GPU with less shared memory per block: narrower blocks, or cuFFT where none fits.
+    small = StridedFFT()
+    small._smem_limit = 48 * 1024
+    x = cupy.asarray((rng.standard_normal((1024, 2, 5)) + 1j * rng.standard_normal((1024, 2, 5))).astype(dtype))
+    got = cupy.empty_like(x)
+    assert small.takes(x, got)
+    small(x, got, False)
+    want = cupy.fft.fft(x, axis=0)
+    assert float(cupy.abs(got - want).max()) <= tol * float(cupy.abs(want).max())
+    small._smem_limit = 1024
+    assert not small.takes(x, got)
 
 
 @pytest.mark.skipif(cudecomp.CPU_ONLY or COMM.size < 2 or not gpu_available(), reason="GPU slab-xy plans on DIRECT, with peers")

@@ -233,12 +233,31 @@ class StridedFFT:
     complex64). Narrower blocks read rows in stretches too short for the memory (64-byte
     stretches: 1.8 times a copy's time on an H200), and wider ones need more shared
     memory than a block has; two blocks of 8 columns sharing their tiles through
-    distributed shared memory were measured slower (bench/RESULTS.md).
+    distributed shared memory were measured slower (bench/RESULTS.md). On GPUs with
+    less shared memory per block (V100: 96 KiB) the columns are halved until the tile
+    fits, and lengths whose tile fits nowhere stay with cuFFT (``takes``).
     """
 
     def __init__(self, columns: int | None = None) -> None:
         self._columns = columns
         self._kernels: dict[tuple[int, str, int], tuple[Any, Any, _Shape]] = {}
+        self._smem_limit: int | None = None
+
+    def _shape(self, n: int, dtype: np.dtype) -> _Shape | None:
+        """Return the kernel's shape for ``n``-point transforms of ``dtype`` on this device, or None."""
+        if self._smem_limit is None:
+            import cupy
+
+            # cudaDevAttrMaxSharedMemoryPerBlockOptin
+            self._smem_limit = int(cupy.cuda.runtime.deviceGetAttribute(97, cupy.cuda.Device().id))
+        tx = self._columns or 128 // dtype.itemsize
+        while True:
+            sh = _Shape(n, dtype.itemsize, tx)
+            if sh.smem <= self._smem_limit:
+                return sh
+            if tx == 1:
+                return None
+            tx //= 2
 
     def _kernel(self, n: int, dtype: np.dtype, sign: int) -> tuple[Any, Any, _Shape]:
         key = (n, dtype.str, sign)
@@ -247,7 +266,9 @@ class StridedFFT:
             import cupy
 
             double = dtype == np.complex128
-            sh = _Shape(n, dtype.itemsize, self._columns or 128 // dtype.itemsize)
+            sh = self._shape(n, dtype)
+            if sh is None:
+                raise ValueError(f"the {n}-point kernel's tile does not fit this GPU's shared memory")
             src = _source(sh, "double2" if double else "float2", "double" if double else "float", sign)
             fn = cupy.RawModule(code=src, options=("--std=c++17",)).get_function("zfft")
             fn.max_dynamic_shared_size_bytes = sh.smem
@@ -256,8 +277,7 @@ class StridedFFT:
             k = self._kernels[key] = (fn, tw, sh)
         return k
 
-    @staticmethod
-    def takes(a: Any, out: Any, *alts: Any) -> bool:
+    def takes(self, a: Any, out: Any, *alts: Any) -> bool:
         """Whether the kernel transforms ``a`` into ``out`` (rows of either may lie in ``alts``).
 
         It needs a supported length and dtype, the same shape for ``a`` and ``out``, the
@@ -276,7 +296,12 @@ class StridedFFT:
                 and x.strides[0] > 0
             )
 
-        return supported(a.shape[0], a.dtype) and out.shape == a.shape and all(rows(x) for x in (a, out, *alts))
+        return (
+            supported(a.shape[0], a.dtype)
+            and out.shape == a.shape
+            and all(rows(x) for x in (a, out, *alts))
+            and self._shape(a.shape[0], a.dtype) is not None
+        )
 
     def __call__(
         self,
