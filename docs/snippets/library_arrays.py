@@ -30,3 +30,13 @@ with cudecomp.Handle(MPI.COMM_WORLD) as handle:
         assert np.array_equal(x, original)
         # Ordinary arrays work too (two copies): same result.
         assert np.array_equal(grid.transpose_x_to_y(original), y)
+        # own_cells=False moves only the cells that change rank: those this rank keeps
+        # (in both its X- and its Y-pencil) are left for the caller to read from x.
+        y[...] = 0
+        grid.transpose_x_to_y(x, y, own_cells=False)
+        moved = y != 0
+        full = grid.transpose_x_to_y(x)
+        assert np.array_equal(y[moved], full[moved])
+        boxes = [{i.order[d]: (i.lo[d], i.hi[d]) for d in range(3)} for i in (grid.get_pencil_info(0), grid.get_pencil_info(1))]
+        own = np.prod([max(0, min(boxes[0][a][1], boxes[1][a][1]) - max(boxes[0][a][0], boxes[1][a][0]) + 1) for a in range(3)])
+        assert (~moved).sum() == own
