@@ -1,4 +1,4 @@
-"""Transposes whose input is written in steps (``input_ready``), and GPU single copies by the copy engine.
+"""Transposes with input or output in steps (``input_ready``, ``output_ready``), and GPU single copies by the copy engine.
 
 A producer writes the input slab by slab (Z planes of a Y-pencil, or Y rows of a Z-pencil
 with ``input_ready_axis=1``) on its own stream, recording an event after each slab (after
@@ -6,7 +6,9 @@ a delay, so that a transpose that did not wait would read cells not yet written)
 transpose runs on another stream with those events and must still match the global-index
 oracle exactly. DIRECT between library arrays (whole rows of at least 4 KiB: the copy
 engine's single copies, taken by default) moves each slab as its event completes; the
-other backends wait for every event first. The CPU variant refuses events.
+other backends wait for every event first. Output steps mirror it: a consumer stream
+waits for each event the transpose records and copies that step's cells out at once;
+what it copied must be the oracle's cells. The CPU variant refuses events.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import cudecomp
 from conftest import gpu_available, requires_data_path
 from cudecomp import DataType, TransposeCommBackend
 from cudecomp import _cudecomp as ext
-from oracle import make
+from oracle import make, nccl_usable
 
 pytestmark = requires_data_path()
 
@@ -178,4 +180,118 @@ def test_marks_are_checked(handle: cudecomp.Handle) -> None:
                 g.transpose_y_to_z(x, y, input_ready=[(e, 1)], input_ready_axis=3)
             g.transpose_y_to_z(x, y, input_ready=[(e, planes)])  # the grid still works
             assert tuple(y.shape) == ib.array_shape
+        g.transpose_y_to_z(x, y)
+
+
+def landed_transpose(
+    g: cudecomp.GridDesc, dtype: DataType, library: bool, ends: list[int], backward: bool = False, **kw: Any
+) -> tuple[Any, np.ndarray, int]:
+    """Transpose on a mover stream with ``output_ready`` marks at ``ends``; a consumer copies each step out as its event completes.
+
+    Forward: Y→Z; backward: Z→Y; the steps run along the output's slowest axis (Z in
+    both). Returns what the consumer copied, the oracle and the single copies taken.
+    """
+    import cupy
+
+    delay = cupy.RawKernel(DELAY, "delay")
+    a, b = (2, 1) if backward else (1, 2)
+    ia, ib = g.get_pencil_info(a), g.get_pencil_info(b)
+    want_in, want_out = make(ia, GDIMS, dtype), make(ib, GDIMS, dtype)
+    alloc = g.zeros_pencil if library else (lambda axis, dt: cupy.zeros(g.get_pencil_info(axis).array_shape, want_in.dtype))
+    x, y = alloc(a, dtype), alloc(b, dtype)
+    x[...] = cupy.asarray(want_in)
+    seen = cupy.zeros_like(y)
+    cupy.cuda.Device().synchronize()
+    mover, consumer = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    marks = [(cupy.cuda.Event(disable_timing=True), e) for e in ends]
+    with mover:
+        delay((1,), (1,), (np.uint64(2_000_000),))  # the copies start 2 ms from now
+    before = ext._single_copy_count()
+    f = g.transpose_z_to_y if backward else g.transpose_y_to_z
+    f(x, y, stream=mover.ptr, output_ready=marks, **kw)
+    taken = ext._single_copy_count() - before
+    lo = 0
+    with consumer:
+        for e, hi in marks:
+            consumer.wait_event(e)
+            seen[lo:hi] = y[lo:hi]
+            lo = hi
+    consumer.synchronize()
+    mover.synchronize()
+    seen[lo:] = y[lo:]  # the cells past the last step: when the operation is done
+    return seen, want_out, taken
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+@pytest.mark.parametrize("backward", [False, True], ids=["y_to_z", "z_to_y"])
+@pytest.mark.parametrize("cuts", ["halves", "each", "partial", "many"])
+def test_direct_single_copy_signals_each_output_step(handle: cudecomp.Handle, backward: bool, cuts: str) -> None:
+    with slab_grid(handle, TransposeCommBackend.DIRECT) as g:
+        n = g.get_pencil_info(1 if backward else 2).array_shape[0]  # Z planes of the output
+        ends = {
+            "halves": [n // 2, n],
+            "each": list(range(1, n + 1)),
+            "partial": [n // 2],  # the rest lands with the operation
+            "many": sorted([j * n // 20 for j in range(1, 21)]),  # 20 steps: signalled in groups
+        }[cuts]
+        seen, want, taken = landed_transpose(g, DataType.DOUBLE_COMPLEX, True, ends, backward)
+        assert np.array_equal(seen.get(), want)
+        assert taken == int(NRANKS > 1)
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+def test_input_and_output_steps_together(handle: cudecomp.Handle) -> None:
+    import cupy
+
+    with slab_grid(handle, TransposeCommBackend.DIRECT) as g:
+        e = cupy.cuda.Event(disable_timing=True)
+        e.record()
+        planes = g.get_pencil_info(1).array_shape[0]
+        seen, want, taken = landed_transpose(g, DataType.DOUBLE, True, [1, 3], input_ready=[(e, planes)])
+        assert np.array_equal(seen.get(), want)
+        assert taken == int(NRANKS > 1)
+
+
+@gpu_only
+@pytest.mark.usefixtures("every_array_shared")
+@pytest.mark.parametrize(
+    "backend", [TransposeCommBackend.DIRECT, TransposeCommBackend.MPI_P2P, TransposeCommBackend.NCCL], ids=lambda b: b.name
+)
+def test_other_routes_record_every_output_event_at_the_end(handle: cudecomp.Handle, backend: TransposeCommBackend) -> None:
+    # User arrays: DIRECT's two copies; MPI_P2P staged through the host; NCCL.
+    if backend == TransposeCommBackend.NCCL and not nccl_usable():
+        pytest.skip("NCCL needs a GPU per rank")
+    with slab_grid(handle, backend) as g:
+        seen, want, taken = landed_transpose(g, DataType.DOUBLE, False, [2, 4])
+        assert np.array_equal(seen.get(), want)
+        assert taken == 0
+
+
+def test_output_marks_are_checked(handle: cudecomp.Handle) -> None:
+    with slab_grid(handle, TransposeCommBackend.DIRECT) as g:
+        ib = g.get_pencil_info(2)
+        x = g.zeros_pencil(1, DataType.DOUBLE)
+        y = g.zeros_pencil(2, DataType.DOUBLE)
+        with pytest.raises(TypeError, match="output_ready"):
+            g.transpose_y_to_z(x, y, output_ready=[1, 2])
+        with pytest.raises(TypeError, match="output_ready"):
+            g.transpose_y_to_z(x, y, output_ready=7)
+        if not GPU:
+            with pytest.raises(cudecomp.InvalidUsageError, match="output_ready: expected no events for an operation on host memory"):
+                g.transpose_y_to_z(x, y, output_ready=[(1, 1)])
+        else:
+            import cupy
+
+            e = cupy.cuda.Event(disable_timing=True)
+            planes = ib.array_shape[0]
+            with pytest.raises(cudecomp.InvalidUsageError, match="not decreasing"):
+                g.transpose_y_to_z(x, y, output_ready=[(e, planes), (e, 0)])
+            with pytest.raises(cudecomp.InvalidUsageError, match=f"output's {planes} cells along axis 2"):
+                g.transpose_y_to_z(x, y, output_ready=[(e, planes + 1)])
+            with pytest.raises(cudecomp.InvalidUsageError, match="output_ready_axis"):
+                g.transpose_y_to_z(x, y, output_ready=[(e, 1)], output_ready_axis=-1)
+            g.transpose_y_to_z(x, y, output_ready=[(e, planes)])  # the grid still works
+            e.synchronize()
         g.transpose_y_to_z(x, y)

@@ -371,6 +371,8 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        output_ready: Sequence[tuple[Any, int]] | None = None,
+        output_ready_axis: int | None = None,
         own_cells: bool = True,
     ) -> Any:
         """Global transpose from X-pencils to Y-pencils (collective).
@@ -430,6 +432,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                the transpose records each ``event`` on its stream once the
+                output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                counted) are written, so that work on another stream that waits
+                for it can start on them while the rest lands (DIRECT between
+                ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                step by step, and each event follows its step, or, with more than
+                15 steps, the group of steps it falls in; other backends record
+                every event at the end). Cells past the last ``n`` are written
+                when the operation is done on its stream. The CPU variant refuses
+                events.
+            output_ready_axis: The global axis the steps of ``output_ready`` run
+                along; ``None``: the output's slowest axis in memory.
             own_cells: ``False`` leaves the cells that stay on this rank (those in
                 both this rank's input and output pencils) unwritten in ``out``:
                 only cells from other ranks land there, and the caller reads its
@@ -463,6 +478,8 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        output_ready: Sequence[tuple[Any, int]] | None = None,
+        output_ready_axis: int | None = None,
         own_cells: bool = True,
     ) -> Any:
         """Global transpose from Y-pencils to Z-pencils (collective).
@@ -522,6 +539,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                the transpose records each ``event`` on its stream once the
+                output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                counted) are written, so that work on another stream that waits
+                for it can start on them while the rest lands (DIRECT between
+                ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                step by step, and each event follows its step, or, with more than
+                15 steps, the group of steps it falls in; other backends record
+                every event at the end). Cells past the last ``n`` are written
+                when the operation is done on its stream. The CPU variant refuses
+                events.
+            output_ready_axis: The global axis the steps of ``output_ready`` run
+                along; ``None``: the output's slowest axis in memory.
             own_cells: ``False`` leaves the cells that stay on this rank (those in
                 both this rank's input and output pencils) unwritten in ``out``:
                 only cells from other ranks land there, and the caller reads its
@@ -555,6 +585,8 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        output_ready: Sequence[tuple[Any, int]] | None = None,
+        output_ready_axis: int | None = None,
         own_cells: bool = True,
     ) -> Any:
         """Global transpose from Z-pencils to Y-pencils (collective).
@@ -614,6 +646,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                the transpose records each ``event`` on its stream once the
+                output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                counted) are written, so that work on another stream that waits
+                for it can start on them while the rest lands (DIRECT between
+                ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                step by step, and each event follows its step, or, with more than
+                15 steps, the group of steps it falls in; other backends record
+                every event at the end). Cells past the last ``n`` are written
+                when the operation is done on its stream. The CPU variant refuses
+                events.
+            output_ready_axis: The global axis the steps of ``output_ready`` run
+                along; ``None``: the output's slowest axis in memory.
             own_cells: ``False`` leaves the cells that stay on this rank (those in
                 both this rank's input and output pencils) unwritten in ``out``:
                 only cells from other ranks land there, and the caller reads its
@@ -647,6 +692,8 @@ class GridDesc:
         stream: Stream = None,
         input_ready: Sequence[tuple[Any, int]] | None = None,
         input_ready_axis: int | None = None,
+        output_ready: Sequence[tuple[Any, int]] | None = None,
+        output_ready_axis: int | None = None,
         own_cells: bool = True,
     ) -> Any:
         """Global transpose from Y-pencils to X-pencils (collective).
@@ -706,6 +753,19 @@ class GridDesc:
             input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ``input_ready`` run along; ``None``: the input's slowest axis in
                 memory.
+            output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                the transpose records each ``event`` on its stream once the
+                output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                counted) are written, so that work on another stream that waits
+                for it can start on them while the rest lands (DIRECT between
+                ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                step by step, and each event follows its step, or, with more than
+                15 steps, the group of steps it falls in; other backends record
+                every event at the end). Cells past the last ``n`` are written
+                when the operation is done on its stream. The CPU variant refuses
+                events.
+            output_ready_axis: The global axis the steps of ``output_ready`` run
+                along; ``None``: the output's slowest axis in memory.
             own_cells: ``False`` leaves the cells that stay on this rank (those in
                 both this rank's input and output pencils) unwritten in ``out``:
                 only cells from other ranks land there, and the caller reads its

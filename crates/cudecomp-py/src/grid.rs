@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use cudecomp_core::config::DataType;
 
 use cudecomp_core::cuda::EventRef;
-use cudecomp_core::engine::run::{InputReady, ReadyMark};
+use cudecomp_core::engine::run::{ReadyMark, Steps, TransposeSteps};
 use cudecomp_core::engine::Exec;
 use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
@@ -56,19 +56,25 @@ pub struct TransposeCall<'a, 'py> {
     pub stream: Option<&'a Bound<'py, PyAny>>,
     pub input_ready: Option<&'a Bound<'py, PyAny>>,
     pub input_ready_axis: Option<&'a Bound<'py, PyAny>>,
+    pub output_ready: Option<&'a Bound<'py, PyAny>>,
+    pub output_ready_axis: Option<&'a Bound<'py, PyAny>>,
     pub own_cells: bool,
 }
 
-/// `input_ready`: `(event, planes)` pairs; an event is an int handle, or an object with an
-/// int `ptr` (CuPy) or `cuda_event` (PyTorch). TypeError for anything else; the planes are
-/// checked by the core (collectively).
-fn parse_ready(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<ReadyMark>> {
+/// `input_ready` or `output_ready` (`name`): `(event, planes)` pairs; an event is an int
+/// handle, or an object with an int `ptr` (CuPy) or `cuda_event` (PyTorch). TypeError for
+/// anything else; the planes are checked by the core (collectively).
+fn parse_ready(
+    py: Python<'_>,
+    v: Option<&Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Vec<ReadyMark>> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok(Vec::new());
     };
     let bad = |what: String| {
         PyTypeError::new_err(format!(
-            "input_ready: expected a sequence of (event, planes) pairs, an event being an int handle or an object with an int .ptr or .cuda_event, got {what}"
+            "{name}: expected a sequence of (event, planes) pairs, an event being an int handle or an object with an int .ptr or .cuda_event, got {what}"
         ))
     };
     let mut marks = Vec::new();
@@ -100,7 +106,7 @@ fn parse_ready(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Rea
         let h = u64::try_from(h).map_err(|_| {
             invalid(
                 py,
-                format!("input_ready: expected a non-negative event handle, got {h}"),
+                format!("{name}: expected a non-negative event handle, got {h}"),
             )
         })?;
         marks.push(ReadyMark {
@@ -166,12 +172,23 @@ impl GridDesc {
         c: TransposeCall<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
-        let marks = parse_ready(py, c.input_ready)?;
-        let axis = c
-            .input_ready_axis
-            .filter(|a| !a.is_none())
-            .map(|a| index_arg(a, "input_ready_axis"))
-            .transpose()?;
+        let in_marks = parse_ready(py, c.input_ready, "input_ready")?;
+        let out_marks = parse_ready(py, c.output_ready, "output_ready")?;
+        let axis = |a: Option<&Bound<'py, PyAny>>, name: &str| {
+            a.filter(|a| !a.is_none())
+                .map(|a| index_arg(a, name))
+                .transpose()
+        };
+        let steps = TransposeSteps {
+            input: Steps {
+                marks: &in_marks,
+                axis: axis(c.input_ready_axis, "input_ready_axis")?,
+            },
+            output: Steps {
+                marks: &out_marks,
+                axis: axis(c.output_ready_axis, "output_ready_axis")?,
+            },
+        };
         let ready = prepare_transpose(py, &gd, direction, &c);
         let (op, input, out, out_obj, work, exec) =
             agreed(py, &gd, direction.method_name(), ready)?;
@@ -179,11 +196,7 @@ impl GridDesc {
         // were checked to be C-contiguous and of the sizes recorded; device work is ordered
         // on the operation's stream, which the caller keeps alive as documented.
         let (i, o, w) = unsafe { (input.buf(), out.buf(), work.as_ref().map(|w| w.buf())) };
-        let ready = InputReady {
-            marks: &marks,
-            axis,
-        };
-        py.detach(|| gd.transpose_with(&op, i, o, w, exec, ready))
+        py.detach(|| gd.transpose_with(&op, i, o, w, exec, steps))
             .py(py)?;
         Ok(out_obj)
     }
@@ -476,6 +489,19 @@ macro_rules! grid_methods {
                 ///     input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
                 ///         ``input_ready`` run along; ``None``: the input's slowest axis in
                 ///         memory.
+                ///     output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                ///         the transpose records each ``event`` on its stream once the
+                ///         output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                ///         counted) are written, so that work on another stream that waits
+                ///         for it can start on them while the rest lands (DIRECT between
+                ///         ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                ///         step by step, and each event follows its step, or, with more than
+                ///         15 steps, the group of steps it falls in; other backends record
+                ///         every event at the end). Cells past the last ``n`` are written
+                ///         when the operation is done on its stream. The CPU variant refuses
+                ///         events.
+                ///     output_ready_axis: The global axis the steps of ``output_ready`` run
+                ///         along; ``None``: the output's slowest axis in memory.
                 ///     own_cells: ``False`` leaves the cells that stay on this rank (those in
                 ///         both this rank's input and output pencils) unwritten in ``out``:
                 ///         only cells from other ranks land there, and the caller reads its
@@ -494,7 +520,7 @@ macro_rules! grid_methods {
                 ///     NotSupportedError: A pencil of this transpose is empty on some rank.
                 ///     TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 ///         a list as an array, a host array in the GPU variant).
-                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None, own_cells = true))]
+                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None, output_ready = None, output_ready_axis = None, own_cells = true))]
                 #[allow(clippy::too_many_arguments)]
                 fn $tname<'py>(
                     &self,
@@ -510,12 +536,14 @@ macro_rules! grid_methods {
                     stream: Option<&Bound<'py, PyAny>>,
                     input_ready: Option<&Bound<'py, PyAny>>,
                     input_ready_axis: Option<&Bound<'py, PyAny>>,
+                    output_ready: Option<&Bound<'py, PyAny>>,
+                    output_ready_axis: Option<&Bound<'py, PyAny>>,
                     own_cells: bool,
                 ) -> PyResult<Bound<'py, PyAny>> {
                     self.transpose(
                         py,
                         $dir,
-                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready, input_ready_axis, own_cells },
+                        TransposeCall { input, out, work, dtype, input_halo_extents, output_halo_extents, input_padding, output_padding, stream, input_ready, input_ready_axis, output_ready, output_ready_axis, own_cells },
                     )
                 }
             )*

@@ -16,8 +16,9 @@ const NOTE_AT: usize = 64 + 16;
 /// Bytes of one exported handle, the exporter's address and length, and its note.
 const RECORD: usize = NOTE_AT + NOTE;
 
-/// Bytes of the note each rank publishes with its workspace (see [`IpcPeers::exchange`]).
-pub const NOTE: usize = crate::cuda::vmm::DEVICE_ARRAY_REF_BYTES;
+/// Bytes of the note each rank publishes with its workspace (see [`IpcPeers::exchange`]):
+/// its output array and the steps it takes it in, for single copies.
+pub const NOTE: usize = crate::cuda::vmm::DEVICE_ARRAY_REF_BYTES + crate::plan::LANDING_BYTES;
 
 /// A peer's workspace mapped into this process.
 struct Mapped {

@@ -52,6 +52,15 @@ borrowed_handle!(
 );
 
 impl EventRef {
+    /// Records the event on `stream`.
+    pub fn record(&self, stream: Stream) -> Result<()> {
+        // SAFETY: the handle comes from the caller, who keeps the event alive for the call.
+        check(
+            unsafe { cu::event::record(self.0, stream.0) },
+            "cuEventRecord",
+        )
+    }
+
     /// Makes `stream` wait for the event's last record.
     pub fn wait_on(&self, stream: Stream) -> Result<()> {
         // SAFETY: the handle comes from the caller, who keeps the event alive for the call.

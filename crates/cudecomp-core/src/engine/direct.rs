@@ -124,7 +124,12 @@ pub struct SharedChunks<'a> {
 }
 
 impl ChunkSignals for SharedChunks<'_> {
-    fn delivered(&self, peer: usize) -> Result<()> {
+    fn delivered(&self, peer: usize, step: usize) -> Result<()> {
+        if step > 0 {
+            return Err(Error::Internal(format!(
+                "DIRECT: host outputs are taken whole, not in steps (step {step})"
+            )));
+        }
         let rank = self.members[self.me];
         slot(self.workspaces, self.members[peer], rank)?
             .store(mark(self.workspaces, 0), Ordering::Release);
@@ -412,7 +417,7 @@ mod tests {
                     return x.abandon(Error::Internal("cannot map rank 1's output".into()));
                 }
                 for p in (0..3).filter(|&p| p != me) {
-                    x.delivered(p)?;
+                    x.delivered(p, 0)?;
                 }
                 x.arrived()
             };

@@ -122,8 +122,9 @@ pub trait FaceExchange {
 /// Signals of a single-copy transpose, where each rank writes its chunks straight into the
 /// receiving members' outputs (see [`crate::engine::transpose::TransposeRun::single_copy`]).
 pub trait ChunkSignals {
-    /// This rank's chunk is in `peer`'s output.
-    fn delivered(&self, peer: usize) -> Result<()>;
+    /// This rank's part of `peer`'s output step `step` is written (see
+    /// [`crate::plan::Landing`]; receivers that take their output whole have step 0 only).
+    fn delivered(&self, peer: usize, step: usize) -> Result<()>;
     /// Waits until every peer's chunk is in this rank's output.
     fn arrived(&self) -> Result<()>;
     /// This rank cannot write its chunks (`why`, e.g. a peer's output it could not map):

@@ -11,7 +11,7 @@ use crate::cuda::kernels::{on_engine, DeviceMover, Kernels};
 use crate::cuda::nccl::NcclTransport;
 use crate::cuda::nvshmem::Nvshmem;
 use crate::cuda::transport::{Arena, CudaAwareMpi, StagedMpi};
-use crate::cuda::vmm::{DeviceArray, DeviceArrayRef};
+use crate::cuda::vmm::{DeviceArray, DeviceArrayRef, DEVICE_ARRAY_REF_BYTES};
 use crate::cuda::{self, EventRef, Stream};
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::direct::{SharedChunks, SharedFaces, SharedSlices, HOST_RING_PLACES};
@@ -31,7 +31,10 @@ use crate::perf::{
     halo_bytes, halo_key, transpose_bytes, transpose_key, Clock, PerfReport, SampleKey,
     TimedTransport,
 };
-use crate::plan::{HaloPlan, Layout, TransposePlan, MAX_SLICES};
+use crate::plan::{
+    landing_groups, HaloPlan, Landing, Layout, TransposePlan, LANDING_BYTES, MAX_LANDING_STEPS,
+    MAX_SLICES,
+};
 use crate::{invalid, unsupported, Error, Result};
 
 /// What operations of one grid run with: the grid's communicator, a workspace slot, the
@@ -72,26 +75,28 @@ pub struct TransposeCall<'a> {
     pub output: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
-    /// Device operations: when the input is written in steps (none: the stream alone
-    /// orders it).
-    pub ready: InputReady<'a>,
+    /// Device operations: where the input is written, and the output wanted, in steps
+    /// (none: the stream alone orders them).
+    pub steps: TransposeSteps<'a>,
     /// Copy this rank's own cells (see [`crate::handle::grid::TransposeOp::own_cells`]).
     pub own_cells: bool,
 }
 
-/// A transpose's input written in steps: after each mark's event, the input's cells of
-/// index `0..mark.planes` along `axis` are written; the operation may move them before
-/// the rest.
+/// A device transpose's array written, or wanted, in steps along an axis: input steps
+/// are the caller's (after each mark's event, the input's cells of index `0..planes`
+/// along `axis` are written, and the operation may move them before the rest); output
+/// steps are the operation's (it records each mark's event on its stream once the
+/// output's cells `0..planes` are written, so that other streams can start on them).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct InputReady<'a> {
+pub struct Steps<'a> {
     /// The steps, in increasing order of `planes`.
     pub marks: &'a [ReadyMark],
-    /// The global axis the steps run along (`None`: the input's slowest in memory).
+    /// The global axis the steps run along (`None`: the array's slowest in memory).
     pub axis: Option<Axis>,
 }
 
-impl InputReady<'_> {
-    /// The global axis of the steps in the input's layout `l`.
+impl Steps<'_> {
+    /// The global axis of the steps in the array's layout `l`.
     pub fn axis_in(&self, l: &Layout) -> Axis {
         self.axis
             .unwrap_or_else(|| (0..3).max_by_key(|&g| l.strides[g]).unwrap_or(2))
@@ -101,14 +106,29 @@ impl InputReady<'_> {
     fn wait_all(&self, stream: Stream) -> Result<()> {
         self.marks.iter().try_for_each(|m| m.event.wait_on(stream))
     }
+
+    /// Records every step's event on `stream`: for routes that write the output as a whole.
+    fn record_all(&self, stream: Stream) -> Result<()> {
+        self.marks.iter().try_for_each(|m| m.event.record(stream))
+    }
 }
 
-/// One step of a transpose's input (see [`InputReady`]).
+/// Where a transpose's input is written in steps (`input_ready`) and where its output is
+/// wanted in steps (`output_ready`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TransposeSteps<'a> {
+    /// The input's steps, events the caller recorded.
+    pub input: Steps<'a>,
+    /// The output's steps, events the operation records.
+    pub output: Steps<'a>,
+}
+
+/// One step of a transpose's input or output (see [`Steps`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadyMark {
-    /// Recorded by the caller once the step is written.
+    /// Recorded once the step is written: by the caller (input), by the operation (output).
     pub event: EventRef,
-    /// Cells `0..planes` along the steps' axis of the input array (halo cells counted).
+    /// Cells `0..planes` along the steps' axis of the array (halo cells counted).
     pub planes: i64,
 }
 
@@ -302,7 +322,7 @@ impl Runtime<'_> {
             // DIRECT's single copies wait plane by plane (`transpose_ipc`); host operations
             // have no events (`GridDesc::transpose_with` checks).
             (Exec::Device(_), Route::Ipc { .. }) | (Exec::Host, _) => {}
-            (Exec::Device(stream), _) => c.ready.wait_all(stream)?,
+            (Exec::Device(stream), _) => c.steps.input.wait_all(stream)?,
         }
         match (route, exec) {
             (Route::HostMpi, _) => {
@@ -363,6 +383,7 @@ impl Runtime<'_> {
                         |_| {
                             r.single_copy(
                                 &outs,
+                                &[],
                                 &movers,
                                 single_copy_block(plan, threads),
                                 &x,
@@ -400,37 +421,41 @@ impl Runtime<'_> {
                 Exec::Device(stream),
             ) => {
                 let mode = (sliced, per_peer, direct);
-                self.transpose_nvshmem(c, need, mode, stream, capturing, sample)
+                self.transpose_nvshmem(c, need, mode, stream, capturing, sample)?;
+                // The output is written as a whole: every step has landed at the end.
+                c.steps.output.record_all(stream)
             }
-            (route, Exec::Device(stream)) => self.on_device(
-                stream,
-                c.work,
-                DeviceExchange {
-                    route,
-                    // Never where some rank sends from its input or receives into its output.
-                    registrable: (matches!(route, Route::Nccl { sliced: true })
-                        && plan.packed_everywhere)
-                        .then_some(c.workspace_elems),
-                    members: &plan.members,
-                    comm: c.group,
-                    work_elems: c.workspace_elems,
-                    elem,
-                    query: TRANSPOSE_QUERY,
-                    staging: (plan.input.size + plan.output.size) as usize * elem,
-                    sample,
-                    capturing,
-                },
-                |mover, work, transport, slices| {
-                    let r = c.run(mover, work);
-                    match slices {
-                        // Staged slices pair unit k with slice k on every rank: never per peer.
-                        Some(x) => {
-                            r.sliced(x, self.slice_bytes, c.backend == TransposeBackend::NcclPl)
+            (route, Exec::Device(stream)) => self
+                .on_device(
+                    stream,
+                    c.work,
+                    DeviceExchange {
+                        route,
+                        // Never where some rank sends from its input or receives into its output.
+                        registrable: (matches!(route, Route::Nccl { sliced: true })
+                            && plan.packed_everywhere)
+                            .then_some(c.workspace_elems),
+                        members: &plan.members,
+                        comm: c.group,
+                        work_elems: c.workspace_elems,
+                        elem,
+                        query: TRANSPOSE_QUERY,
+                        staging: (plan.input.size + plan.output.size) as usize * elem,
+                        sample,
+                        capturing,
+                    },
+                    |mover, work, transport, slices| {
+                        let r = c.run(mover, work);
+                        match slices {
+                            // Staged slices pair unit k with slice k on every rank: never per peer.
+                            Some(x) => {
+                                r.sliced(x, self.slice_bytes, c.backend == TransposeBackend::NcclPl)
+                            }
+                            None => r.run(transport),
                         }
-                        None => r.run(transport),
-                    }
-                },
-            ),
+                    },
+                )
+                .and_then(|()| c.steps.output.record_all(stream)),
             (route, Exec::Host) => Err(Error::Internal(format!(
                 "device route {route:?} for a host operation"
             ))),
@@ -461,10 +486,18 @@ impl Runtime<'_> {
             let run = c.run(mover, work);
             let span = || pipe.span_ms();
             let clock = Clock::Device(stream);
-            let note = single_copy_wanted(c, sliced, true)
+            // The receivers' output steps travel with their arrays: writers cut by them.
+            let (ends, wanted) = grouped_landing(&c.steps.output);
+            let note = match single_copy_wanted(c, sliced, true)
                 .then(|| DeviceArray::find(c.output))
                 .flatten()
-                .map_or([0; NOTE], |a| a.encode());
+            {
+                Some(a) => ipc_note(
+                    &a.encode(),
+                    &Landing::encode(c.steps.output.axis_in(&plan.out_layout), &ends)?,
+                ),
+                None => [0; NOTE],
+            };
             self.reported(&clock, c.group, sample, timing(sliced, &span), |t| {
                 let notes = ws.start_direct(self.world, work, stream, &note)?;
                 let outs = peer_outputs(
@@ -480,13 +513,18 @@ impl Runtime<'_> {
                     members: &plan.members,
                     me: plan.me,
                     comm: c.group,
+                    wanted,
                 };
                 // As on the host: a member that cannot map a peer's output tells the others.
+                let outs = outs.and_then(|o| {
+                    o.map(|o| member_landings(&notes, plan).map(|l| (o, l)))
+                        .transpose()
+                });
                 let outs = match outs {
                     Err(e) => return x.abandon(e),
                     Ok(o) => o,
                 };
-                if let Some(outs) = outs {
+                if let Some((outs, landing)) = outs {
                     crate::engine::direct::count_single_copy();
                     x.start()?;
                     let movers = |dst| -> Box<dyn Mover + '_> {
@@ -494,22 +532,23 @@ impl Runtime<'_> {
                         Box::new(m.rows_on_engine())
                     };
                     // Each step's event holds back both streams the chunks are copied on.
+                    let ready = c.steps.input;
                     let wait = |j: usize| {
-                        let e = c.ready.marks[j].event;
+                        let e = ready.marks[j].event;
                         e.wait_on(stream)?;
                         e.wait_on(pipe.side())
                     };
                     let staged = Staged {
-                        axis: c.ready.axis_in(&plan.in_layout),
-                        ends: c.ready.marks.iter().map(|m| m.planes).collect(),
+                        axis: ready.axis_in(&plan.in_layout),
+                        ends: ready.marks.iter().map(|m| m.planes).collect(),
                         wait: &wait,
                     };
-                    let staged = (!c.ready.marks.is_empty()).then_some(&staged);
-                    return run.single_copy(&outs, &movers, 0, &x, staged);
+                    let staged = (!ready.marks.is_empty()).then_some(&staged);
+                    return run.single_copy(&outs, &landing, &movers, 0, &x, staged);
                 }
-                c.ready.wait_all(stream)?;
+                c.steps.input.wait_all(stream)?;
                 if !sliced {
-                    return run.run(t);
+                    return run.run(t).and_then(|()| c.steps.output.record_all(stream));
                 }
                 let x = IpcSlices {
                     pipe,
@@ -520,7 +559,8 @@ impl Runtime<'_> {
                     slots: peer_slots(plan, elem),
                     comm: c.group,
                 };
-                run.sliced(&x, self.slice_bytes, false)
+                run.sliced(&x, self.slice_bytes, false)?;
+                c.steps.output.record_all(stream)
             })
         })
     }
@@ -926,6 +966,48 @@ fn single_copy_wanted(c: &TransposeCall<'_>, sliced: bool, device: bool) -> bool
         _ => !device || rows_on_engine(c.plan, c.dtype.size()),
     };
     sliced && allowed && !c.input.overlaps(&c.output)
+}
+
+/// A receiver's output steps as its writers' signals carry them (see
+/// [`crate::plan::Landing`]): the ends it publishes (the caller's marks grouped into at
+/// most [`MAX_LANDING_STEPS`]) and the caller's events to record after each signal, the
+/// last (for the cells past the ends) with none; no marks: nothing (the output whole).
+fn grouped_landing(s: &Steps<'_>) -> (Vec<i64>, Vec<Vec<EventRef>>) {
+    if s.marks.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let planes: Vec<i64> = s.marks.iter().map(|m| m.planes).collect();
+    let groups = landing_groups(&planes, MAX_LANDING_STEPS);
+    let mut events = Vec::with_capacity(groups.len() + 1);
+    let mut first = 0;
+    for &last in &groups {
+        events.push(s.marks[first..=last].iter().map(|m| m.event).collect());
+        first = last + 1;
+    }
+    events.push(Vec::new());
+    (groups.iter().map(|&i| planes[i]).collect(), events)
+}
+
+/// A DIRECT member's note: its output array, then its output steps.
+fn ipc_note(array: &[u8; DEVICE_ARRAY_REF_BYTES], landing: &[u8; LANDING_BYTES]) -> [u8; NOTE] {
+    let mut n = [0u8; NOTE];
+    n[..DEVICE_ARRAY_REF_BYTES].copy_from_slice(array);
+    n[DEVICE_ARRAY_REF_BYTES..].copy_from_slice(landing);
+    n
+}
+
+/// The output steps each member of `plan` published in `notes` (by handle rank), by member.
+fn member_landings(notes: &[[u8; NOTE]], plan: &TransposePlan) -> Result<Vec<Landing>> {
+    plan.members
+        .iter()
+        .enumerate()
+        .map(|(p, &r)| {
+            let v = notes
+                .get(r)
+                .map_or(&[][..], |n| &n[DEVICE_ARRAY_REF_BYTES..]);
+            Landing::decode(v, &plan.peer_out_layouts[p], plan.peer_out_elems[p])
+        })
+        .collect()
 }
 
 /// Whether the copy engine takes every chunk of the plan (into peers and into this rank's

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::comm::{allgather_u64, post_pieces, Communicator, Transport, Way};
 use crate::cuda::ipc::IpcPeers;
-use crate::cuda::{copy_device, Event, OwnedStream, Stream};
+use crate::cuda::{copy_device, Event, EventRef, OwnedStream, Stream};
 use crate::engine::exchange::FaceExchange;
 use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
 use crate::mem::Buf;
@@ -281,9 +281,9 @@ impl SliceExchange for IpcSlices<'_> {
 
 /// Single-copy transposes between registered device arrays (DIRECT): chunks for peers
 /// are copied on the library's stream straight into their outputs, after each member's
-/// `free` event (its stream is done with its output), each followed by an interprocess
-/// event the receiver's stream waits for; this rank's own chunk is copied on the user's
-/// stream meanwhile.
+/// `free` event (its stream is done with its output), each step of a receiver's output
+/// followed by an interprocess event the receiver's stream waits for; this rank's own
+/// chunk is copied on the user's stream meanwhile.
 pub struct IpcChunks<'a> {
     /// The library's stream (peers' chunks) and its events.
     pub pipe: &'a Pipe,
@@ -297,6 +297,9 @@ pub struct IpcChunks<'a> {
     pub me: usize,
     /// The plan's sub-communicator (its barrier separates records from waits).
     pub comm: &'a dyn Communicator,
+    /// The caller's events to record on the user's stream once each step of this rank's
+    /// output has landed, by step (see [`crate::plan::Landing`]); empty: the output whole.
+    pub wanted: Vec<Vec<EventRef>>,
 }
 
 impl IpcChunks<'_> {
@@ -324,9 +327,9 @@ impl IpcChunks<'_> {
 }
 
 impl ChunkSignals for IpcChunks<'_> {
-    fn delivered(&self, peer: usize) -> Result<()> {
+    fn delivered(&self, peer: usize, step: usize) -> Result<()> {
         self.peers
-            .sent(self.members[peer], 0)?
+            .sent(self.members[peer], step)?
             .record(self.pipe.side())
     }
 
@@ -339,9 +342,16 @@ impl ChunkSignals for IpcChunks<'_> {
                 "DIRECT: rank {r} could not write its chunks into the outputs (its own error says why)"
             )));
         }
-        for (p, &w) in self.members.iter().enumerate() {
-            if p != self.me {
-                self.peers.landed(w, 0)?.wait_on(self.main)?;
+        // Step by step: every writer's part of the step, then the caller's events of it
+        // (the user's stream has copied this rank's own cells before).
+        for step in 0..self.wanted.len().max(1) {
+            for (p, &w) in self.members.iter().enumerate() {
+                if p != self.me {
+                    self.peers.landed(w, step)?.wait_on(self.main)?;
+                }
+            }
+            for e in self.wanted.get(step).into_iter().flatten() {
+                e.record(self.main)?;
             }
         }
         self.pipe.finish(self.main)

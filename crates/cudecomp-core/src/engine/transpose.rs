@@ -10,7 +10,7 @@ use crate::config::TransposeBackend;
 use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
 use crate::geometry::{Axis, Box3};
 use crate::mem::{Buf, Mover};
-use crate::plan::{Copy3, Slicing, TransposePlan};
+use crate::plan::{Copy3, Landing, Slicing, TransposePlan};
 use crate::{unsupported, Error, Result};
 
 /// Pieces this rank's own cells are cut into when the exchange polls: each fills part of
@@ -487,11 +487,14 @@ impl TransposeRun<'_> {
     /// input into the receiving member's output (`outs[peer]`, mapped here), peers in
     /// staggered order so that writers spread over receivers, in pieces of about
     /// `block_bytes` of input (0: whole chunks). `movers(dst)` gives the mover for a
-    /// destination; `x.delivered(peer)` follows the copies, `x.arrived()` waits for every
-    /// chunk written into this rank's output.
+    /// destination. Receivers that take their output in steps (`landing`, by member;
+    /// empty: all whole) get their chunk step by step, each step followed by
+    /// `x.delivered(peer, step)`; `x.arrived()` waits for every chunk written into this
+    /// rank's output.
     pub fn single_copy<'m>(
         &self,
         outs: &[Buf],
+        landing: &[Landing],
         movers: &dyn Fn(Buf) -> Box<dyn Mover + 'm>,
         block_bytes: i64,
         x: &dyn ChunkSignals,
@@ -499,13 +502,16 @@ impl TransposeRun<'_> {
     ) -> Result<()> {
         let plan = self.plan;
         let np = plan.npeers();
-        if outs.len() != np || self.in_place() {
+        if outs.len() != np || self.in_place() || !(landing.is_empty() || landing.len() == np) {
             return Err(Error::Internal(format!(
-                "single copy with {} outputs for {np} members (in place: {})",
+                "single copy with {} outputs and {} landings for {np} members (in place: {})",
                 outs.len(),
+                landing.len(),
                 self.in_place()
             )));
         }
+        let whole = Landing::default();
+        let landing_of = |p: usize| landing.get(p).unwrap_or(&whole);
         // Cache blocking (see `single_copy_block`): all chunks are cut alike and the pieces
         // over the same input go to every receiver in turn.
         let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
@@ -522,7 +528,7 @@ impl TransposeRun<'_> {
         let slow = (0..3)
             .max_by_key(|&g| plan.in_layout.strides[g].abs())
             .unwrap_or(2);
-        let mut parts: Vec<(Buf, Box<dyn Mover + 'm>, Vec<Copy3>)> = (1..=np)
+        let mut parts: Vec<CopyPart<'m>> = (1..=np)
             .map(|step| (plan.me + step) % np)
             .filter(|&p| plan.sends[p].count > 0 && (p != plan.me || self.own_cells))
             .map(|p| {
@@ -536,7 +542,12 @@ impl TransposeRun<'_> {
                 } else {
                     c.split(pieces)
                 };
-                (dst, movers(dst), cuts)
+                CopyPart {
+                    member: p,
+                    dst,
+                    mover: movers(dst),
+                    cuts,
+                }
             })
             .collect();
         if pieces > 1 {
@@ -545,36 +556,47 @@ impl TransposeRun<'_> {
             // brings in the next. Starting at the rank's own rotation left the stretches
             // before it to demand misses: on 16 ranks the members starting mid-row copied
             // about 1.3x slower than the others (bench/RESULTS.md).
-            parts.sort_by_key(|(_, _, cuts)| cuts.first().map_or(i64::MAX, Copy3::src_start));
+            parts.sort_by_key(|part| part.cuts.first().map_or(i64::MAX, Copy3::src_start));
         }
-        if let Some(st) = staged {
-            // Step by step as the caller's events say the input is written: each step's
-            // cells go to every receiver before the next step is waited for.
-            let along = plan.in_layout.along(st.axis, plan.input.size);
+        // The input's steps (the caller's events: each step's cells go out once its event
+        // is waited for), or one step of the whole input.
+        let (along_in, in_ends) = match staged {
+            Some(st) => (
+                Some(plan.in_layout.along(st.axis, plan.input.size)),
+                &st.ends[..],
+            ),
+            None => (None, &[][..]),
+        };
+        let steps = (0..np).map(|p| landing_of(p).steps()).max().unwrap_or(1);
+        for s in 0..steps {
             let mut lo = 0;
-            for j in 0..=st.ends.len() {
-                let hi = st.ends.get(j).copied().unwrap_or(i64::MAX);
-                if j < st.ends.len() {
-                    (st.wait)(j)?;
+            for i in 0..=in_ends.len() {
+                let hi = in_ends.get(i).copied().unwrap_or(i64::MAX);
+                if s == 0 && i < in_ends.len() {
+                    if let Some(st) = staged {
+                        (st.wait)(i)?;
+                    }
                 }
-                for (dst, mover, cuts) in &parts {
-                    for c in cuts.iter().filter_map(|c| c.src_range(&along, lo, hi)) {
-                        mover.copy(self.elem, self.input, *dst, &c)?;
+                for j in 0..pieces {
+                    for part in &parts {
+                        let Some(c) = part.cuts.get(j) else { continue };
+                        let c = match &along_in {
+                            Some(a) => c.src_range(a, lo, hi),
+                            None => Some(*c),
+                        };
+                        if let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s)) {
+                            part.mover.copy(self.elem, self.input, part.dst, &c)?;
+                        }
                     }
                 }
                 lo = hi;
             }
-        } else {
-            for j in 0..pieces {
-                for (dst, mover, cuts) in &parts {
-                    if let Some(c) = cuts.get(j) {
-                        mover.copy(self.elem, self.input, *dst, c)?;
-                    }
+            for k in 1..np {
+                let p = (plan.me + k) % np;
+                if s < landing_of(p).steps() {
+                    x.delivered(p, s)?;
                 }
             }
-        }
-        for step in 1..np {
-            x.delivered((plan.me + step) % np)?;
         }
         x.arrived()
     }
@@ -664,6 +686,18 @@ impl TransposeRun<'_> {
     }
 }
 
+/// One member's chunk of a single copy: where it goes and how, cut into pieces.
+struct CopyPart<'m> {
+    /// The receiving member.
+    member: usize,
+    /// Its output, as mapped here.
+    dst: Buf,
+    /// The mover of copies into it.
+    mover: Box<dyn Mover + 'm>,
+    /// The chunk's pieces (see `single_copy_block`).
+    cuts: Vec<Copy3>,
+}
+
 /// An input that becomes ready in steps (device operations with ready events).
 pub struct Staged<'s> {
     /// The global axis the steps run along.
@@ -709,6 +743,7 @@ fn cuts_rows(plan: &TransposePlan) -> bool {
 mod tests {
     use std::cell::RefCell;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
 
     use super::*;
     use crate::comm::{mock, Communicator};
@@ -864,11 +899,19 @@ mod tests {
         }
     }
 
-    /// Signals of the mock single copy: every member writes, then the group meets.
-    struct Met<'a>(&'a dyn Communicator);
+    /// Signals of the mock single copy: every member writes, then the group meets. With
+    /// `steps`, counts the steps delivered to each peer (which must come in order).
+    struct Met<'a>(&'a dyn Communicator, Option<&'a Mutex<Vec<usize>>>);
 
     impl ChunkSignals for Met<'_> {
-        fn delivered(&self, _peer: usize) -> Result<()> {
+        fn delivered(&self, peer: usize, step: usize) -> Result<()> {
+            if let Some(d) = self.1 {
+                let mut d = d.lock().unwrap();
+                assert_eq!(d[peer], step, "steps delivered to peer {peer} in order");
+                d[peer] += 1;
+            } else {
+                assert_eq!(step, 0, "outputs taken whole");
+            }
             Ok(())
         }
         fn arrived(&self) -> Result<()> {
@@ -891,6 +934,19 @@ mod tests {
                 // Inputs written in steps along each axis (the caller's events).
                 for axis in 0..3 {
                     single_copy_case(pdims, contiguous, 0, Some((axis, 3)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn single_copies_deliver_outputs_step_by_step() {
+        for pdims in [[2, 2], [1, 3], [3, 1], [2, 3]] {
+            for contiguous in [false, true] {
+                for axis in 0..3 {
+                    // Outputs wanted in steps, alone and with inputs written in steps.
+                    landing_case(pdims, contiguous, axis, 4, None);
+                    landing_case(pdims, contiguous, axis, 2, Some(((axis + 1) % 3, 3)));
                 }
             }
         }
@@ -953,8 +1009,15 @@ mod tests {
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
                 let Some((axis, k)) = steps else {
                     let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
-                    run.single_copy(&members, &movers, block, &Met(sub.as_ref()), None)
-                        .unwrap();
+                    run.single_copy(
+                        &members,
+                        &[],
+                        &movers,
+                        block,
+                        &Met(sub.as_ref(), None),
+                        None,
+                    )
+                    .unwrap();
                     return;
                 };
                 // Steps of the input array along `axis` (halo and padding cells counted).
@@ -982,8 +1045,15 @@ mod tests {
                         waited: &waited,
                     })
                 };
-                run.single_copy(&members, &movers, block, &Met(sub.as_ref()), Some(&staged))
-                    .unwrap();
+                run.single_copy(
+                    &members,
+                    &[],
+                    &movers,
+                    block,
+                    &Met(sub.as_ref(), None),
+                    Some(&staged),
+                )
+                .unwrap();
                 assert_eq!(waited.load(Ordering::Relaxed), ends.len());
             });
             for (r, p) in plans.iter().enumerate() {
@@ -991,6 +1061,118 @@ mod tests {
                     outputs[r],
                     oracle(&p.output, g.gdims, 5),
                     "{pdims:?} {contiguous} {d:?} block {block} steps {steps:?} rank {r}"
+                );
+            }
+        }
+    }
+
+    /// A host mover into member `peer`'s output that fails any copy reaching cells of a
+    /// step already delivered to it (`delivered[peer]` steps of `landing` have been).
+    struct LandingChecked<'a> {
+        landing: &'a Landing,
+        peer: usize,
+        delivered: &'a Mutex<Vec<usize>>,
+    }
+
+    impl Mover for LandingChecked<'_> {
+        fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+            let done = self.delivered.lock().unwrap()[self.peer];
+            if let (Some(a), Some(&end)) = (
+                &self.landing.along,
+                done.checked_sub(1).and_then(|s| self.landing.ends.get(s)),
+            ) {
+                let first = c.dst_offset.rem_euclid(a.next) / a.stride;
+                assert!(
+                    first >= end || c.dst_strides[a.axis] != a.stride,
+                    "a copy into cells from {first} of peer {} after its steps up to {end} were delivered",
+                    self.peer
+                );
+            }
+            HostMover::default().copy(elem, src, dst, c)
+        }
+    }
+
+    /// Single copies whose members take their outputs in `k` steps along `axis` (and,
+    /// with `input`, whose inputs are written in steps too): every cell lands, and no
+    /// copy reaches a step after it was signalled.
+    fn landing_case(
+        pdims: [i32; 2],
+        contiguous: bool,
+        axis: Axis,
+        k: i64,
+        in_steps: Option<(Axis, i64)>,
+    ) {
+        let (g, n) = test_grid(pdims, contiguous);
+        let lay = halo_and_padding();
+        for d in Direction::ALL {
+            let plans: Vec<TransposePlan> = (0..n)
+                .map(|r| TransposePlan::new(&g, r, d, &lay).unwrap())
+                .collect();
+            let mut outputs: Vec<Vec<u64>> = plans
+                .iter()
+                .map(|p| vec![5u64; p.output.size as usize])
+                .collect();
+            let outs: Vec<Buf> = outputs.iter_mut().map(|o| bytes(o)).collect();
+            mock::run(n, |c: &dyn Communicator| {
+                let plan = &plans[c.rank()];
+                let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
+                let mut input = oracle(&plan.input, g.gdims, u64::MAX);
+                let run = TransposeRun {
+                    plan,
+                    backend: TransposeBackend::Direct,
+                    elem: 8,
+                    mover: &HostMover::default(),
+                    input: bytes(&mut input),
+                    output: outs[c.rank()],
+                    work: Buf::empty(),
+                    own_cells: true,
+                };
+                let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
+                let landing: Vec<Landing> = (0..plan.npeers())
+                    .map(|p| {
+                        let along = plan.peer_out_layouts[p].along(axis, plan.peer_out_elems[p]);
+                        Landing {
+                            along: Some(along),
+                            ends: (1..k).map(|j| along.count * j / k).collect(),
+                        }
+                    })
+                    .collect();
+                let delivered = Mutex::new(vec![0usize; plan.npeers()]);
+                let movers = |dst: Buf| -> Box<dyn Mover + '_> {
+                    let peer = members.iter().position(|&m| m == dst).unwrap();
+                    Box::new(LandingChecked {
+                        landing: &landing[peer],
+                        peer,
+                        delivered: &delivered,
+                    })
+                };
+                let ends: Vec<i64> = in_steps.map_or_else(Vec::new, |(a, k)| {
+                    let count = plan.in_layout.along(a, plan.input.size).count;
+                    (1..k).map(|j| count * j / k).collect()
+                });
+                let wait = |_: usize| Ok(());
+                let staged = in_steps.map(|(a, _)| Staged {
+                    axis: a,
+                    ends: ends.clone(),
+                    wait: &wait,
+                });
+                let x = Met(sub.as_ref(), Some(&delivered));
+                run.single_copy(&members, &landing, &movers, 0, &x, staged.as_ref())
+                    .unwrap();
+                for (p, l) in landing.iter().enumerate() {
+                    let want = if p == plan.me { 0 } else { l.steps() };
+                    assert_eq!(
+                        delivered.lock().unwrap()[p],
+                        want,
+                        "steps delivered to peer {p}"
+                    );
+                }
+            });
+            for (r, p) in plans.iter().enumerate() {
+                assert_eq!(
+                    outputs[r],
+                    oracle(&p.output, g.gdims, 5),
+                    "{pdims:?} {contiguous} {d:?} steps along {axis} rank {r}"
                 );
             }
         }

@@ -11,14 +11,14 @@ use std::sync::{Arc, Mutex};
 use crate::comm::{agree_parts, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
-use crate::engine::run::{HaloCall, InputReady, Runtime, TransposeCall};
+use crate::engine::run::{HaloCall, Runtime, Steps, TransposeCall, TransposeSteps};
 use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::geometry::{CommAxis, Grid};
 use crate::handle::Handle;
 use crate::mem::Buf;
 use crate::perf::{PerfReport, PerfSettings};
-use crate::plan::{Direction, HaloPlan, HaloSpec, TransposeLayouts, TransposePlan};
+use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
 use crate::{invalid, Error, Result};
 
 /// One transpose request: direction, halos and padding of both pencils, element type.
@@ -358,14 +358,17 @@ impl GridDesc {
         work: Option<Buf>,
         exec: Exec,
     ) -> Result<()> {
-        self.transpose_with(op, input, output, work, exec, InputReady::default())
+        self.transpose_with(op, input, output, work, exec, TransposeSteps::default())
     }
 
-    /// [`GridDesc::transpose`] whose input is written in steps: on a GPU, `ready` lists events
-    /// after which the input's leading cells along an axis are written, and the operation
-    /// moves each step's cells once its event completed rather than waiting for the whole
-    /// input (DIRECT's single copies; other routes wait for every event first). `ready`
-    /// must have no steps on the host.
+    /// [`GridDesc::transpose`] whose input is written, or output wanted, in steps (GPU
+    /// only): `steps.input` lists events after which the input's leading cells along an
+    /// axis are written, and the operation moves each step's cells once its event
+    /// completed rather than waiting for the whole input; `steps.output` lists events the
+    /// operation records on its stream once the output's leading cells along an axis are
+    /// written, so that other streams can start on them before the rest lands. DIRECT's
+    /// single copies move step by step; other routes wait for every input event first and
+    /// record every output event at the end.
     pub fn transpose_with(
         &self,
         op: &TransposeOp,
@@ -373,14 +376,14 @@ impl GridDesc {
         output: Buf,
         work: Option<Buf>,
         exec: Exec,
-        ready: InputReady<'_>,
+        steps: TransposeSteps<'_>,
     ) -> Result<()> {
         let _grid_turn = lock(&self.turn);
         let what =
             transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
         let plan = self
             .checked_transpose_plan(op, input, output, work, exec)
-            .and_then(|p| check_ready(ready, &p, exec).map(|_| p));
+            .and_then(|p| check_steps(steps, &p, exec).map(|_| p));
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let plan = plan?;
         let (_turn, slot) = self.handle.lease();
@@ -394,7 +397,7 @@ impl GridDesc {
                 input,
                 output,
                 work,
-                ready,
+                steps,
                 own_cells: op.own_cells,
             },
             exec,
@@ -504,28 +507,47 @@ impl GridDesc {
     }
 }
 
-/// InvalidUsage unless the steps are for a device operation, along an axis, and their
-/// ends do not decrease and stay within the input array along that axis.
-fn check_ready(ready: InputReady<'_>, plan: &TransposePlan, exec: Exec) -> Result<()> {
-    if ready.marks.is_empty() {
+/// InvalidUsage unless the steps of both arrays are for a device operation, along an
+/// axis, and their ends do not decrease and stay within the array along that axis.
+fn check_steps(steps: TransposeSteps<'_>, plan: &TransposePlan, exec: Exec) -> Result<()> {
+    check_array_steps(steps.input, "input", &plan.in_layout, plan.input.size, exec)?;
+    check_array_steps(
+        steps.output,
+        "output",
+        &plan.out_layout,
+        plan.output.size,
+        exec,
+    )
+}
+
+/// [`check_steps`] for one array (`which`: "input" or "output"), of `size` elements in
+/// `layout`.
+fn check_array_steps(
+    s: Steps<'_>,
+    which: &str,
+    layout: &Layout,
+    size: i64,
+    exec: Exec,
+) -> Result<()> {
+    if s.marks.is_empty() {
         return Ok(());
     }
     if exec == Exec::Host {
         invalid!(
-            "input_ready: expected no events for an operation on host memory, got {}",
-            ready.marks.len()
+            "{which}_ready: expected no events for an operation on host memory, got {}",
+            s.marks.len()
         );
     }
-    if let Some(a) = ready.axis.filter(|&a| a > 2) {
-        invalid!("input_ready_axis: expected 0 (X), 1 (Y) or 2 (Z), got {a}");
+    if let Some(a) = s.axis.filter(|&a| a > 2) {
+        invalid!("{which}_ready_axis: expected 0 (X), 1 (Y) or 2 (Z), got {a}");
     }
-    let axis = ready.axis_in(&plan.in_layout);
-    let cells = plan.in_layout.along(axis, plan.input.size).count;
+    let axis = s.axis_in(layout);
+    let cells = layout.along(axis, size).count;
     let mut last = 0;
-    for (j, m) in ready.marks.iter().enumerate() {
+    for (j, m) in s.marks.iter().enumerate() {
         if m.planes < last || m.planes > cells {
             invalid!(
-                "input_ready[{j}]: expected an end in {last}..={cells} (not decreasing, at most the input's {cells} cells along axis {axis}), got {}",
+                "{which}_ready[{j}]: expected an end in {last}..={cells} (not decreasing, at most the {which}'s {cells} cells along axis {axis}), got {}",
                 m.planes
             );
         }

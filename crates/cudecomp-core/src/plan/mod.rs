@@ -6,9 +6,11 @@
 //! backend and every memory space.
 
 mod halo;
+mod landing;
 mod transpose;
 
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
+pub use landing::{landing_groups, Landing, LANDING_BYTES, MAX_LANDING_STEPS};
 pub use transpose::{
     peer_schedule, slice_box, slice_count, Chunk, Direction, Slicing, TransposeLayouts,
     TransposePlan, MAX_SLICES, SLICE_BYTES, TAPER,
@@ -276,19 +278,39 @@ impl Copy3 {
     /// The part of the copy whose source cells have index `lo..hi` along the source array's
     /// axis `a`; `None` when no cell does.
     pub fn src_range(&self, a: &AxisCells, lo: i64, hi: i64) -> Option<Copy3> {
+        self.range(a, lo, hi, self.src_offset, self.src_strides)
+    }
+
+    /// The part of the copy whose destination cells have index `lo..hi` along the
+    /// destination array's axis `a`; `None` when no cell does.
+    pub fn dst_range(&self, a: &AxisCells, lo: i64, hi: i64) -> Option<Copy3> {
+        self.range(a, lo, hi, self.dst_offset, self.dst_strides)
+    }
+
+    /// [`Copy3::src_range`] or [`Copy3::dst_range`], by the side's offset and strides. A
+    /// copy that does not step along `a` as the array does is wholly in the first range
+    /// holding index 0.
+    fn range(
+        &self,
+        a: &AxisCells,
+        lo: i64,
+        hi: i64,
+        offset: i64,
+        strides: [i64; 3],
+    ) -> Option<Copy3> {
         let (axis, stride) = (a.axis, a.stride);
-        if self.src_strides[axis] != stride || self.cells() <= 0 {
+        if strides[axis] != stride || self.cells() <= 0 {
             return (lo <= 0 && hi > 0 && self.cells() > 0).then_some(*self);
         }
-        let first = self.src_offset.rem_euclid(a.next) / stride;
-        let (a, b) = (lo.max(first), hi.min(first + self.extent[axis]));
-        if a >= b {
+        let first = offset.rem_euclid(a.next) / stride;
+        let (from, to) = (lo.max(first), hi.min(first + self.extent[axis]));
+        if from >= to {
             return None;
         }
         let mut c = *self;
-        c.extent[axis] = b - a;
-        c.src_offset += (a - first) * stride;
-        c.dst_offset += (a - first) * self.dst_strides[axis];
+        c.extent[axis] = to - from;
+        c.src_offset += (from - first) * self.src_strides[axis];
+        c.dst_offset += (from - first) * self.dst_strides[axis];
         Some(c)
     }
 
@@ -755,5 +777,31 @@ mod tests {
             ([8, 1, 4], 32, 8)
         );
         assert_eq!(c.src_range(&y, 0, 3), None);
+    }
+
+    #[test]
+    fn dst_ranges_cut_along_the_destination_axis() {
+        let (_, _, c) = slab_chunk();
+        // The packed destination: 8 x 3 x 4 cells, Z planes of 24 elements.
+        let dst = Layout::packed(
+            &Box3 {
+                lo: [0, 0, 0],
+                len: c.extent,
+            },
+            [0, 1, 2],
+            0,
+        );
+        let z = dst.along(2, c.cells());
+        assert_eq!((z.stride, z.count), (24, c.extent[2]));
+        let parts: Vec<Copy3> = [(0, 1), (1, 2), (2, i64::MAX)]
+            .iter()
+            .filter_map(|&(lo, hi)| c.dst_range(&z, lo, hi))
+            .collect();
+        assert_eq!(parts.iter().map(Copy3::cells).sum::<i64>(), c.cells());
+        assert_eq!(
+            (parts[1].extent[2], parts[1].dst_offset, parts[1].src_offset),
+            (1, 24, c.src_offset + c.src_strides[2])
+        );
+        assert_eq!(c.dst_range(&z, c.extent[2], i64::MAX), None);
     }
 }
