@@ -357,10 +357,11 @@ def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
     with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed before"):
         FFT(handle, (6, 6, 6), PDIMS[0], kind="C2C" if last else "c2c")  # type: ignore[arg-type]
     # Streaming settings decide collective steps: they must agree as well.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CUDECOMP_FFT_CHUNKS", "3" if last else "4")
-        with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
-            FFT(handle, (6, 6, 6), PDIMS[0])
+    for var, mine, theirs in (("CUDECOMP_FFT_CHUNKS", "3", "4"), ("CUDECOMP_FFT_BACKWARD", "planes", "rows")):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(var, mine if last else theirs)
+            with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
+                FFT(handle, (6, 6, 6), PDIMS[0])
     with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
         assert plan.forward(plan.zeros_input()).shape == plan.output_info.array_shape
 
@@ -441,13 +442,23 @@ def test_out_without_cupy_plan_lookup(handle: cudecomp.Handle, kind: str, norm: 
 @pytest.mark.parametrize("kind", ["c2c", "r2c"])
 @pytest.mark.parametrize("norm", ["backward", "ortho"])  # ortho: both directions scale
 @pytest.mark.parametrize("nz", [10, 40])  # 40 = 8 x 5: the FFT along Z on cudecomp.fft._zfft (10: cuFFT)
+@pytest.mark.parametrize("order", ["rows", "planes"])  # the backward's (CUDECOMP_FFT_BACKWARD)
 def test_streamed_slabs(
-    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, kind: str, transposed: bool, chunks: str, shared: bool, norm: str, nz: int
+    handle: cudecomp.Handle,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    transposed: bool,
+    chunks: str,
+    shared: bool,
+    norm: str,
+    nz: int,
+    order: str,
 ) -> None:
     """GPU slab-xy on DIRECT: 2-D FFTs streamed slab by slab into the exchange (X-fastest Z-pencils)."""
     from cudecomp import _cudecomp as ext
 
     monkeypatch.setenv("CUDECOMP_FFT_CHUNKS", chunks)
+    monkeypatch.setenv("CUDECOMP_FFT_BACKWARD", order)
     monkeypatch.setenv("CUDECOMP_FFT_STREAM", "1")  # also where the ranks share a GPU
     monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
     if shared:  # the plan's small buffers exported too: the copy engine's single copies run

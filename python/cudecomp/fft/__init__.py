@@ -23,9 +23,10 @@ schedule runs depends on the process grid ``(P_rows, P_cols)``:
 
 On GPUs where every rank has a GPU of its own, ``slab-xy`` on ``DIRECT`` streams its
 slabs (``CUDECOMP_FFT_STREAM`` overrides): the 2-D FFTs run in slabs of Z
-planes (backward: the FFTs along Z in slabs of Y rows), each sent to the peers by the copy
-engine while the next is transformed (pencils keep X fastest; a transposed output is then
-indexed ``a[kz, ky, kx]``).
+planes (backward: the FFTs along Z in slabs of Y rows, or with
+``CUDECOMP_FFT_BACKWARD=planes`` the 2-D FFTs of each slab of Z planes as it lands), each
+sent to the peers by the copy engine while the next is transformed (pencils keep X
+fastest; a transposed output is then indexed ``a[kz, ky, kx]``).
 
 Example (any number of ranks):
 

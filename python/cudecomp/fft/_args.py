@@ -108,10 +108,10 @@ class _PlanArgs:
     def agreement_key(self) -> bytes:
         """Return what every rank must pass alike: all but its own threads and communicator object.
 
-        The streaming settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``) are part
-        of it: they decide collective steps too.
+        The streaming settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``,
+        ``CUDECOMP_FFT_BACKWARD``) are part of it: they decide collective steps too.
         """
-        env = [os.environ.get(v) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS")]
+        env = [os.environ.get(v) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS", "CUDECOMP_FFT_BACKWARD")]
         backends = [b and b.name for b in self.backends]
         parts = (self.kind, self.norm, self.transposed_out, self.gdims, self.pdims, str(self.in_dtype), backends)
         return repr((*parts, self.autotune_reps, repr(self.config), env)).encode()

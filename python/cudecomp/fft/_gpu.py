@@ -14,6 +14,20 @@ from ._zfft import StridedFFT
 # the FFTs of the next); `CUDECOMP_FFT_CHUNKS` overrides.
 _STREAM_CHUNKS = 8
 
+# How a streamed backward transform overlaps its exchange (`CUDECOMP_FFT_BACKWARD`):
+# "rows", the inverse FFTs along Z in slabs of Y rows, each sent while the next is
+# transformed, then the 2-D inverse FFTs; "planes", the FFT along Z whole, then the
+# exchange landing in slabs of Z planes, each 2-D inverse FFT as its slab lands. Both do
+# the same work; which overlaps more on two GPUs is not measured yet (bench/RESULTS.md),
+# so the default is the one measured.
+_BACKWARD_ORDERS = ("rows", "planes")
+
+
+def backward_order() -> str:
+    """Return the streamed backward's order, ``CUDECOMP_FFT_BACKWARD`` (``rows`` unless it names another)."""
+    v = os.environ.get("CUDECOMP_FFT_BACKWARD", "").strip()
+    return v if v in _BACKWARD_ORDERS else _BACKWARD_ORDERS[0]
+
 
 def _stream_ptr(stream: Any) -> int:
     """Return the raw handle of a stream given as None (CuPy's current), an int, ``__cuda_stream__`` or ``.ptr``."""
@@ -47,10 +61,13 @@ class _SlabStream:
     each slab to the peers while the next is transformed. The FFT along Z (the slowest
     axis of the X-fastest Z-pencil: our strided kernel, ``_zfft``, or a strided cuFFT
     plan at lengths it does not take) follows once every chunk has arrived. Backward
-    mirrors it: the inverse FFT along Z runs in slabs of Y rows, each sent by the Z→Y
-    transpose (``input_ready_axis=1``) while the next is transformed, then the 2-D
-    inverse FFTs. With the kernel, this rank's own cells never go through the exchange:
-    the kernel reads them from (forward) or writes them to (backward) the Y-pencil.
+    mirrors it (``order`` "rows"): the inverse FFT along Z runs in slabs of Y rows, each
+    sent by the Z→Y transpose (``input_ready_axis=1``) while the next is transformed,
+    then the 2-D inverse FFTs; or (``order`` "planes") the inverse FFT along Z runs
+    whole, and the Z→Y transpose records an event as each slab of Z planes has landed
+    (``output_ready``), on which that slab's 2-D inverse FFT starts. With the kernel,
+    this rank's own cells never go through the exchange: the kernel reads them from
+    (forward) or writes them to (backward) the Y-pencil.
     """
 
     def __init__(self, grid: GridDesc, r2c: bool, dtype: np.dtype) -> None:
@@ -71,6 +88,7 @@ class _SlabStream:
         except ValueError:
             chunks = _STREAM_CHUNKS
         self.chunks = max(1, chunks)
+        self.order = backward_order()
 
     def buffer(self, axis: int) -> Any:
         """Return the plan's library array of spectral pencil ``axis`` (peers map it: DIRECT copies once, into it)."""
@@ -124,6 +142,20 @@ class _SlabStream:
         if scale != 1.0:
             dst *= scale
 
+    def _slabs(self, n: int) -> tuple[Any, Any, list[tuple[Any, int]], Any]:
+        """Cut ``n`` cells into slabs: the current stream, the second (ordered after it), ``(event, end)`` per slab, a spare event."""
+        cp = self.cupy
+        main = cp.cuda.get_current_stream()
+        if self.side is None:
+            self.side = cp.cuda.Stream(non_blocking=True)
+        k = min(self.chunks, n)
+        while len(self.events) < k + 1:
+            self.events.append(cp.cuda.Event(block=False, disable_timing=True))
+        edge = self.events[k]
+        edge.record(main)
+        self.side.wait_event(edge)  # earlier work on the stream: the buffers are free
+        return main, self.side, [(self.events[j], n * (j + 1) // k) for j in range(k)], edge
+
     def streamed(self, n: int, step: Any, move: Any) -> None:
         """Run ``step(lo, hi)`` in slabs of ``n`` cells, each feeding ``move`` as it is done.
 
@@ -131,25 +163,31 @@ class _SlabStream:
         marks)`` (a transpose with those ``input_ready`` marks) runs on a second stream,
         and the current stream then waits for it.
         """
-        cp = self.cupy
-        main = cp.cuda.get_current_stream()
-        if self.side is None:
-            self.side = cp.cuda.Stream(non_blocking=True)
-        k = min(self.chunks, n)
-        cuts = [n * (j + 1) // k for j in range(k)]
-        while len(self.events) < k + 1:
-            self.events.append(cp.cuda.Event(block=False, disable_timing=True))
-        edge = self.events[k]
-        edge.record(main)
-        self.side.wait_event(edge)  # earlier work on the stream: the buffers are free
-        marks, lo = [], 0
-        for e, hi in zip(self.events, cuts, strict=False):
+        main, side, marks, edge = self._slabs(n)
+        lo = 0
+        for e, hi in marks:
             step(lo, hi)
             e.record(main)
-            marks.append((e, hi))
             lo = hi
-        move(self.side.ptr, marks)
-        edge.record(self.side)
+        move(side.ptr, marks)
+        edge.record(side)
+        main.wait_event(edge)
+
+    def landing(self, n: int, move: Any, step: Any) -> None:
+        """Run ``step(lo, hi)`` in slabs of ``n`` cells, each as ``move`` has written it.
+
+        ``move(stream, marks)`` (a transpose with those ``output_ready`` marks) runs on a
+        second stream, recording each slab's event once the slab has landed; the steps run
+        on the current stream, each after its event, which then waits for the transpose.
+        """
+        main, side, marks, edge = self._slabs(n)
+        move(side.ptr, marks)
+        lo = 0
+        for e, hi in marks:
+            main.wait_event(e)
+            step(lo, hi)
+            lo = hi
+        edge.record(side)
         main.wait_event(edge)
 
     def forward(self, a: Any, out: Any, in_place: bool, scale: float) -> Any:
@@ -181,6 +219,29 @@ class _SlabStream:
         else:
             self.zfft(z, dst, False)
         return dst
+
+    def backward_planes(self, a: Any, out: Any, transposed: bool, stream: int | None, scale: float, fft2: Any) -> Any:
+        """Run the inverse FFT along Z, Z→Y and ``fft2(y_slab, out_slab)`` (the 2-D inverse FFTs) of ``a`` into ``out``; return ``out``.
+
+        The FFT along Z runs whole, scaled (our kernel writes this rank's own cells into the
+        Y-pencil, and the exchange leaves them alone; otherwise cuFFT, and the exchange
+        copies them). The exchange then lands in slabs of Z planes of the Y-pencil, and
+        each slab's 2-D FFTs start as it has landed, beside the landing of the next.
+        """
+        y, z = self.buffer(1), self.buffer(2)
+        src = a if transposed else self.grid.transpose_y_to_z(a, z, stream=stream)
+        z0, own = self.own_cells(y)
+        kernel = self.kernel.takes(src, z, own)
+        if kernel:
+            self.kernel(src, z, True, scale, out_rows=(z0, own))
+        else:
+            self.zfft(src, z, True, 0, None, scale)
+
+        def move(st: int, marks: list[tuple[Any, int]]) -> None:
+            self.grid.transpose_z_to_y(z, y, stream=st, output_ready=marks, output_ready_axis=2, own_cells=not kernel)
+
+        self.landing(y.shape[0], move, lambda lo, hi: fft2(y[lo:hi], out[lo:hi]))
+        return out
 
     def backward(self, a: Any, transposed: bool, stream: int | None, scale: float) -> Any:
         """Run the inverse FFT along Z and Z→Y of the spectral pencil ``a``; return the Y-pencil (a buffer of ours).
