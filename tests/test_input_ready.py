@@ -61,6 +61,18 @@ def slab_grid(handle: cudecomp.Handle, backend: TransposeCommBackend, contiguous
     return handle.create_grid(c)
 
 
+def pencils(g: cudecomp.GridDesc, dtype: DataType, library: bool, backward: bool) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """Zeroed input and output pencils of Y→Z (backward: Z→Y), library arrays or CuPy's, and their oracles."""
+    import cupy
+
+    a, b = (2, 1) if backward else (1, 2)
+    want_in, want_out = make(g.get_pencil_info(a), GDIMS, dtype), make(g.get_pencil_info(b), GDIMS, dtype)
+    if library:
+        return g.zeros_pencil(a, dtype), g.zeros_pencil(b, dtype), want_in, want_out
+    x, y = (cupy.zeros(g.get_pencil_info(axis).array_shape, want_in.dtype) for axis in (a, b))
+    return x, y, want_in, want_out
+
+
 def stepped_transpose(
     g: cudecomp.GridDesc, dtype: DataType, library: bool, steps: int, backward: bool = False
 ) -> tuple[Any, np.ndarray, int]:
@@ -72,11 +84,7 @@ def stepped_transpose(
     import cupy
 
     delay = cupy.RawKernel(DELAY, "delay")
-    a, b = (2, 1) if backward else (1, 2)
-    ia, ib = g.get_pencil_info(a), g.get_pencil_info(b)
-    want_in, want_out = make(ia, GDIMS, dtype), make(ib, GDIMS, dtype)
-    alloc = g.zeros_pencil if library else (lambda axis, dt: cupy.zeros(g.get_pencil_info(axis).array_shape, want_in.dtype))
-    x, y = alloc(a, dtype), alloc(b, dtype)
+    x, y, want_in, want_out = pencils(g, dtype, library, backward)
     src = cupy.asarray(want_in)
     cupy.cuda.Device().synchronize()
     producer, mover = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
@@ -194,11 +202,7 @@ def landed_transpose(
     import cupy
 
     delay = cupy.RawKernel(DELAY, "delay")
-    a, b = (2, 1) if backward else (1, 2)
-    ia, ib = g.get_pencil_info(a), g.get_pencil_info(b)
-    want_in, want_out = make(ia, GDIMS, dtype), make(ib, GDIMS, dtype)
-    alloc = g.zeros_pencil if library else (lambda axis, dt: cupy.zeros(g.get_pencil_info(axis).array_shape, want_in.dtype))
-    x, y = alloc(a, dtype), alloc(b, dtype)
+    x, y, want_in, want_out = pencils(g, dtype, library, backward)
     x[...] = cupy.asarray(want_in)
     seen = cupy.zeros_like(y)
     cupy.cuda.Device().synchronize()

@@ -979,14 +979,21 @@ mod tests {
         }
     }
 
-    fn single_copy_case(pdims: [i32; 2], contiguous: bool, block: i64, steps: Option<(Axis, i64)>) {
+    /// Runs `body(run, outputs, sub)` on every rank of the test grid on `pdims`, in every
+    /// direction, each rank's single copy writing straight into the members' `outputs`
+    /// (threads share memory), then checks every rank's output against the oracle.
+    fn single_copy_world(
+        pdims: [i32; 2],
+        contiguous: bool,
+        what: &str,
+        body: impl Fn(&TransposeRun<'_>, &[Buf], &dyn Communicator) + Sync,
+    ) {
         let (g, n) = test_grid(pdims, contiguous);
         let lay = halo_and_padding();
         for d in Direction::ALL {
             let plans: Vec<TransposePlan> = (0..n)
                 .map(|r| TransposePlan::new(&g, r, d, &lay).unwrap())
                 .collect();
-            // Every rank's output, written by the others straight (threads share memory).
             let mut outputs: Vec<Vec<u64>> = plans
                 .iter()
                 .map(|p| vec![5u64; p.output.size as usize])
@@ -1007,63 +1014,57 @@ mod tests {
                     own_cells: true,
                 };
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
-                let Some((axis, k)) = steps else {
-                    let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
-                    run.single_copy(
-                        &members,
-                        &[],
-                        &movers,
-                        block,
-                        &Met(sub.as_ref(), None),
-                        None,
-                    )
-                    .unwrap();
-                    return;
-                };
-                // Steps of the input array along `axis` (halo and padding cells counted).
-                let along = plan.in_layout.along(axis, plan.input.size);
-                let ends: Vec<i64> = (1..k).map(|j| along.count * j / k).collect();
-                let waited = AtomicUsize::new(0);
-                let wait = |j: usize| {
-                    assert_eq!(
-                        j,
-                        waited.load(Ordering::Relaxed),
-                        "steps waited for in order"
-                    );
-                    waited.store(j + 1, Ordering::Relaxed);
-                    Ok(())
-                };
-                let staged = Staged {
-                    axis,
-                    ends: ends.clone(),
-                    wait: &wait,
-                };
-                let movers = |_: Buf| -> Box<dyn Mover + '_> {
-                    Box::new(StepChecked {
-                        along,
-                        ends: &ends,
-                        waited: &waited,
-                    })
-                };
-                run.single_copy(
-                    &members,
-                    &[],
-                    &movers,
-                    block,
-                    &Met(sub.as_ref(), None),
-                    Some(&staged),
-                )
-                .unwrap();
-                assert_eq!(waited.load(Ordering::Relaxed), ends.len());
+                body(&run, &members, sub.as_ref());
             });
             for (r, p) in plans.iter().enumerate() {
                 assert_eq!(
                     outputs[r],
                     oracle(&p.output, g.gdims, 5),
-                    "{pdims:?} {contiguous} {d:?} block {block} steps {steps:?} rank {r}"
+                    "{pdims:?} {contiguous} {d:?} {what} rank {r}"
                 );
             }
         }
+    }
+
+    fn single_copy_case(pdims: [i32; 2], contiguous: bool, block: i64, steps: Option<(Axis, i64)>) {
+        let what = format!("block {block} steps {steps:?}");
+        single_copy_world(pdims, contiguous, &what, |run, members, sub| {
+            let plan = run.plan;
+            let Some((axis, k)) = steps else {
+                let movers = |_: Buf| -> Box<dyn Mover> { Box::new(HostMover::default()) };
+                run.single_copy(members, &[], &movers, block, &Met(sub, None), None)
+                    .unwrap();
+                return;
+            };
+            // Steps of the input array along `axis` (halo and padding cells counted).
+            let along = plan.in_layout.along(axis, plan.input.size);
+            let ends: Vec<i64> = (1..k).map(|j| along.count * j / k).collect();
+            let waited = AtomicUsize::new(0);
+            let wait = |j: usize| {
+                assert_eq!(
+                    j,
+                    waited.load(Ordering::Relaxed),
+                    "steps waited for in order"
+                );
+                waited.store(j + 1, Ordering::Relaxed);
+                Ok(())
+            };
+            let staged = Staged {
+                axis,
+                ends: ends.clone(),
+                wait: &wait,
+            };
+            let movers = |_: Buf| -> Box<dyn Mover + '_> {
+                Box::new(StepChecked {
+                    along,
+                    ends: &ends,
+                    waited: &waited,
+                })
+            };
+            run.single_copy(members, &[], &movers, block, &Met(sub, None), Some(&staged))
+                .unwrap();
+            assert_eq!(waited.load(Ordering::Relaxed), ends.len());
+        });
     }
 
     /// A host mover into member `peer`'s output that fails any copy reaching cells of a
@@ -1102,79 +1103,48 @@ mod tests {
         k: i64,
         in_steps: Option<(Axis, i64)>,
     ) {
-        let (g, n) = test_grid(pdims, contiguous);
-        let lay = halo_and_padding();
-        for d in Direction::ALL {
-            let plans: Vec<TransposePlan> = (0..n)
-                .map(|r| TransposePlan::new(&g, r, d, &lay).unwrap())
+        let what = format!("steps along {axis}, input steps {in_steps:?}");
+        single_copy_world(pdims, contiguous, &what, |run, members, sub| {
+            let plan = run.plan;
+            let landing: Vec<Landing> = (0..plan.npeers())
+                .map(|p| {
+                    let along = plan.peer_out_layouts[p].along(axis, plan.peer_out_elems[p]);
+                    Landing {
+                        along: Some(along),
+                        ends: (1..k).map(|j| along.count * j / k).collect(),
+                    }
+                })
                 .collect();
-            let mut outputs: Vec<Vec<u64>> = plans
-                .iter()
-                .map(|p| vec![5u64; p.output.size as usize])
-                .collect();
-            let outs: Vec<Buf> = outputs.iter_mut().map(|o| bytes(o)).collect();
-            mock::run(n, |c: &dyn Communicator| {
-                let plan = &plans[c.rank()];
-                let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
-                let mut input = oracle(&plan.input, g.gdims, u64::MAX);
-                let run = TransposeRun {
-                    plan,
-                    backend: TransposeBackend::Direct,
-                    elem: 8,
-                    mover: &HostMover::default(),
-                    input: bytes(&mut input),
-                    output: outs[c.rank()],
-                    work: Buf::empty(),
-                    own_cells: true,
-                };
-                let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
-                let landing: Vec<Landing> = (0..plan.npeers())
-                    .map(|p| {
-                        let along = plan.peer_out_layouts[p].along(axis, plan.peer_out_elems[p]);
-                        Landing {
-                            along: Some(along),
-                            ends: (1..k).map(|j| along.count * j / k).collect(),
-                        }
-                    })
-                    .collect();
-                let delivered = Mutex::new(vec![0usize; plan.npeers()]);
-                let movers = |dst: Buf| -> Box<dyn Mover + '_> {
-                    let peer = members.iter().position(|&m| m == dst).unwrap();
-                    Box::new(LandingChecked {
-                        landing: &landing[peer],
-                        peer,
-                        delivered: &delivered,
-                    })
-                };
-                let ends: Vec<i64> = in_steps.map_or_else(Vec::new, |(a, k)| {
-                    let count = plan.in_layout.along(a, plan.input.size).count;
-                    (1..k).map(|j| count * j / k).collect()
-                });
-                let wait = |_: usize| Ok(());
-                let staged = in_steps.map(|(a, _)| Staged {
-                    axis: a,
-                    ends: ends.clone(),
-                    wait: &wait,
-                });
-                let x = Met(sub.as_ref(), Some(&delivered));
-                run.single_copy(&members, &landing, &movers, 0, &x, staged.as_ref())
-                    .unwrap();
-                for (p, l) in landing.iter().enumerate() {
-                    let want = if p == plan.me { 0 } else { l.steps() };
-                    assert_eq!(
-                        delivered.lock().unwrap()[p],
-                        want,
-                        "steps delivered to peer {p}"
-                    );
-                }
+            let delivered = Mutex::new(vec![0usize; plan.npeers()]);
+            let movers = |dst: Buf| -> Box<dyn Mover + '_> {
+                let peer = members.iter().position(|&m| m == dst).unwrap();
+                Box::new(LandingChecked {
+                    landing: &landing[peer],
+                    peer,
+                    delivered: &delivered,
+                })
+            };
+            let ends: Vec<i64> = in_steps.map_or_else(Vec::new, |(a, k)| {
+                let count = plan.in_layout.along(a, plan.input.size).count;
+                (1..k).map(|j| count * j / k).collect()
             });
-            for (r, p) in plans.iter().enumerate() {
+            let wait = |_: usize| Ok(());
+            let staged = in_steps.map(|(a, _)| Staged {
+                axis: a,
+                ends: ends.clone(),
+                wait: &wait,
+            });
+            let x = Met(sub, Some(&delivered));
+            run.single_copy(members, &landing, &movers, 0, &x, staged.as_ref())
+                .unwrap();
+            for (p, l) in landing.iter().enumerate() {
+                let want = if p == plan.me { 0 } else { l.steps() };
                 assert_eq!(
-                    outputs[r],
-                    oracle(&p.output, g.gdims, 5),
-                    "{pdims:?} {contiguous} {d:?} steps along {axis} rank {r}"
+                    delivered.lock().unwrap()[p],
+                    want,
+                    "steps delivered to peer {p}"
                 );
             }
-        }
+        });
     }
 }
