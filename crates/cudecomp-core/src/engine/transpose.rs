@@ -899,8 +899,9 @@ mod tests {
         }
     }
 
-    /// Signals of the mock single copy: every member writes, then the group meets. With
-    /// `steps`, counts the steps delivered to each peer (which must come in order).
+    /// Signals of the mock single copy: every member writes, then the group meets. With a
+    /// counter (the second field), counts the steps delivered to each peer, which must
+    /// come in order; without, every output is taken whole.
     struct Met<'a>(&'a dyn Communicator, Option<&'a Mutex<Vec<usize>>>);
 
     impl ChunkSignals for Met<'_> {
