@@ -324,7 +324,7 @@ impl Runtime<'_> {
             (Exec::Device(_), Route::Ipc { .. }) | (Exec::Host, _) => {}
             (Exec::Device(stream), _) => c.steps.input.wait_all(stream)?,
         }
-        match (route, exec) {
+        let moved = match (route, exec) {
             (Route::HostMpi, _) => {
                 let mut ws = lock(&self.slot.ws);
                 // SAFETY: the workspace stays locked, and not grown again, until the end.
@@ -421,44 +421,48 @@ impl Runtime<'_> {
                 Exec::Device(stream),
             ) => {
                 let mode = (sliced, per_peer, direct);
-                self.transpose_nvshmem(c, need, mode, stream, capturing, sample)?;
-                // The output is written as a whole: every step has landed at the end.
-                c.steps.output.record_all(stream)
+                self.transpose_nvshmem(c, need, mode, stream, capturing, sample)
             }
-            (route, Exec::Device(stream)) => self
-                .on_device(
-                    stream,
-                    c.work,
-                    DeviceExchange {
-                        route,
-                        // Never where some rank sends from its input or receives into its output.
-                        registrable: (matches!(route, Route::Nccl { sliced: true })
-                            && plan.packed_everywhere)
-                            .then_some(c.workspace_elems),
-                        members: &plan.members,
-                        comm: c.group,
-                        work_elems: c.workspace_elems,
-                        elem,
-                        query: TRANSPOSE_QUERY,
-                        staging: (plan.input.size + plan.output.size) as usize * elem,
-                        sample,
-                        capturing,
-                    },
-                    |mover, work, transport, slices| {
-                        let r = c.run(mover, work);
-                        match slices {
-                            // Staged slices pair unit k with slice k on every rank: never per peer.
-                            Some(x) => {
-                                r.sliced(x, self.slice_bytes, c.backend == TransposeBackend::NcclPl)
-                            }
-                            None => r.run(transport),
+            (route, Exec::Device(stream)) => self.on_device(
+                stream,
+                c.work,
+                DeviceExchange {
+                    route,
+                    // Never where some rank sends from its input or receives into its output.
+                    registrable: (matches!(route, Route::Nccl { sliced: true })
+                        && plan.packed_everywhere)
+                        .then_some(c.workspace_elems),
+                    members: &plan.members,
+                    comm: c.group,
+                    work_elems: c.workspace_elems,
+                    elem,
+                    query: TRANSPOSE_QUERY,
+                    staging: (plan.input.size + plan.output.size) as usize * elem,
+                    sample,
+                    capturing,
+                },
+                |mover, work, transport, slices| {
+                    let r = c.run(mover, work);
+                    match slices {
+                        // Staged slices pair unit k with slice k on every rank: never per peer.
+                        Some(x) => {
+                            r.sliced(x, self.slice_bytes, c.backend == TransposeBackend::NcclPl)
                         }
-                    },
-                )
-                .and_then(|()| c.steps.output.record_all(stream)),
+                        None => r.run(transport),
+                    }
+                },
+            ),
             (route, Exec::Host) => Err(Error::Internal(format!(
                 "device route {route:?} for a host operation"
             ))),
+        };
+        moved?;
+        match (exec, route) {
+            // DIRECT records its output's steps itself (`transpose_ipc`); host operations
+            // have none.
+            (Exec::Device(_), Route::Ipc { .. }) | (Exec::Host, _) => Ok(()),
+            // The output is written as a whole: every step has landed at the end.
+            (Exec::Device(stream), _) => c.steps.output.record_all(stream),
         }
     }
 
@@ -546,20 +550,22 @@ impl Runtime<'_> {
                     let staged = (!ready.marks.is_empty()).then_some(&staged);
                     return run.single_copy(&outs, &landing, &movers, 0, &x, staged);
                 }
+                // Two copies, through the workspaces: the output is written as a whole.
                 c.steps.input.wait_all(stream)?;
-                if !sliced {
-                    return run.run(t).and_then(|()| c.steps.output.record_all(stream));
+                if sliced {
+                    let x = IpcSlices {
+                        pipe,
+                        main: stream,
+                        peers: ws.ipc(),
+                        members: &plan.members,
+                        me: plan.me,
+                        slots: peer_slots(plan, elem),
+                        comm: c.group,
+                    };
+                    run.sliced(&x, self.slice_bytes, false)?;
+                } else {
+                    run.run(t)?;
                 }
-                let x = IpcSlices {
-                    pipe,
-                    main: stream,
-                    peers: ws.ipc(),
-                    members: &plan.members,
-                    me: plan.me,
-                    slots: peer_slots(plan, elem),
-                    comm: c.group,
-                };
-                run.sliced(&x, self.slice_bytes, false)?;
                 c.steps.output.record_all(stream)
             })
         })
