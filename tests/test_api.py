@@ -429,7 +429,7 @@ def test_pipeline_slice_bytes_errors(handle: cudecomp.Handle, monkeypatch: pytes
 @pytest.mark.parametrize("other", ["65536", "bogus"])
 def test_pipeline_slice_bytes_must_agree(handle: cudecomp.Handle, comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", other if comm.rank == 1 else "4096")
-    with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
+    with pytest.raises(cudecomp.InvalidUsageError, match="differ across ranks"):
         handle.create_grid(base_config())
     monkeypatch.delenv("CUDECOMP_PIPELINE_SLICE_BYTES")
     still_works(handle)
@@ -463,7 +463,9 @@ def test_mismatched_configs_raise_on_every_rank(handle: cudecomp.Handle, comm: M
     cfg = base_config()
     if comm.rank == 1:
         cfg.gdims[2] = 12
-    with pytest.raises(cudecomp.InvalidUsageError, match="differs across ranks"):
+    # Every rank names the first field that differs and the values of rank 0 and rank 1.
+    want = rf"gdims is \[{GDIMS[0]}, {GDIMS[1]}, {GDIMS[2]}\] on rank 0 and \[{GDIMS[0]}, {GDIMS[1]}, 12\] on rank 1"
+    with pytest.raises(cudecomp.InvalidUsageError, match=want):
         handle.create_grid(cfg)
     still_works(handle)
 

@@ -632,7 +632,7 @@ def test_check_collectives_values(handle: cudecomp.Handle, monkeypatch: pytest.M
 @pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
 def test_check_collectives_must_agree(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "0" if RANK == 0 else "1")
-    with pytest.raises(Invalid, match="differs across ranks"):
+    with pytest.raises(Invalid, match="differ across ranks"):
         handle.create_grid(config())
     monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "1")
     still_works(handle)

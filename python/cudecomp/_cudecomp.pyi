@@ -162,14 +162,16 @@ class Handle:
         False where ranks share a GPU (NCCL and the NVSHMEM backends then refuse to run,
         and GPU FFT plans do not stream their slabs), and always in the CPU variant.
         """
-    def _agree(self, what: str, mine: bytes | None, why: str | None = None) -> None:
-        """Check that every rank passes the same ``mine`` (collective).
+    def _agree(self, what: str, fields: list[tuple[str, str]] | None, why: str | None = None) -> None:
+        """Check that every rank passes the same ``fields`` (collective).
 
-        Every rank raises ``InvalidUsageError`` naming ``what`` when the bytes differ. A rank
-        that failed before it could describe its part passes ``mine=None`` and its error's
-        text as ``why`` (and then raises that error itself); the other ranks raise
-        ``InvalidUsageError`` naming it instead of waiting. For the package's own checks of
-        collective calls, such as ``cudecomp.fft.FFT``'s arguments.
+        ``fields`` is a list of ``(name, canonical text)`` pairs, in the same order on every
+        rank. Where they differ, every rank raises ``InvalidUsageError`` naming ``what``, the
+        first field that differs and both values. A rank that failed before it could
+        describe its part passes ``fields=None`` and its error's text as ``why`` (and then
+        raises that error itself); the other ranks raise ``InvalidUsageError`` naming it
+        instead of waiting. For the package's own checks of collective calls, such as
+        ``cudecomp.fft.FFT``'s arguments.
         """
     def finalize(self) -> None:
         """Release the handle and its workspaces (collective).
@@ -272,6 +274,18 @@ class GridDesc:
     @property
     def autotune_result(self) -> AutotuneResult | None:
         """What the autotuner measured and chose, or ``None`` without a search."""
+    @property
+    def _checks_collectives(self) -> bool:
+        """Whether the ranks agree on every operation before it moves data
+        (``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid was created).
+        """
+    def _agree(self, what: str, fields: list[tuple[str, str]] | None, why: str | None = None) -> None:
+        """Check that every rank passes the same ``fields`` (collective over this grid's
+        communicator), as ``Handle._agree`` does over the handle's: for the package's own
+        collective steps on a grid, such as an FFT plan's transforms. ``fields=None`` with
+        ``why``: this rank failed (the others raise naming it; this one raises nothing
+        here and then raises its own error).
+        """
     def destroy(self) -> None:
         """Release the descriptor (collective).
 

@@ -15,6 +15,7 @@ use crate::handle::{GridDesc, Handle};
 use crate::mem::shm::SharedArray;
 use crate::mem::Buf;
 use crate::plan::{Direction, HaloSpec, TransposeLayouts};
+use crate::Fields;
 use crate::{invalid, unsupported, Error, Result};
 
 /// `cudecompGridDescAutotuneOptions_t`.
@@ -77,43 +78,56 @@ impl AutotuneOptions {
         cfg.pdims == [0, 0] || self.autotune_transpose_backend || self.autotune_halo_backend
     }
 
-    /// A canonical encoding for the cross-rank agreement check: every field, in
-    /// declaration order, as little-endian bytes (floats by their bit patterns).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v: Vec<u8> = Vec::with_capacity(512);
-        let int = |v: &mut Vec<u8>, x: i64| v.extend(x.to_le_bytes());
-        let flag = |v: &mut Vec<u8>, b: bool| v.push(u8::from(b));
-        int(&mut v, self.n_warmup_trials.into());
-        int(&mut v, self.n_trials.into());
-        flag(&mut v, self.grid_mode_halo);
-        int(&mut v, self.dtype as i64);
-        flag(&mut v, self.allow_uneven_decompositions);
-        flag(&mut v, self.disable_mpi_backends);
-        flag(&mut v, self.disable_nccl_backends);
-        flag(&mut v, self.disable_nvshmem_backends);
-        v.extend(self.skip_threshold.to_bits().to_le_bytes());
-        flag(&mut v, self.autotune_transpose_backend);
-        self.transpose_use_inplace_buffers
-            .iter()
-            .for_each(|&b| flag(&mut v, b));
-        flag(&mut v, self.transpose_use_library_arrays);
-        self.transpose_op_weights
-            .iter()
-            .for_each(|w| v.extend(w.to_bits().to_le_bytes()));
-        for table in [
-            &self.transpose_input_halo_extents,
-            &self.transpose_output_halo_extents,
-            &self.transpose_input_padding,
-            &self.transpose_output_padding,
-        ] {
-            table.iter().flatten().for_each(|&x| int(&mut v, x));
-        }
-        flag(&mut v, self.autotune_halo_backend);
-        self.halo_extents.iter().for_each(|&x| int(&mut v, x));
-        self.halo_periods.iter().for_each(|&b| flag(&mut v, b));
-        int(&mut v, self.halo_axis);
-        self.halo_padding.iter().for_each(|&x| int(&mut v, x));
-        v
+    /// Every field by name, for the check that all ranks pass the same options.
+    pub fn fields(&self) -> Fields {
+        Fields::new()
+            .with("n_warmup_trials", self.n_warmup_trials)
+            .with("n_trials", self.n_trials)
+            .with(
+                "grid_mode",
+                if self.grid_mode_halo {
+                    "HALO"
+                } else {
+                    "TRANSPOSE"
+                },
+            )
+            .with("dtype", self.dtype)
+            .with(
+                "allow_uneven_decompositions",
+                self.allow_uneven_decompositions,
+            )
+            .with("disable_mpi_backends", self.disable_mpi_backends)
+            .with("disable_nccl_backends", self.disable_nccl_backends)
+            .with("disable_nvshmem_backends", self.disable_nvshmem_backends)
+            .with("skip_threshold", self.skip_threshold)
+            .with(
+                "autotune_transpose_backend",
+                self.autotune_transpose_backend,
+            )
+            .with(
+                "transpose_use_inplace_buffers",
+                self.transpose_use_inplace_buffers,
+            )
+            .with(
+                "transpose_use_library_arrays",
+                self.transpose_use_library_arrays,
+            )
+            .with("transpose_op_weights", self.transpose_op_weights)
+            .with(
+                "transpose_input_halo_extents",
+                self.transpose_input_halo_extents,
+            )
+            .with(
+                "transpose_output_halo_extents",
+                self.transpose_output_halo_extents,
+            )
+            .with("transpose_input_padding", self.transpose_input_padding)
+            .with("transpose_output_padding", self.transpose_output_padding)
+            .with("autotune_halo_backend", self.autotune_halo_backend)
+            .with("halo_extents", self.halo_extents)
+            .with("halo_periods", self.halo_periods)
+            .with("halo_axis", self.halo_axis)
+            .with("halo_padding", self.halo_padding)
     }
 
     /// Checks the options' values (InvalidUsage naming the field).
@@ -548,9 +562,8 @@ pub fn create_grid(
     cfg: &GridConfig,
     o: &AutotuneOptions,
 ) -> Result<(GridDesc, Option<AutotuneReport>)> {
-    let mut mine = cfg.to_bytes();
-    mine.extend(o.to_bytes());
-    handle.check_agreement("grid configuration or autotuning options", &mine)?;
+    let mine = cfg.fields().extended(o.fields());
+    handle.check_agreement("grid configurations or autotuning options", &mine)?;
     cfg.validate_static()?;
     o.validate()?;
     if !o.wants_tuning(cfg) {

@@ -2,7 +2,7 @@
 //! values, and `GridConfig` (`cudecompGridDescConfig_t`) with the checks that do not
 //! depend on the process grid.
 
-use crate::{invalid, Result};
+use crate::{invalid, Fields, Result};
 
 /// Transpose communication backends with their C values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -325,18 +325,17 @@ impl Default for GridConfig {
 }
 
 impl GridConfig {
-    /// A canonical byte encoding, used to check that all ranks pass the same configuration.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v: Vec<i32> = Vec::with_capacity(24);
-        v.extend(self.gdims);
-        v.extend(self.gdims_dist);
-        v.extend(self.pdims);
-        v.push(self.rank_order);
-        v.push(self.transpose_comm_backend);
-        v.extend(self.transpose_axis_contiguous.map(i32::from));
-        v.extend(self.transpose_mem_order.iter().flatten());
-        v.push(self.halo_comm_backend);
-        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    /// Every field by name, for the check that all ranks pass the same configuration.
+    pub fn fields(&self) -> Fields {
+        Fields::new()
+            .with("gdims", self.gdims)
+            .with("gdims_dist", self.gdims_dist)
+            .with("pdims", self.pdims)
+            .with("rank_order", self.rank_order)
+            .with("transpose_comm_backend", self.transpose_comm_backend)
+            .with("transpose_axis_contiguous", self.transpose_axis_contiguous)
+            .with("transpose_mem_order", self.transpose_mem_order)
+            .with("halo_comm_backend", self.halo_comm_backend)
     }
 
     /// True when `transpose_mem_order` is entirely set.

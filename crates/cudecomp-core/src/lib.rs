@@ -104,6 +104,7 @@ pub mod config;
 pub mod cuda;
 pub mod engine;
 mod error;
+mod fields;
 pub mod geometry;
 pub mod handle;
 pub mod mem;
@@ -112,3 +113,4 @@ pub mod perf;
 pub mod plan;
 
 pub use error::{Error, Result};
+pub use fields::Fields;

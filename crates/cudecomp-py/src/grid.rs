@@ -10,7 +10,7 @@ use cudecomp_core::engine::Exec;
 use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
-use cudecomp_core::Error;
+use cudecomp_core::{Error, Fields};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyTuple};
@@ -648,6 +648,45 @@ impl GridDesc {
     #[getter]
     fn autotune_result(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.autotune.as_ref().map(|r| r.clone_ref(py))
+    }
+
+    /// Whether the ranks agree on every operation before it moves data
+    /// (``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid was created).
+    #[getter]
+    fn _checks_collectives(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.live(py)?.checks_collectives())
+    }
+
+    /// Check that every rank passes the same ``fields`` (collective over this grid's
+    /// communicator), as ``Handle._agree`` does over the handle's: for the package's own
+    /// collective steps on a grid, such as an FFT plan's transforms. ``fields=None`` with
+    /// ``why``: this rank failed (the others raise naming it; this one raises nothing
+    /// here and then raises its own error).
+    #[pyo3(signature = (what, fields, why = None))]
+    fn _agree(
+        &self,
+        py: Python<'_>,
+        what: &str,
+        fields: Option<Vec<(String, String)>>,
+        why: Option<&str>,
+    ) -> PyResult<()> {
+        let gd = self.live(py)?;
+        match fields {
+            Some(pairs) => {
+                let mut f = Fields::new();
+                for (name, text) in pairs {
+                    f.push(&name, text);
+                }
+                py.detach(|| gd.agree_fields(what, Ok(&f))).py(py)
+            }
+            None => {
+                let why = why.unwrap_or("an error");
+                match py.detach(|| gd.agree_fields(what, Err(why))) {
+                    Err(Error::InvalidUsage(_)) => Ok(()),
+                    other => other.py(py),
+                }
+            }
+        }
     }
 
     /// A copy of the resolved configuration (process grid, backends, rank order).

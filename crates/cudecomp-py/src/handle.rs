@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use cudecomp_core::autotune;
 use cudecomp_core::comm::dynmpi::{self, MpiDescription};
 use cudecomp_core::handle as core;
+use cudecomp_core::Fields;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -150,24 +151,32 @@ impl Handle {
         py.detach(|| h.one_gpu_per_rank()).py(py)
     }
 
-    /// Check that every rank passes the same ``mine`` (collective).
+    /// Check that every rank passes the same ``fields`` (collective).
     ///
-    /// Every rank raises ``InvalidUsageError`` naming ``what`` when the bytes differ. A rank
-    /// that failed before it could describe its part passes ``mine=None`` and its error's
-    /// text as ``why`` (and then raises that error itself); the other ranks raise
-    /// ``InvalidUsageError`` naming it instead of waiting. For the package's own checks of
-    /// collective calls, such as ``cudecomp.fft.FFT``'s arguments.
-    #[pyo3(signature = (what, mine, why = None))]
+    /// ``fields`` is a list of ``(name, canonical text)`` pairs, in the same order on every
+    /// rank. Where they differ, every rank raises ``InvalidUsageError`` naming ``what``, the
+    /// first field that differs and both values. A rank that failed before it could
+    /// describe its part passes ``fields=None`` and its error's text as ``why`` (and then
+    /// raises that error itself); the other ranks raise ``InvalidUsageError`` naming it
+    /// instead of waiting. For the package's own checks of collective calls, such as
+    /// ``cudecomp.fft.FFT``'s arguments.
+    #[pyo3(signature = (what, fields, why = None))]
     fn _agree(
         &self,
         py: Python<'_>,
         what: &str,
-        mine: Option<Vec<u8>>,
+        fields: Option<Vec<(String, String)>>,
         why: Option<&str>,
     ) -> PyResult<()> {
         let h = self.live(py)?;
-        match mine {
-            Some(bytes) => py.detach(|| h.check_agreement(what, &bytes)).py(py),
+        match fields {
+            Some(pairs) => {
+                let mut f = Fields::new();
+                for (name, text) in pairs {
+                    f.push(&name, text);
+                }
+                py.detach(|| h.check_agreement(what, &f)).py(py)
+            }
             None => {
                 let why = why.unwrap_or("an error");
                 py.detach(|| h.refuse_agreement(why)).py(py)

@@ -105,16 +105,26 @@ class _PlanArgs:
     workers: int | None
     comm: Any
 
-    def agreement_key(self) -> bytes:
-        """Return what every rank must pass alike: all but its own threads and communicator object.
+    def agreement_key(self) -> list[tuple[str, str]]:
+        """Return what every rank must pass alike, by name: all but its own threads and communicator object.
 
         The streaming settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``,
         ``CUDECOMP_FFT_BACKWARD``) are part of it: they decide collective steps too.
         """
-        env = [os.environ.get(v) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS", "CUDECOMP_FFT_BACKWARD")]
+        env = [(v, repr(os.environ.get(v))) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS", "CUDECOMP_FFT_BACKWARD")]
         backends = [b and b.name for b in self.backends]
-        parts = (self.kind, self.norm, self.transposed_out, self.gdims, self.pdims, str(self.in_dtype), backends)
-        return repr((*parts, self.autotune_reps, repr(self.config), env)).encode()
+        parts = {
+            "kind": self.kind,
+            "norm": self.norm,
+            "transposed_out": self.transposed_out,
+            "gdims": self.gdims,
+            "pdims": self.pdims,
+            "dtype": str(self.in_dtype),
+            "backend": backends,
+            "autotune_reps": self.autotune_reps,
+            "config": self.config,
+        }
+        return [(k, repr(v)) for k, v in parts.items()] + env
 
 
 def _parse(

@@ -1,8 +1,11 @@
 //! Communicators: the byte-moving interface every engine uses, an MPI implementation
 //! bound at run time (`dynmpi`) and an in-process thread mock for tests (`mock`).
 
+mod agree;
 pub mod dynmpi;
 pub mod mock;
+
+pub use agree::agree_on;
 
 use crate::{invalid, Error, Result};
 

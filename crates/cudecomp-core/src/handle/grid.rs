@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::comm::{agree_parts, Communicator};
+use crate::comm::{agree_on, agree_parts, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
 use crate::engine::run::{HaloCall, Runtime, Steps, TransposeCall, TransposeSteps};
@@ -19,7 +19,7 @@ use crate::handle::Handle;
 use crate::mem::Buf;
 use crate::perf::{PerfReport, PerfSettings};
 use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
-use crate::{invalid, Error, Result};
+use crate::{invalid, Error, Fields, Result};
 
 /// One transpose request: direction, halos and padding of both pencils, element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -262,6 +262,14 @@ impl GridDesc {
             );
         }
         Ok(())
+    }
+
+    /// Collective over the grid's communicator: [`crate::comm::agree_on`] for callers
+    /// that run collective steps of their own on this grid (an FFT plan's transforms):
+    /// every rank passes `Ok(fields)` or the text of the error that stops it.
+    pub fn agree_fields(&self, what: &str, mine: std::result::Result<&Fields, &str>) -> Result<()> {
+        let _grid_turn = lock(&self.turn);
+        agree_on(self.comm.as_ref(), what, mine)
     }
 
     /// The resolved grid.

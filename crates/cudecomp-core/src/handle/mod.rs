@@ -9,14 +9,15 @@ pub mod grid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::comm::{agree_parts, Communicator};
+use crate::comm::{agree_on, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::nvshmem::SymmetricBuffer;
 use crate::cuda::Device;
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::workspace::{Lease, Pool, Workspace};
 use crate::geometry::Grid;
-use crate::{invalid, unsupported, Error, Result};
+use crate::Fields;
+use crate::{unsupported, Error, Result};
 use capabilities::Capabilities;
 
 pub use capabilities::MAX_HOST_THREADS;
@@ -207,31 +208,20 @@ impl Handle {
     }
 
     /// Collective: fails on every rank, without hanging, unless all ranks pass the same
-    /// bytes. `what` names the object in the message. A rank that failed before it could
-    /// describe its part joins through [`Handle::refuse_agreement`] instead: the others
-    /// then fail naming it.
-    pub fn check_agreement(&self, what: &str, mine: &[u8]) -> Result<()> {
-        let all = agree_parts(
-            self.comm(),
-            &format!("its {what} could be compared"),
-            Ok(mine),
-        )?;
-        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
-        if !differing.is_empty() {
-            invalid!(
-                "{what} differs across ranks: expected every rank to pass the same values, but rank(s) {differing:?} differ from rank 0"
-            );
-        }
-        Ok(())
+    /// `fields`; the message names the first field that differs and both values. `what`
+    /// names the call. A rank that failed before it could describe its part joins through
+    /// [`Handle::refuse_agreement`] instead: the others then fail naming it.
+    pub fn check_agreement(&self, what: &str, fields: &Fields) -> Result<()> {
+        agree_on(self.comm(), what, Ok(fields))
     }
 
     /// Collective: the part of [`Handle::check_agreement`] for a rank whose arguments
     /// failed before they could be described (`why`: the error it raises itself), so that
     /// the other ranks raise too instead of waiting for it.
     pub fn refuse_agreement(&self, why: &str) -> Result<()> {
-        match agree_parts(self.comm(), "", Err(why)) {
+        match agree_on(self.comm(), "", Err(why)) {
             Err(Error::InvalidUsage(_)) => Ok(()), // (what every rank learns: this one failed)
-            other => other.map(|_| ()),
+            other => other,
         }
     }
 
@@ -239,16 +229,18 @@ impl Handle {
     /// descriptor with its row and column communicators. Backends this handle cannot run
     /// raise `NotSupported` on every rank.
     pub fn create_grid(&self, cfg: &GridConfig) -> Result<GridDesc> {
-        self.check_agreement("grid configuration", &cfg.to_bytes())?;
+        self.check_agreement("grid configurations", &cfg.fields())?;
         // Agreed on before a bad value raises, so that a rank alone with a typo does not
         // leave the others waiting in the collective.
         let slice_bytes = grid::slice_bytes_from_env();
         let token = slice_bytes.as_ref().map_or(-1, |b| b.unwrap_or(0));
-        self.check_agreement("CUDECOMP_PIPELINE_SLICE_BYTES", &token.to_le_bytes())?;
+        let f = Fields::new().with("CUDECOMP_PIPELINE_SLICE_BYTES", token);
+        self.check_agreement("settings", &f)?;
         let slice_bytes = slice_bytes?;
         let check = grid::check_collectives_from_env();
         let token = check.as_ref().map_or(2, |&c| u8::from(c));
-        self.check_agreement("CUDECOMP_CHECK_COLLECTIVES", &[token])?;
+        let f = Fields::new().with("CUDECOMP_CHECK_COLLECTIVES", token);
+        self.check_agreement("settings", &f)?;
         let check = check?;
         let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
         // Grids whose pencils the library cannot address are refused now, not at the
