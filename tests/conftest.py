@@ -3,6 +3,7 @@ aborts the whole job so that the others never wait forever in a collective."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -85,6 +86,21 @@ def handle() -> Iterator[cudecomp.Handle]:
         h.finalize()
     except cudecomp.InvalidUsageError:
         pass  # the test finalized it itself
+
+
+@contextlib.contextmanager
+def handle_with(**env: str | None) -> Iterator[cudecomp.Handle]:
+    """A handle made with these ``CUDECOMP_*`` settings (``None`` unsets one), which a
+    handle reads when it is created; the environment is restored at once."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            if v is None:
+                mp.delenv(k, raising=False)
+            else:
+                mp.setenv(k, v)
+        h = cudecomp.Handle(MPI.COMM_WORLD)
+    with h:
+        yield h
 
 
 def requires_cpu_variant() -> pytest.MarkDecorator:

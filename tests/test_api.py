@@ -389,10 +389,12 @@ def test_autotune_backends_and_halo_mode(handle: cudecomp.Handle) -> None:
         ("MPI_P2P_PL", "MPI_P2P_PL"),
     ],
 )
-def test_autotune_backend_filter(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, spec: str, expect: str) -> None:
+def test_autotune_backend_filter(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, spec: str, expect: str) -> None:
+    # Settings are read when a handle is created.
     monkeypatch.setenv("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", spec)
-    cfg = base_config()
-    handle.create_grid(cfg, quick_options(autotune_transpose_backend=True)).destroy()
+    with cudecomp.Handle(comm) as h:
+        cfg = base_config()
+        h.create_grid(cfg, quick_options(autotune_transpose_backend=True)).destroy()
     assert cfg.transpose_comm_backend is TransposeCommBackend[expect]
 
 
@@ -400,50 +402,72 @@ def test_autotune_backend_filter(handle: cudecomp.Handle, monkeypatch: pytest.Mo
     "var, value",
     [
         ("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", "MPI_P2P,BOGUS"),
-        ("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", ""),
+        ("CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", ","),
         ("CUDECOMP_AUTOTUNE_P_ROW_RANGE", "3,1"),
         ("CUDECOMP_AUTOTUNE_P_ROW_RANGE", "x"),
-        ("CUDECOMP_AUTOTUNE_P_COL_RANGE", "1000,2000"),
     ],
 )
-def test_autotune_filter_errors(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+def test_autotune_filter_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    """A bad filter is refused when the handle is created, on every rank; a later handle works."""
     monkeypatch.setenv(var, value)
-    cfg = base_config()
-    cfg.pdims = (0, 0)
-    with pytest.raises(cudecomp.InvalidUsageError):
-        handle.create_grid(cfg, quick_options(autotune_transpose_backend=True))
+    with pytest.raises(cudecomp.InvalidUsageError, match=var):
+        cudecomp.Handle(comm)
     monkeypatch.delenv(var)
-    still_works(handle)
+    with cudecomp.Handle(comm) as h:
+        still_works(h)
 
 
-@pytest.mark.parametrize("value", ["0", "-4096", "32MiB", ""])
-def test_pipeline_slice_bytes_errors(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+def test_autotune_filter_leaving_no_grid(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDECOMP_AUTOTUNE_P_COL_RANGE", "1000,2000")
+    with cudecomp.Handle(comm) as h:
+        cfg = base_config()
+        cfg.pdims = (0, 0)
+        with pytest.raises(cudecomp.InvalidUsageError, match="leave no process grid"):
+            h.create_grid(cfg, quick_options(autotune_transpose_backend=True))
+        still_works(h)
+
+
+@pytest.mark.parametrize("value", ["0", "-4096", "32MiB"])
+def test_pipeline_slice_bytes_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", value)
     with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_PIPELINE_SLICE_BYTES"):
-        handle.create_grid(base_config())
+        cudecomp.Handle(comm)
     monkeypatch.delenv("CUDECOMP_PIPELINE_SLICE_BYTES")
-    still_works(handle)
+    with cudecomp.Handle(comm) as h:
+        still_works(h)
+
+
+def test_empty_settings_mean_unset(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable set to nothing (``VAR=``) leaves its default, as if unset."""
+    for var in ("CUDECOMP_PIPELINE_SLICE_BYTES", "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", "CUDECOMP_SINGLE_COPY"):
+        monkeypatch.setenv(var, "  ")
+    with cudecomp.Handle(comm) as h:
+        still_works(h)
 
 
 @pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
 @pytest.mark.parametrize("other", ["65536", "bogus"])
-def test_pipeline_slice_bytes_must_agree(handle: cudecomp.Handle, comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+def test_pipeline_slice_bytes_must_agree(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", other if comm.rank == 1 else "4096")
-    with pytest.raises(cudecomp.InvalidUsageError, match="differ across ranks"):
-        handle.create_grid(base_config())
+    # Differing values name the variable and both; a bad value on rank 1 is rank 1's error.
+    differ = r"CUDECOMP_PIPELINE_SLICE_BYTES is Some\(4096\) on rank 0 and Some\(65536\) on rank 1"
+    want = differ if other == "65536" else "CUDECOMP_PIPELINE_SLICE_BYTES"
+    with pytest.raises(cudecomp.InvalidUsageError, match=want):
+        cudecomp.Handle(comm)
     monkeypatch.delenv("CUDECOMP_PIPELINE_SLICE_BYTES")
-    still_works(handle)
+    with cudecomp.Handle(comm) as h:
+        still_works(h)
 
 
 @pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="host copy threads are the CPU variant's")
 @pytest.mark.parametrize("bad", ["0", "four", "-2"])
 def test_host_threads_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
-    """A bad CUDECOMP_HOST_THREADS on one rank raises on every rank; the handle recovers."""
+    """A bad CUDECOMP_HOST_THREADS on one rank raises on every rank; a later handle works."""
     monkeypatch.setenv("CUDECOMP_HOST_THREADS", bad if comm.rank == comm.size - 1 else "2")
+    with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_HOST_THREADS"):
+        cudecomp.Handle(comm)
+    monkeypatch.setenv("CUDECOMP_HOST_THREADS", "3")
     with cudecomp.Handle(comm) as h:
-        with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_HOST_THREADS"):
-            h.create_grid(base_config())
-        monkeypatch.setenv("CUDECOMP_HOST_THREADS", "3")
         still_works(h)
 
 

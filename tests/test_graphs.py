@@ -18,7 +18,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import gpu_available
+from conftest import gpu_available, handle_with
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from oracle import direct_usable, factor_pairs, make, nccl_usable, nvshmem_usable
 
@@ -203,10 +203,14 @@ def test_halo_backends_that_cannot_be_captured(handle: cudecomp.Handle, stream: 
         seq.check(2.0)
 
 
-def test_performance_report_refused(handle: cudecomp.Handle, stream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CUDECOMP_ENABLE_PERFORMANCE_REPORT", "1")
-    g = handle.create_grid(config(TransposeCommBackend.NCCL, HaloCommBackend.NCCL, factor_pairs(NRANKS)[-1]))
-    monkeypatch.delenv("CUDECOMP_ENABLE_PERFORMANCE_REPORT")
+def test_performance_report_refused(stream: Any) -> None:
+    with handle_with(CUDECOMP_ENABLE_PERFORMANCE_REPORT="1") as handle:
+        g = handle.create_grid(config(TransposeCommBackend.NCCL, HaloCommBackend.NCCL, factor_pairs(NRANKS)[-1]))
+        reported_capture_refused(g, stream)
+
+
+def reported_capture_refused(g: cudecomp.GridDesc, stream: Any) -> None:
+    """With the report on, a capture is refused and eager runs go on (destroys ``g``)."""
     try:
         seq = Sequence7(g, stream)
         seq.load(1.0)

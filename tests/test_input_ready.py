@@ -13,6 +13,7 @@ what it copied must be the oracle's cells. The CPU variant refuses events.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import gpu_available, requires_data_path
+from conftest import gpu_available, handle_with, requires_data_path
 from cudecomp import DataType, TransposeCommBackend
 from cudecomp import _cudecomp as ext
 from oracle import make, nccl_usable
@@ -46,11 +47,14 @@ extern "C" __global__ void delay(unsigned long long ns) {
 """
 
 
-@pytest.fixture
-def every_array_shared(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Small test arrays are exported too (the default keeps arrays under 1 MiB private)."""
-    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
-    monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
+@pytest.fixture(scope="module")
+def handle() -> Iterator[cudecomp.Handle]:
+    """The module's handle: small test arrays are exported too (the default keeps arrays
+    under 1 MiB private), and single copies are the GPU variant's default."""
+    if GPU and not gpu_available():
+        pytest.skip("GPU variant without a usable GPU")
+    with handle_with(CUDECOMP_SHARED_ARRAY_MIN_BYTES="0", CUDECOMP_SINGLE_COPY=None) as h:
+        yield h
 
 
 def slab_grid(handle: cudecomp.Handle, backend: TransposeCommBackend, contiguous: bool = False) -> cudecomp.GridDesc:
@@ -114,7 +118,6 @@ def stepped_transpose(
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 @pytest.mark.parametrize("steps", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX, DataType.FLOAT])
 def test_direct_single_copy_waits_for_each_step(handle: cudecomp.Handle, dtype: DataType, steps: int) -> None:
@@ -126,7 +129,6 @@ def test_direct_single_copy_waits_for_each_step(handle: cudecomp.Handle, dtype: 
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 @pytest.mark.parametrize("steps", [1, 3])
 def test_steps_along_a_middle_axis(handle: cudecomp.Handle, steps: int) -> None:
     # Z→Y with the Z-pencil written in slabs of Y rows: each step is a strided block of rows.
@@ -137,7 +139,6 @@ def test_steps_along_a_middle_axis(handle: cudecomp.Handle, steps: int) -> None:
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 @pytest.mark.parametrize(
     "backend", [TransposeCommBackend.DIRECT, TransposeCommBackend.MPI_P2P, TransposeCommBackend.MPI_A2A], ids=lambda b: b.name
 )
@@ -150,7 +151,6 @@ def test_other_routes_wait_for_every_event(handle: cudecomp.Handle, backend: Tra
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 def test_transposing_layouts_copy_twice_by_default(handle: cudecomp.Handle) -> None:
     # Z-fastest Z-pencils: every chunk is transposed, which the copy engine cannot do; copy
     # kernels into peers are taken only when asked (CUDECOMP_SINGLE_COPY=1).
@@ -227,7 +227,6 @@ def landed_transpose(
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 @pytest.mark.parametrize("backward", [False, True], ids=["y_to_z", "z_to_y"])
 @pytest.mark.parametrize("cuts", ["halves", "each", "partial", "many"])
 def test_direct_single_copy_signals_each_output_step(handle: cudecomp.Handle, backward: bool, cuts: str) -> None:
@@ -245,7 +244,6 @@ def test_direct_single_copy_signals_each_output_step(handle: cudecomp.Handle, ba
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 def test_input_and_output_steps_together(handle: cudecomp.Handle) -> None:
     import cupy
 
@@ -259,7 +257,6 @@ def test_input_and_output_steps_together(handle: cudecomp.Handle) -> None:
 
 
 @gpu_only
-@pytest.mark.usefixtures("every_array_shared")
 @pytest.mark.parametrize(
     "backend", [TransposeCommBackend.DIRECT, TransposeCommBackend.MPI_P2P, TransposeCommBackend.NCCL], ids=lambda b: b.name
 )

@@ -21,7 +21,7 @@ from mpi4py import MPI
 from test_halo import expected as expected_halo
 
 import cudecomp
-from conftest import gpu_available
+from conftest import gpu_available, handle_with
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from cudecomp import _cudecomp as ext
 from oracle import ALL_CONTIGUOUS, factor_pairs, make
@@ -43,16 +43,18 @@ LAYOUTS = [
 pytestmark = pytest.mark.skipif(GPU and not gpu_available(), reason="GPU variant without a usable GPU")
 
 
-@pytest.fixture(autouse=True)
-def every_array_shared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Small test arrays are node-shared too (the default keeps arrays under 1 MiB private).
+#: Small test arrays are node-shared too (the default keeps arrays under 1 MiB private).
+#: GPUs copy once only when asked (``CUDECOMP_SINGLE_COPY=1``): these tests ask.
+SHARED = {"CUDECOMP_SHARED_ARRAY_MIN_BYTES": "0", "CUDECOMP_SINGLE_COPY": "1" if GPU else None}
 
-    GPUs copy once only when asked (``CUDECOMP_SINGLE_COPY=1``): these tests ask.
-    """
-    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
-    if GPU:
-        monkeypatch.setenv("CUDECOMP_SINGLE_COPY", "1")
-    yield
+
+@pytest.fixture(scope="module")
+def handle() -> Iterator[cudecomp.Handle]:
+    """The module's handle, made with :data:`SHARED` settings."""
+    if GPU and not gpu_available():
+        pytest.skip("GPU variant without a usable GPU")
+    with handle_with(**SHARED) as h:
+        yield h
 
 
 def grid_of(
@@ -192,11 +194,10 @@ def test_a_wrong_library_array_is_refused(handle: cudecomp.Handle) -> None:
         assert same(y, make(g.get_pencil_info(1), GDIMS, DataType.DOUBLE))
 
 
-def test_other_backends_and_small_arrays_stay_private(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_backends_and_small_arrays_stay_private(handle: cudecomp.Handle) -> None:
     with grid_of(handle, (NRANKS, 1), (False, False, False), TransposeCommBackend.MPI_P2P) as g:
         assert not shared(g.empty_pencil(0, DataType.DOUBLE))
-    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", str(1 << 30))
-    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+    with handle_with(CUDECOMP_SHARED_ARRAY_MIN_BYTES=str(1 << 30)) as h, grid_of(h, (NRANKS, 1), (False, False, False)) as g:
         assert not shared(g.empty_pencil(0, DataType.DOUBLE))
 
 
@@ -275,12 +276,11 @@ def test_a_rank_that_cannot_map_fails_everyone_without_a_hang(handle: cudecomp.H
 
 
 @pytest.mark.skipif(GPU or NRANKS < 2, reason="CPU single copies; needs peers")
-def test_ranks_with_different_dtypes_fail_with_a_hint(handle: cudecomp.Handle, comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ranks_with_different_dtypes_fail_with_a_hint(comm: MPI.Comm) -> None:
     # Without the checking mode a rank cannot know its peers' dtype before it maps their
     # outputs: the one that finds a peer's array too small says what the likely misuse is.
-    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
-    monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "0")  # (it would name the mismatch first)
-    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+    unchecked = {**SHARED, "CUDECOMP_CHECK_COLLECTIVES": "0"}  # (it would name the mismatch first)
+    with handle_with(**unchecked) as h, grid_of(h, (NRANKS, 1), (False, False, False)) as g:
         dtype = DataType.FLOAT if comm.rank == 1 else DataType.DOUBLE
         x, y, _, _ = library_pair(g, 0, 1, dtype, {})
         with pytest.raises(cudecomp.CudecompError) as e:
@@ -293,9 +293,8 @@ def test_ranks_with_different_dtypes_fail_with_a_hint(handle: cudecomp.Handle, c
 
 
 @pytest.mark.skipif(not GPU or NRANKS < 2, reason="the GPU variant's default; needs peers")
-def test_gpus_copy_twice_unless_asked(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CUDECOMP_SINGLE_COPY")
-    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+def test_gpus_copy_twice_unless_asked() -> None:
+    with handle_with(**{**SHARED, "CUDECOMP_SINGLE_COPY": None}) as h, grid_of(h, (NRANKS, 1), (False, False, False)) as g:
         x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})
         assert shared(x) and shared(y)
         before = ext._single_copy_count()

@@ -68,10 +68,12 @@ def test_autotuner_leaves_direct_out(handle: cudecomp.Handle) -> None:
 @pytest.mark.parametrize("value", ["0", "x", str(NRANKS + 1), "-2"])
 def test_bad_node_settings_raise_everywhere(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     # Only the last rank is misconfigured: every rank must raise, none may hang.
+    # (Refused when the handle is created where the value is not a number or differs
+    # across ranks, when the first grid asks for the nodes where it exceeds the ranks.)
     if comm.rank == comm.size - 1:
         monkeypatch.setenv("CUDECOMP_SIMULATE_NODES", value)
-    with cudecomp.Handle(comm) as h:
-        with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_SIMULATE_NODES"):
+    with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_SIMULATE_NODES"):
+        with cudecomp.Handle(comm) as h:
             h.create_grid(config(transpose_comm_backend=TransposeCommBackend.DIRECT))
     monkeypatch.delenv("CUDECOMP_SIMULATE_NODES", raising=False)
 

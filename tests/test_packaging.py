@@ -128,8 +128,6 @@ def no_pathfinder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def empty_system(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for name in _libs._ENV.values():
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(_libs, "_search_dirs", lambda: [str(tmp_path / "site-packages")])
     toolkits = [str(tmp_path / "cuda*" / "lib64"), str(tmp_path / "cuda*" / "targets" / "sbsa-linux" / "lib")]
     monkeypatch.setattr(_libs, "_TOOLKIT_DIRS", toolkits)
@@ -150,13 +148,11 @@ def test_find_falls_back_to_sonames() -> None:
 
 
 @pytest.mark.usefixtures("no_pathfinder", "empty_system")
-def test_find_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CUDECOMP_NCCL_LIB", "/opt/nccl/libnccl.so.2")
-    monkeypatch.setenv("CUDECOMP_NVRTC_LIB", "libnvrtc.so.13")
-    monkeypatch.setenv("CUDECOMP_NVSHMEM_LIB", "/x/libnvshmem_host.so.3")
-    assert _libs.find("nccl") == "/opt/nccl/libnccl.so.2"
-    assert _libs.find("nvrtc") == "libnvrtc.so.13"
-    assert _libs.find("nvshmem") == "/x/libnvshmem_host.so.3"
+def test_find_overrides() -> None:
+    # The overrides are the settings' CUDECOMP_*_LIB values, which the core reads.
+    assert _libs.find("nccl", "/opt/nccl/libnccl.so.2") == "/opt/nccl/libnccl.so.2"
+    assert _libs.find("nvrtc", "libnvrtc.so.13") == "libnvrtc.so.13"
+    assert _libs.find("nvshmem", "/x/libnvshmem_host.so.3") == "/x/libnvshmem_host.so.3"
 
 
 @pytest.mark.usefixtures("no_pathfinder", "empty_system")
@@ -198,6 +194,5 @@ def test_find_prefers_pathfinder(monkeypatch: pytest.MonkeyPatch, tmp_path) -> N
     assert _libs.find("nvshmem") == "/pf/libnvshmem_host.so"
     assert _libs.find("nccl") == nccl
     assert asked == ["nvrtc", "nvshmem_host", "nccl"]
-    monkeypatch.setenv("CUDECOMP_NVRTC_LIB", "/mine/libnvrtc.so.13")
-    assert _libs.find("nvrtc") == "/mine/libnvrtc.so.13"  # the override comes first
+    assert _libs.find("nvrtc", "/mine/libnvrtc.so.13") == "/mine/libnvrtc.so.13"  # the override comes first
     assert asked == ["nvrtc", "nvshmem_host", "nccl"]

@@ -19,7 +19,7 @@ pytestmark = requires_data_path()
 
 @pytest.mark.parametrize("backend", variant_transpose_backends(), ids=lambda b: b.name)
 def test_report_summary_and_csv(
-    handle: cudecomp.Handle, tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str], backend: cudecomp.TransposeCommBackend
+    tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str], backend: cudecomp.TransposeCommBackend
 ) -> None:
     comm = MPI.COMM_WORLD
     out = comm.bcast(str(tmp_path) if comm.rank == 0 else None)
@@ -33,6 +33,8 @@ def test_report_summary_and_csv(
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
+        # The report's settings are read when the handle is created.
+        handle = cudecomp.Handle(comm)
         cfg = cudecomp.GridDescConfig()
         cfg.gdims, cfg.pdims = (8, 9, 10), factor_pairs(comm.size)[-1]
         cfg.transpose_comm_backend = backend
@@ -50,6 +52,7 @@ def test_report_summary_and_csv(
         grid.transpose_x_to_y(x, y, output_halo_extents=(1, 1, 1))
         grid.update_halos_y(y, (1, 1, 1), (True, False, True), 2)
     grid.destroy()
+    handle.finalize()
     text = capfd.readouterr().out
     if comm.rank == 0:
         assert "CUDECOMP: ===== Performance Summary =====" in text

@@ -15,7 +15,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import requires_cpu_variant, requires_data_path
+from conftest import handle_with, requires_cpu_variant, requires_data_path
 from cudecomp import DataType, RankOrder, TransposeCommBackend
 from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
 
@@ -254,9 +254,7 @@ def test_opaque_storage_with_explicit_dtype(handle: cudecomp.Handle) -> None:
 
 @pytest.mark.parametrize("library", [False, True], ids=["user-arrays", "library-arrays"])
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
-def test_own_cells_left_to_the_caller(
-    handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, backend: TransposeCommBackend, library: bool
-) -> None:
+def test_own_cells_left_to_the_caller(backend: TransposeCommBackend, library: bool) -> None:
     """``own_cells=False``: every cell from another rank lands, this rank's own are left as they were.
 
     Between ``empty_pencil`` arrays DIRECT runs its single copies; in place is refused on
@@ -264,9 +262,16 @@ def test_own_cells_left_to_the_caller(
     """
     from cudecomp import _cudecomp as ext
 
-    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")  # small library arrays exported too
-    monkeypatch.setenv("CUDECOMP_SINGLE_COPY", "1")
-    before = ext._single_copy_count()
+    # Small library arrays exported too, and single copies on GPUs.
+    with handle_with(CUDECOMP_SHARED_ARRAY_MIN_BYTES="0", CUDECOMP_SINGLE_COPY="1") as handle:
+        before = ext._single_copy_count()
+        own_cells_cases(handle, backend, library)
+    single = library and backend == TransposeCommBackend.DIRECT and NRANKS > 1
+    assert (ext._single_copy_count() > before) == single
+
+
+def own_cells_cases(handle: cudecomp.Handle, backend: TransposeCommBackend, library: bool) -> None:
+    """The cases of :func:`test_own_cells_left_to_the_caller` on ``handle``."""
     for pdims in factor_pairs(NRANKS):
         case = Case((9, 10, 11), pdims, backend)
         grid = handle.create_grid(case.config())
@@ -291,5 +296,3 @@ def test_own_cells_left_to_the_caller(
             run_op(grid, case, "transpose_x_to_y", 0, 1, None)  # still usable
         finally:
             grid.destroy()
-    single = library and backend == TransposeCommBackend.DIRECT and NRANKS > 1
-    assert (ext._single_copy_count() > before) == single

@@ -276,12 +276,14 @@ class GridDesc:
         """What the autotuner measured and chose, or ``None`` without a search."""
     @property
     def _checks_collectives(self) -> bool:
-        """Whether the ranks agree on every operation before it moves data
-        (``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid was created).
+        """Whether the ranks agree on every operation before it moves data.
+
+        ``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid's handle was created.
         """
     def _agree(self, what: str, fields: list[tuple[str, str]] | None, why: str | None = None) -> None:
-        """Check that every rank passes the same ``fields`` (collective over this grid's
-        communicator), as ``Handle._agree`` does over the handle's: for the package's own
+        """Check that every rank passes the same ``fields`` (collective over this grid).
+
+        As ``Handle._agree`` does over the handle's communicator: for the package's own
         collective steps on a grid, such as an FFT plan's transforms. ``fields=None`` with
         ``why``: this rank failed (the others raise naming it; this one raises nothing
         here and then raises its own error).

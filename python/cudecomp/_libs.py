@@ -2,8 +2,9 @@
 
 Order, for each library:
 
-1. an environment override (``CUDECOMP_NVRTC_LIB``, ``CUDECOMP_NCCL_LIB``,
-   ``CUDECOMP_NVSHMEM_LIB``): a path or a soname, used as given;
+1. the user's override (``CUDECOMP_NVRTC_LIB``, ``CUDECOMP_NCCL_LIB``,
+   ``CUDECOMP_NVSHMEM_LIB``, read with every other setting by the core when a handle is
+   created and passed in here): a path or a soname, used as given;
 2. NVIDIA's locator ``cuda-pathfinder`` (``cuda.pathfinder``), where it is installed
    (``pip install cudecomp[cu13]``): NVIDIA's PyPI wheels in site-packages, conda,
    ``CUDA_PATH``/``CUDA_HOME``, then the system loader; it loads the library it finds (or
@@ -22,10 +23,10 @@ import glob
 import os
 import site
 import sys
+from dataclasses import dataclass
 
 __all__ = ["find", "preload_nvrtc", "prepare"]
 
-_ENV = {"nccl": "CUDECOMP_NCCL_LIB", "nvrtc": "CUDECOMP_NVRTC_LIB", "nvshmem": "CUDECOMP_NVSHMEM_LIB"}
 #: cuda-pathfinder's names of our libraries.
 _PATHFINDER = {"nccl": "nccl", "nvrtc": "nvrtc", "nvshmem": "nvshmem_host"}
 _WHEEL_PATHS = {
@@ -84,20 +85,19 @@ def _own_search(name: str) -> str | None:
     return None
 
 
-def find(name: str) -> str:
-    """Path (or soname) of library ``name`` ("nccl", "nvrtc" or "nvshmem")."""
-    override = os.environ.get(_ENV[name])
+def find(name: str, override: str | None = None) -> str:
+    """Path (or soname) of library ``name`` ("nccl", "nvrtc" or "nvshmem"): ``override`` when given, else searched."""
     if override:
         return override
     return _pathfinder(name) or _own_search(name) or _SONAMES[name]
 
 
-def preload_nvrtc() -> str:
+def preload_nvrtc(override: str | None = None) -> str:
     """Load NVRTC (and its builtins, which it opens by bare name) globally.
 
     The core's later ``dlopen("libnvrtc.so.13")`` then finds it by soname. Returns the path tried.
     """
-    path = find("nvrtc")
+    path = find("nvrtc", override)
     if os.path.isabs(path):
         for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
             try:
@@ -112,12 +112,21 @@ def preload_nvrtc() -> str:
     return path
 
 
-def prepare() -> tuple[str, str]:
+@dataclass(frozen=True)
+class Found:
+    """Where a GPU handle loads NCCL and NVSHMEM from (paths or sonames)."""
+
+    nccl: str
+    nvshmem: str
+
+
+def prepare(nvrtc: str | None = None, nccl: str | None = None, nvshmem: str | None = None) -> Found:
     """Preload NVRTC; return where NCCL and NVSHMEM are (called when a GPU Handle is created).
 
-    NVSHMEM's host library is large and only NVSHMEM backends need it: it is located here
-    without being loaded (the override, our own search, else the soname).
+    The arguments are the user's overrides (``CUDECOMP_NVRTC_LIB``, ``CUDECOMP_NCCL_LIB``,
+    ``CUDECOMP_NVSHMEM_LIB``, read by the core's settings). NVSHMEM's host library is large
+    and only NVSHMEM backends need it: it is located here without being loaded (the
+    override, our own search, else the soname).
     """
-    preload_nvrtc()
-    nvshmem = os.environ.get(_ENV["nvshmem"]) or _own_search("nvshmem") or _SONAMES["nvshmem"]
-    return find("nccl"), nvshmem
+    preload_nvrtc(nvrtc)
+    return Found(nccl=find("nccl", nccl), nvshmem=nvshmem or _own_search("nvshmem") or _SONAMES["nvshmem"])

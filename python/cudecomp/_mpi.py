@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ._errors import InvalidUsageError
 
 
-def describe(comm: Any) -> tuple[str, int, int, int, int, int, int]:
-    """Describe ``comm`` and its MPI for the core.
+@dataclass(frozen=True)
+class MpiDescription:
+    """What the core needs to bind to the MPI library mpi4py loaded, and to one communicator of it."""
 
-    Returns ``(mpi4py module path, sizeof(MPI_Comm), comm handle, MPI_BYTE handle,
-    MPI_REQUEST_NULL handle, sizeof(MPI_Status), MPI_UNDEFINED)``.
-    """
+    library: str
+    """Path of the ``mpi4py.MPI`` extension module, which resolves the MPI symbols."""
+    handle_bytes: int
+    """``sizeof(MPI_Comm)``: 4 (MPICH family, int handles) or 8 (Open MPI, pointers)."""
+    comm: int
+    """The communicator's handle."""
+    byte: int
+    """The ``MPI_BYTE`` handle."""
+    request_null: int
+    """The ``MPI_REQUEST_NULL`` handle."""
+    status_bytes: int
+    """``sizeof(MPI_Status)``."""
+    undefined: int
+    """``MPI_UNDEFINED``."""
+
+
+def describe(comm: Any) -> MpiDescription:
+    """Describe ``comm`` and its MPI for the core."""
     try:
         from mpi4py import MPI
     except ImportError as e:  # pragma: no cover - mpi4py is a dependency
@@ -27,14 +44,14 @@ def describe(comm: Any) -> tuple[str, int, int, int, int, int, int]:
         raise InvalidUsageError(
             "mpi_comm: expected an intracommunicator, got an intercommunicator (use Merge() to make one group of both sides)"
         )
-    return (
-        str(MPI.__file__),
-        int(MPI._sizeof(MPI.Comm)),
-        int(comm.handle),
-        int(MPI.BYTE.handle),
-        int(MPI.REQUEST_NULL.handle),
-        int(MPI._sizeof(MPI.Status)),
-        int(MPI.UNDEFINED),
+    return MpiDescription(
+        library=str(MPI.__file__),
+        handle_bytes=int(MPI._sizeof(MPI.Comm)),
+        comm=int(comm.handle),
+        byte=int(MPI.BYTE.handle),
+        request_null=int(MPI.REQUEST_NULL.handle),
+        status_bytes=int(MPI._sizeof(MPI.Status)),
+        undefined=int(MPI.UNDEFINED),
     )
 
 

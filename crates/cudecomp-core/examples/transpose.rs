@@ -17,16 +17,17 @@
 
 use std::process::ExitCode;
 
-use cudecomp_core::comm::dynmpi::{self, MpiSession};
+use cudecomp_core::comm::dynmpi::MpiSession;
 use cudecomp_core::comm::Communicator;
 use cudecomp_core::config::{DataType, GridConfig, TransposeBackend};
 use cudecomp_core::engine::Exec;
 use cudecomp_core::geometry::PencilInfo;
 use cudecomp_core::handle::grid::TransposeOp;
-use cudecomp_core::handle::{GridDesc, Handle};
+use cudecomp_core::handle::{GridDesc, Handle, Memory};
 use cudecomp_core::mem::Buf;
 use cudecomp_core::plan::testing::oracle;
 use cudecomp_core::plan::{Direction, HaloSpec, Layout, TransposeLayouts};
+use cudecomp_core::settings::Settings;
 use cudecomp_core::{Error, Result};
 
 /// Global grid: small, uneven extents, so that ranks own different numbers of cells.
@@ -109,7 +110,7 @@ fn run(mpi: &MpiSession) -> Result<bool> {
             .find(|b| b.enum_name() == name)
             .ok_or_else(|| Error::InvalidUsage(format!("unknown transpose backend {name}")))?,
     };
-    let handle = Handle::new(dynmpi::duplicate(&mpi.world())?, false);
+    let handle = Handle::from_mpi(&mpi.world(), Memory::Host, Settings::from_env())?;
     let nranks = handle.nranks();
     if handle.rank() == 0 {
         println!(

@@ -15,6 +15,7 @@ use crate::handle::{GridDesc, Handle};
 use crate::mem::shm::SharedArray;
 use crate::mem::Buf;
 use crate::plan::{Direction, HaloSpec, TransposeLayouts};
+use crate::settings::{AutotuneFilters, NameFilter};
 use crate::Fields;
 use crate::{invalid, unsupported, Error, Result};
 
@@ -211,50 +212,14 @@ pub struct AutotuneReport {
     pub lines: Vec<String>,
 }
 
-fn env_list(var: &str) -> Option<String> {
-    std::env::var(var).ok()
-}
-
-/// Applies an include (or `^`-exclude) list of upper-case names (reference §4.2).
-fn filter_names<T: Copy>(
-    var: &str,
-    all: Vec<T>,
-    name: impl Fn(T) -> &'static str,
-    known: &[&str],
-) -> Result<Vec<T>> {
-    let Some(spec) = env_list(var) else {
-        return Ok(all);
-    };
-    let (exclude, body) = match spec.strip_prefix('^') {
-        Some(b) => (true, b),
-        None => (false, spec.as_str()),
-    };
-    let names: Vec<&str> = body.split(',').map(str::trim).collect();
-    if names.iter().any(|n| n.is_empty() || !known.contains(n)) {
-        invalid!("{var}={spec:?}: expected a comma-separated list of {known:?}, optionally starting with '^'");
-    }
-    Ok(all
-        .into_iter()
-        .filter(|b| names.contains(&name(*b)) != exclude)
-        .collect())
-}
-
-fn range_filter(var: &str) -> Result<Option<(i32, i32)>> {
-    let Some(spec) = env_list(var) else {
-        return Ok(None);
-    };
-    let parts: Vec<Option<i32>> = spec.split(',').map(|v| v.trim().parse().ok()).collect();
-    match parts.as_slice() {
-        [Some(lo), Some(hi)] if *lo >= 0 && *hi > 0 && lo <= hi => Ok(Some((*lo, *hi))),
-        _ => invalid!("{var}={spec:?}: expected 'min,max' with 0 <= min <= max and max > 0"),
-    }
-}
-
-/// Process grids in upstream's order, filtered by the environment ranges.
-pub fn candidate_grids(nranks: usize, col_major: bool) -> Result<Vec<[i32; 2]>> {
+/// Process grids in upstream's order, filtered by the row and column ranges of `f`.
+pub fn candidate_grids(
+    nranks: usize,
+    col_major: bool,
+    f: &AutotuneFilters,
+) -> Result<Vec<[i32; 2]>> {
     let n = nranks as i32;
-    let rows = range_filter("CUDECOMP_AUTOTUNE_P_ROW_RANGE")?;
-    let cols = range_filter("CUDECOMP_AUTOTUNE_P_COL_RANGE")?;
+    let (rows, cols) = (f.p_row_range, f.p_col_range);
     let within = |v: i32, r: Option<(i32, i32)>| r.is_none_or(|(lo, hi)| (lo..=hi).contains(&v));
     let grids: Vec<[i32; 2]> = (1..=n)
         .filter(|f| n % f == 0)
@@ -268,12 +233,12 @@ pub fn candidate_grids(nranks: usize, col_major: bool) -> Result<Vec<[i32; 2]>> 
 }
 
 /// The backends of one family the search tries, in C-value order: MPI always, NCCL,
-/// DIRECT and NVSHMEM where usable (`[nccl, direct, nvshmem]`), then the `var`
-/// environment filter and the `disable_*` options.
+/// DIRECT and NVSHMEM where usable (`[nccl, direct, nvshmem]`), then the `filter` of the
+/// environment and the `disable_*` options.
 fn backend_candidates<B: CommBackend>(
     o: &AutotuneOptions,
     [nccl, direct, nvshmem]: [bool; 3],
-    var: &str,
+    filter: Option<&NameFilter>,
     what: &str,
 ) -> Result<Vec<B>> {
     let all: Vec<B> = B::EVERY
@@ -286,9 +251,9 @@ fn backend_candidates<B: CommBackend>(
                 || nvshmem && b.is_nvshmem()
         })
         .collect();
-    let known: Vec<&str> = B::EVERY.iter().map(|b| b.enum_name()).collect();
-    let list: Vec<B> = filter_names(var, all, |b| b.enum_name(), &known)?
+    let list: Vec<B> = all
         .into_iter()
+        .filter(|b| filter.is_none_or(|f| f.keeps(b.enum_name())))
         .filter(|b| {
             !(o.disable_mpi_backends && b.is_mpi()
                 || o.disable_nccl_backends && b.is_nccl()
@@ -585,11 +550,11 @@ fn search(
     if o.disable_nvshmem_backends && o.disable_mpi_backends && o.disable_nccl_backends {
         invalid!("autotuning: every backend family is disabled");
     }
-    let col_major =
-        cfg.resolved_rank_order(handle.col_major_default()) == crate::config::RankOrder::ColMajor;
+    let col_major = cfg.resolved_rank_order(handle.settings().col_major_rank_order)
+        == crate::config::RankOrder::ColMajor;
     let tune_grid = cfg.pdims == [0, 0];
     let grids = if tune_grid {
-        candidate_grids(handle.nranks(), col_major)?
+        candidate_grids(handle.nranks(), col_major, &handle.settings().autotune)?
     } else {
         vec![cfg.pdims]
     };
@@ -629,7 +594,7 @@ fn search(
             (true, true) => backend_candidates::<TransposeBackend>(
                 o,
                 [nccl, direct, nvshmem],
-                "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
+                handle.settings().autotune.transpose_backends.as_ref(),
                 "transpose",
             )?
             .into_iter()
@@ -638,7 +603,7 @@ fn search(
             (false, true) => backend_candidates::<HaloBackend>(
                 o,
                 [nccl, direct, nvshmem],
-                "CUDECOMP_AUTOTUNE_HALO_BACKENDS",
+                handle.settings().autotune.halo_backends.as_ref(),
                 "halo",
             )?
             .into_iter()
@@ -661,7 +626,11 @@ fn search(
         for pd in &candidates {
             let mut trial = chosen.clone();
             trial.pdims = *pd;
-            let g = Grid::new(&trial, handle.nranks(), handle.col_major_default())?;
+            let g = Grid::new(
+                &trial,
+                handle.nranks(),
+                handle.settings().col_major_rank_order,
+            )?;
             if !usable(&g, o, !transpose_step) {
                 continue;
             }
@@ -779,6 +748,8 @@ fn report_lines(t: &Trial, out: &mut Vec<String>) {
 mod tests {
     use super::*;
     use crate::comm::mock;
+    use crate::handle::Memory;
+    use crate::settings::Settings;
 
     fn options() -> AutotuneOptions {
         AutotuneOptions {
@@ -809,14 +780,25 @@ mod tests {
 
     #[test]
     fn grid_order_matches_upstream() {
-        assert_eq!(candidate_grids(4, false).unwrap(), [[4, 1], [2, 2], [1, 4]]);
-        assert_eq!(candidate_grids(4, true).unwrap(), [[1, 4], [2, 2], [4, 1]]);
+        assert_eq!(
+            candidate_grids(4, false, &AutotuneFilters::default()).unwrap(),
+            [[4, 1], [2, 2], [1, 4]]
+        );
+        assert_eq!(
+            candidate_grids(4, true, &AutotuneFilters::default()).unwrap(),
+            [[1, 4], [2, 2], [4, 1]]
+        );
     }
 
     #[test]
     fn tunes_grid_and_backends_on_mock() {
         let chosen = mock::run(4, |c| {
-            let h = Handle::new(c.split(0, c.rank() as i32).unwrap(), false);
+            let h = Handle::from_communicator(
+                c.split(0, c.rank() as i32).unwrap(),
+                Memory::Host,
+                Ok(Settings::default()),
+            )
+            .unwrap();
             let cfg = GridConfig {
                 gdims: [8, 12, 6],
                 ..Default::default()
@@ -835,7 +817,12 @@ mod tests {
     #[test]
     fn empty_grid_list_is_not_supported() {
         mock::run(4, |c| {
-            let h = Handle::new(c.split(0, c.rank() as i32).unwrap(), false);
+            let h = Handle::from_communicator(
+                c.split(0, c.rank() as i32).unwrap(),
+                Memory::Host,
+                Ok(Settings::default()),
+            )
+            .unwrap();
             // 1 cell along X and Y: only 1 x 4 avoids empty pencils, and uneven splits are refused.
             let cfg = GridConfig {
                 gdims: [1, 1, 7],

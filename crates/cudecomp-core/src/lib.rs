@@ -16,9 +16,9 @@
 //!    [`cuda`]: the driver, allocations, events, copy kernels, NCCL and device transports,
 //!    all loaded at run time.
 //! 3. [`perf`]: the performance report (timing of operations and their transports).
-//! 4. [`engine`]: executes plans. [`engine::route`] picks how an operation's data moves,
-//!    [`engine::run`] sets up its workspace and exchange, and the pipelines of
-//!    [`engine::transpose`] and [`engine::halo`] pack, exchange and unpack.
+//! 4. [`engine`]: executes plans. Its route picks the backend module that runs an
+//!    operation; the module sets up its share of the workspace and its exchange and runs
+//!    the one transpose pipeline (or the halo pipeline), which packs, exchanges, unpacks.
 //! 5. [`handle`]: the objects of the API: [`handle::Handle`] (a private communicator, the
 //!    shared workspace, the GPU state) and [`handle::GridDesc`] (one decomposition, whose
 //!    `transpose` and `update_halos` check the caller's buffers and hand the plan to the
@@ -37,9 +37,9 @@
 //!
 //! Arrays are borrowed as [`mem::Buf`]s (an `unsafe` constructor: the caller keeps the
 //! memory alive and otherwise untouched during the call), sized by
-//! [`geometry::PencilInfo::size`] elements. A host handle ([`handle::Handle::new`]) runs
+//! [`geometry::PencilInfo::size`] elements. A host handle ([`handle::Memory::Host`]) runs
 //! operations with [`engine::Exec::Host`] and returns when they are done; a GPU handle
-//! ([`handle::Handle::new_cuda`]) enqueues them on a CUDA stream
+//! ([`handle::Memory::Cuda`]) enqueues them on a CUDA stream
 //! ([`engine::Exec::Device`]). Every operation is collective: all ranks of the handle make
 //! it. Failures, the caller's mistakes included, come back as [`Error`] values naming what
 //! was expected and what was given.
@@ -58,13 +58,15 @@
 //! use cudecomp_core::comm::{mock, Communicator};
 //! use cudecomp_core::config::{DataType, GridConfig};
 //! use cudecomp_core::engine::Exec;
-//! use cudecomp_core::handle::{grid::TransposeOp, Handle};
+//! use cudecomp_core::handle::{grid::TransposeOp, Handle, Memory};
+//! use cudecomp_core::settings::Settings;
 //! use cudecomp_core::mem::Buf;
 //! use cudecomp_core::plan::{testing::oracle, Direction, TransposeLayouts};
 //!
 //! let results = mock::run(2, |world: &dyn Communicator| -> cudecomp_core::Result<bool> {
 //!     // The handle owns its communicator: here one split off the mock world.
-//!     let handle = Handle::new(world.split(0, world.rank() as i32)?, false);
+//!     let comm = world.split(0, world.rank() as i32)?;
+//!     let handle = Handle::from_communicator(comm, Memory::Host, Ok(Settings::default()))?;
 //!     let config = GridConfig {
 //!         gdims: [8, 6, 4],
 //!         pdims: [2, 1],
@@ -111,6 +113,14 @@ pub mod mem;
 pub mod notices;
 pub mod perf;
 pub mod plan;
+pub mod settings;
 
 pub use error::{Error, Result};
+
+/// Transposes this process ran as DIRECT single copies (each chunk copied once, straight
+/// into the receivers' library-array outputs): a diagnostic, for tests and benchmarks that
+/// check which path ran.
+pub fn single_copy_count() -> u64 {
+    engine::single_copies()
+}
 pub use fields::Fields;

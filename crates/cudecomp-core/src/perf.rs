@@ -18,41 +18,8 @@ use crate::config::DataType;
 use crate::cuda::{Event, Stream};
 use crate::geometry::Grid;
 use crate::plan::{HaloPlan, HaloSpec, TransposePlan};
+use crate::settings::PerfSettings;
 use crate::Result;
-
-/// Report settings read from the environment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PerfSettings {
-    /// `CUDECOMP_PERFORMANCE_REPORT_DETAIL`: 0 summary only, 1 also rank 0's samples, 2
-    /// every rank's samples (written as CSV).
-    pub detail: u8,
-    /// `CUDECOMP_PERFORMANCE_REPORT_SAMPLES`: most recent samples kept per configuration.
-    pub samples: usize,
-    /// `CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES`: first samples of each configuration
-    /// ignored.
-    pub warmup: usize,
-    /// `CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR`: where CSV files go (`None`: none written).
-    pub write_dir: Option<PathBuf>,
-}
-
-impl PerfSettings {
-    /// The settings when the report is enabled (`CUDECOMP_ENABLE_PERFORMANCE_REPORT=1`).
-    pub fn from_env() -> Option<PerfSettings> {
-        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
-        if var("CUDECOMP_ENABLE_PERFORMANCE_REPORT").as_deref() != Some("1") {
-            return None;
-        }
-        let num = |k: &str, d: usize| var(k).and_then(|v| v.parse::<usize>().ok()).unwrap_or(d);
-        Some(PerfSettings {
-            detail: num("CUDECOMP_PERFORMANCE_REPORT_DETAIL", 0).min(2) as u8,
-            samples: num("CUDECOMP_PERFORMANCE_REPORT_SAMPLES", 20).max(1),
-            warmup: num("CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES", 3),
-            write_dir: var("CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
-        })
-    }
-}
 
 /// What a sample belongs to: the operation and the CSV columns that identify its configuration.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

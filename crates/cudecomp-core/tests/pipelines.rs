@@ -9,10 +9,11 @@ use cudecomp_core::comm::{mock, Communicator};
 use cudecomp_core::config::{DataType, GridConfig, HaloBackend, TransposeBackend};
 use cudecomp_core::engine::Exec;
 use cudecomp_core::handle::grid::TransposeOp;
-use cudecomp_core::handle::Handle;
+use cudecomp_core::handle::{Handle, Memory};
 use cudecomp_core::mem::Buf;
 use cudecomp_core::plan::testing::oracle as fill;
 use cudecomp_core::plan::{Direction, HaloSpec, Layout, TransposeLayouts};
+use cudecomp_core::settings::Settings;
 use cudecomp_core::Error;
 
 fn as_buf(v: &mut [u64]) -> Buf {
@@ -30,7 +31,8 @@ fn op(direction: Direction, layouts: TransposeLayouts) -> TransposeOp {
 }
 
 fn handle(c: &dyn Communicator) -> Handle {
-    Handle::new(c.split(0, c.rank() as i32).unwrap(), false)
+    let comm = c.split(0, c.rank() as i32).unwrap();
+    Handle::from_communicator(comm, Memory::Host, Ok(Settings::default())).unwrap()
 }
 
 fn roundtrip(

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use cudecomp_core::config::DataType;
 
 use cudecomp_core::cuda::EventRef;
-use cudecomp_core::engine::run::{ReadyMark, Steps, TransposeSteps};
 use cudecomp_core::engine::Exec;
+use cudecomp_core::engine::{ReadyMark, Steps, TransposeSteps};
 use cudecomp_core::handle as core;
 use cudecomp_core::handle::grid::TransposeOp;
 use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
@@ -377,7 +377,8 @@ impl GridDesc {
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
         let nbytes = cells as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
-        if !(direct && crate::shared::wanted(nbytes)) {
+        let min = gd.handle().settings().shared_array_min_bytes;
+        if !(direct && nbytes >= min) {
             return Ok(None);
         }
         let alloc = py.import("cudecomp._alloc")?;
@@ -650,15 +651,17 @@ impl GridDesc {
         self.autotune.as_ref().map(|r| r.clone_ref(py))
     }
 
-    /// Whether the ranks agree on every operation before it moves data
-    /// (``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid was created).
+    /// Whether the ranks agree on every operation before it moves data.
+    ///
+    /// ``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid's handle was created.
     #[getter]
     fn _checks_collectives(&self, py: Python<'_>) -> PyResult<bool> {
         Ok(self.live(py)?.checks_collectives())
     }
 
-    /// Check that every rank passes the same ``fields`` (collective over this grid's
-    /// communicator), as ``Handle._agree`` does over the handle's: for the package's own
+    /// Check that every rank passes the same ``fields`` (collective over this grid).
+    ///
+    /// As ``Handle._agree`` does over the handle's communicator: for the package's own
     /// collective steps on a grid, such as an FFT plan's transforms. ``fields=None`` with
     /// ``why``: this rank failed (the others raise naming it; this one raises nothing
     /// here and then raises its own error).

@@ -3,8 +3,9 @@
 use std::sync::{Arc, Mutex};
 
 use cudecomp_core::autotune;
-use cudecomp_core::comm::dynmpi::{self, MpiDescription};
+use cudecomp_core::comm::dynmpi::MpiDescription;
 use cudecomp_core::handle as core;
+use cudecomp_core::settings::Settings;
 use cudecomp_core::Fields;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -76,27 +77,20 @@ fn mpi_alive(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+/// What the core needs to bind to the MPI library mpi4py loaded, from `cudecomp._mpi`.
 fn describe(py: Python<'_>, comm: &Bound<'_, PyAny>) -> PyResult<MpiDescription> {
-    let (library, handle_bytes, comm, byte, request_null, status_bytes, undefined): (
-        String,
-        usize,
-        i128,
-        i128,
-        i128,
-        usize,
-        i32,
-    ) = py
+    let d = py
         .import("cudecomp._mpi")?
-        .call_method1("describe", (comm,))?
-        .extract()?;
+        .call_method1("describe", (comm,))?;
+    let handle = |k: &str| -> PyResult<u64> { Ok(d.getattr(k)?.extract::<i128>()? as u64) };
     Ok(MpiDescription {
-        library,
-        handle_bytes,
-        comm: comm as u64,
-        byte: byte as u64,
-        request_null: request_null as u64,
-        status_bytes,
-        undefined,
+        library: d.getattr("library")?.extract()?,
+        handle_bytes: d.getattr("handle_bytes")?.extract()?,
+        comm: handle("comm")?,
+        byte: handle("byte")?,
+        request_null: handle("request_null")?,
+        status_bytes: d.getattr("status_bytes")?.extract()?,
+        undefined: d.getattr("undefined")?.extract()?,
     })
 }
 
@@ -105,12 +99,13 @@ impl Handle {
     #[new]
     fn new(py: Python<'_>, mpi_comm: &Bound<'_, PyAny>) -> PyResult<Self> {
         let d = describe(py, mpi_comm)?;
-        // Device problems surface before the first collective, identically on every rank.
-        let prepared = variant::prepare(py)?;
-        let comm = py.detach(|| dynmpi::duplicate(&d)).py(py)?;
-        let col_major =
-            std::env::var("CUDECOMP_USE_COL_MAJOR_RANK_ORDER").is_ok_and(|v| v.trim() == "1");
-        let h = variant::make_handle(py, prepared, comm, col_major)?;
+        // Every CUDECOMP_* variable, read once; a bad one fails on every rank inside the
+        // creation's agreement.
+        let settings = Settings::from_env();
+        let memory = variant::memory(py, settings.as_ref().ok())?;
+        let h = py
+            .detach(|| core::Handle::from_mpi(&d, memory, settings))
+            .py(py)?;
         Ok(Handle {
             rank: h.rank(),
             nranks: h.nranks(),

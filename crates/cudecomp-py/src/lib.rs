@@ -62,7 +62,7 @@ fn _compile_kernels(py: Python<'_>, major: i32, minor: i32) -> PyResult<usize> {
 /// aid for the CPU variant's DIRECT backend).
 #[pyfunction]
 fn _single_copy_count() -> u64 {
-    cudecomp_core::engine::direct::single_copies()
+    cudecomp_core::single_copy_count()
 }
 
 /// Queues `text` as the library's advice (a testing aid: the next `create_grid` warns).

@@ -14,20 +14,6 @@ use pyo3::types::PyDict;
 
 use crate::errors::IntoPy;
 
-/// Arrays smaller than this stay ordinary NumPy or CuPy memory (`CUDECOMP_SHARED_ARRAY_MIN_BYTES`
-/// overrides): a single copy gains nothing on small transposes, and each shared array
-/// holds a file descriptor.
-const MIN_BYTES: usize = 1 << 20;
-
-/// Whether an array of `nbytes` is allocated node-shared (exported, on GPUs).
-pub fn wanted(nbytes: usize) -> bool {
-    let min = std::env::var("CUDECOMP_SHARED_ARRAY_MIN_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(MIN_BYTES);
-    nbytes >= min
-}
-
 /// Node-shared bytes (``uint8``), the base object of a pencil array's NumPy view; freed,
 /// and unregistered, when the last view goes.
 #[pyclass(module = "cudecomp", frozen, name = "_SharedMemory")]

@@ -9,10 +9,10 @@ pub use gpu::*;
 
 #[cfg(cpu_only)]
 mod cpu {
-    use cudecomp_core::comm::Communicator;
     use cudecomp_core::config::DataType;
     use cudecomp_core::engine::Exec;
-    use cudecomp_core::handle::{GridDesc, Handle};
+    use cudecomp_core::handle::{GridDesc, Handle, Memory};
+    use cudecomp_core::settings::Settings;
     use pyo3::prelude::*;
 
     use pyo3::exceptions::PyTypeError;
@@ -45,22 +45,9 @@ mod cpu {
     /// True in the CPU variant.
     pub const CPU_ONLY: bool = true;
 
-    /// Nothing to prepare beyond MPI.
-    pub struct Prepared;
-
-    /// The CPU variant needs nothing beyond MPI.
-    pub fn prepare(_py: Python<'_>) -> PyResult<Prepared> {
-        Ok(Prepared)
-    }
-
-    /// A host handle.
-    pub fn make_handle(
-        _py: Python<'_>,
-        _p: Prepared,
-        comm: Box<dyn Communicator>,
-        col_major: bool,
-    ) -> PyResult<Handle> {
-        Ok(Handle::new(comm, col_major))
+    /// Where a handle's operations run: host memory.
+    pub fn memory(_py: Python<'_>, _settings: Option<&Settings>) -> PyResult<Memory> {
+        Ok(Memory::Host)
     }
 
     /// An array argument (NumPy, C-contiguous; 3-D unless `any_dims`).
@@ -120,14 +107,14 @@ mod cpu {
 
 #[cfg(not(cpu_only))]
 mod gpu {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
-    use cudecomp_core::comm::Communicator;
     use cudecomp_core::config::DataType;
     use cudecomp_core::cuda::nvshmem::SymmetricBuffer;
-    use cudecomp_core::cuda::{self, Device, DeviceAlloc};
+    use cudecomp_core::cuda::{self, DeviceAlloc};
     use cudecomp_core::engine::Exec;
-    use cudecomp_core::handle::{CudaLibraries, GridDesc, Handle};
+    use cudecomp_core::handle::{CudaLibraries, GridDesc, Handle, Memory};
+    use cudecomp_core::settings::Settings;
     use pyo3::exceptions::PyTypeError;
     use pyo3::prelude::*;
     use pyo3::types::{PyBool, PyDict, PyInt};
@@ -138,41 +125,17 @@ mod gpu {
     /// False in the GPU variant.
     pub const CPU_ONLY: bool = false;
 
-    /// The bound device and where NCCL and NVSHMEM live.
-    pub struct Prepared {
-        device: Arc<Device>,
-        libs: CudaLibraries,
-    }
-
-    /// Finds the CUDA libraries and binds the current device (CudaError without a driver).
-    pub fn prepare(py: Python<'_>) -> PyResult<Prepared> {
-        let (nccl, nvshmem): (String, String) = py
+    /// Where a handle's operations run: the current CUDA device, with NCCL and NVSHMEM
+    /// found (the settings' overrides first) and NVRTC loaded.
+    pub fn memory(py: Python<'_>, settings: Option<&Settings>) -> PyResult<Memory> {
+        let libs = settings.map(|s| s.libraries.clone()).unwrap_or_default();
+        let found = py
             .import("cudecomp._libs")?
-            .call_method0("prepare")?
-            .extract()?;
-        let device = py.detach(Device::current).py(py)?;
-        Ok(Prepared {
-            device,
-            libs: CudaLibraries { nccl, nvshmem },
-        })
-    }
-
-    /// A GPU handle; `CUDECOMP_MPI_CUDA_AWARE=0|1` overrides what MPI reports.
-    pub fn make_handle(
-        _py: Python<'_>,
-        p: Prepared,
-        comm: Box<dyn Communicator>,
-        col_major: bool,
-    ) -> PyResult<Handle> {
-        let aware = match std::env::var("CUDECOMP_MPI_CUDA_AWARE")
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("1") => Some(true),
-            Ok("0") => Some(false),
-            _ => None,
-        };
-        Ok(Handle::new_cuda(comm, col_major, p.device, p.libs, aware))
+            .call_method1("prepare", (libs.nvrtc, libs.nccl, libs.nvshmem))?;
+        Ok(Memory::Cuda(CudaLibraries {
+            nccl: found.getattr("nccl")?.extract()?,
+            nvshmem: found.getattr("nvshmem")?.extract()?,
+        }))
     }
 
     fn device_array(
@@ -211,7 +174,7 @@ mod gpu {
         let a = parse_interface(py, &iface, what, any_dims)?;
         let ordinal = gd.handle().device().py(py)?.device.ordinal;
         if a.nbytes() > 0 {
-            match Device::pointer_device(a.ptr as u64) {
+            match cuda::Device::pointer_device(a.ptr as u64) {
                 Some(o) if o == ordinal => {}
                 Some(o) => {
                     return Err(invalid(py, format!("{what}: expected memory on the handle's device {ordinal}, got memory on device {o}")))
@@ -315,13 +278,13 @@ mod gpu {
     /// Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes).
     #[pyclass(module = "cudecomp", frozen)]
     pub struct DeviceBuffer {
-        alloc: Mutex<Option<Memory>>,
+        alloc: Mutex<Option<BufferMemory>>,
         ptr: u64,
         nbytes: usize,
     }
 
     /// What a `DeviceBuffer` holds.
-    enum Memory {
+    enum BufferMemory {
         /// Freed when dropped.
         Plain { _alloc: DeviceAlloc },
         /// NVSHMEM symmetric memory, freed collectively (by `Handle.free` or at finalize),
@@ -332,8 +295,8 @@ mod gpu {
     impl DeviceBuffer {
         fn live(&self) -> bool {
             match &*self.alloc.lock().unwrap_or_else(|e| e.into_inner()) {
-                Some(Memory::Plain { .. }) => true,
-                Some(Memory::Symmetric(b)) => b.live(),
+                Some(BufferMemory::Plain { .. }) => true,
+                Some(BufferMemory::Symmetric(b)) => b.live(),
                 None => false,
             }
         }
@@ -376,7 +339,7 @@ mod gpu {
         fn symmetric(&self) -> bool {
             matches!(
                 &*self.alloc.lock().unwrap_or_else(|e| e.into_inner()),
-                Some(Memory::Symmetric(_))
+                Some(BufferMemory::Symmetric(_))
             )
         }
     }
@@ -393,11 +356,11 @@ mod gpu {
         let (memory, ptr, nbytes) = if symmetric {
             let b = py.detach(|| h.malloc_symmetric(n)).py(py)?;
             let (ptr, nbytes) = (b.ptr(), b.bytes());
-            (Memory::Symmetric(b), ptr, nbytes)
+            (BufferMemory::Symmetric(b), ptr, nbytes)
         } else {
             let a = py.detach(|| DeviceAlloc::new(&device, n)).py(py)?;
             let ptr = a.ptr();
-            (Memory::Plain { _alloc: a }, ptr, n)
+            (BufferMemory::Plain { _alloc: a }, ptr, n)
         };
         let buf = DeviceBuffer {
             ptr,
@@ -425,13 +388,13 @@ mod gpu {
         })?;
         let mut slot = b.get().alloc.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {
-            Some(Memory::Symmetric(s)) => {
+            Some(BufferMemory::Symmetric(s)) => {
                 let s = s.clone();
                 drop(slot);
                 // Every rank frees the same buffer (checked), or none does.
                 py.detach(|| h.free_symmetric(&s)).py(py)
             }
-            Some(Memory::Plain { .. }) => {
+            Some(BufferMemory::Plain { .. }) => {
                 let freed = slot.take();
                 drop(slot);
                 cuda::synchronize(cuda::Stream::from_handle(0)).py(py)?;

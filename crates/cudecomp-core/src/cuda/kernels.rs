@@ -160,8 +160,8 @@ pub struct Kernels {
     _module: sys::CUmodule,
     plain: [sys::CUfunction; 3],
     tiled: [sys::CUfunction; 3],
-    /// Blocks a copy may use while a transfer runs beside it.
-    background_blocks: u32,
+    /// Streaming multiprocessors of the device.
+    sms: u32,
 }
 
 // SAFETY: module and function handles are immutable once loaded and valid in any thread
@@ -206,21 +206,11 @@ impl Kernels {
             _module: module,
             plain: [get(PLAIN[0])?, get(PLAIN[1])?, get(PLAIN[2])?],
             tiled: [get(TILED[0])?, get(TILED[1])?, get(TILED[2])?],
-            background_blocks: background_blocks(device.sms.max(2) as u32),
+            sms: device.sms.max(2) as u32,
         });
         map.insert(device.ordinal, k.clone());
         Ok(k)
     }
-}
-
-/// Blocks of a background copy: `CUDECOMP_BACKGROUND_SM_PERCENT` of the SMs (default 50).
-fn background_blocks(sms: u32) -> u32 {
-    let percent = std::env::var("CUDECOMP_BACKGROUND_SM_PERCENT")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|p| (1..=100).contains(p))
-        .unwrap_or(50);
-    (sms * percent / 100).max(1)
 }
 
 /// Enqueues strided copies on one stream.
@@ -233,6 +223,8 @@ pub struct DeviceMover<'a> {
     pub background: AtomicBool,
     /// Copies of long contiguous rows go to the copy engine (see [`DeviceMover::rows_on_engine`]).
     pub engine_rows: bool,
+    /// Blocks a copy may use while a transfer runs beside it.
+    background_blocks: u32,
 }
 
 impl<'a> DeviceMover<'a> {
@@ -243,6 +235,15 @@ impl<'a> DeviceMover<'a> {
             stream,
             background: AtomicBool::new(false),
             engine_rows: false,
+            background_blocks: (kernels.sms / 2).max(1),
+        }
+    }
+
+    /// The same mover, whose copies beside a transfer use `percent` of the SMs (1 to 100).
+    pub fn background_share(self, percent: u32) -> Self {
+        DeviceMover {
+            background_blocks: (self.kernels.sms * percent.clamp(1, 100) / 100).max(1),
+            ..self
         }
     }
 
@@ -250,7 +251,7 @@ impl<'a> DeviceMover<'a> {
     /// [`ENGINE_ROW_BYTES`] long to the copy engine (pitched 2-D and 3-D copies) instead of
     /// a kernel: copies into peers then take no SMs, so kernels the caller runs meanwhile
     /// (FFTs of the next slab) keep the whole GPU, and NVLink is driven by the engine that
-    /// reaches its peak (a kernel storing into a peer reaches 92-95 % of it).
+    /// reaches its peak (a kernel storing into a peer reaches less of it).
     pub fn rows_on_engine(mut self) -> Self {
         self.engine_rows = true;
         self
@@ -369,7 +370,7 @@ impl Mover for DeviceMover<'_> {
             )
         };
         let grid = if background {
-            capped(grid, self.kernels.background_blocks)
+            capped(grid, self.background_blocks)
         } else {
             grid
         };

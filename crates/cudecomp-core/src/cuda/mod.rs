@@ -8,7 +8,6 @@ pub mod ipc;
 pub mod kernels;
 pub mod nccl;
 pub mod nvshmem;
-pub mod transport;
 pub mod vmm;
 
 use std::ffi::c_void;

@@ -17,6 +17,8 @@ pub struct DeviceState {
     nccl: Mutex<Option<Arc<Nccl>>>,
     /// MPI reads device memory directly; otherwise messages are staged through the host.
     pub mpi_cuda_aware: bool,
+    /// NCCL exchanges through a registered workspace (`CUDECOMP_ENABLE_NCCL_UBR`).
+    nccl_registration: bool,
     nvshmem_path: String,
     nvshmem: Mutex<Option<Arc<Nvshmem>>>,
     /// Symmetric buffers lent to the user, in the order they were made (the same on
@@ -30,18 +32,21 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl DeviceState {
     /// The state of a handle on `device`; `nccl_path` locates `libnccl.so.2`,
-    /// `nvshmem_path` NVSHMEM's `libnvshmem_host.so.3`.
+    /// `nvshmem_path` NVSHMEM's `libnvshmem_host.so.3`; `nccl_registration`: NCCL
+    /// exchanges through a registered workspace.
     pub fn new(
         device: Arc<Device>,
         nccl_path: String,
         nvshmem_path: String,
         mpi_cuda_aware: bool,
+        nccl_registration: bool,
     ) -> DeviceState {
         DeviceState {
             device,
             nccl_path,
             nccl: Mutex::new(None),
             mpi_cuda_aware,
+            nccl_registration,
             nvshmem_path,
             nvshmem: Mutex::new(None),
             lent: Mutex::new(Vec::new()),
@@ -99,15 +104,13 @@ impl DeviceState {
     }
 
     /// Collective on first use: the NCCL communicator over `comm` (the handle's).
-    /// `CUDECOMP_ENABLE_NCCL_UBR=0` turns registered workspaces off.
     pub(crate) fn nccl(&self, comm: &dyn Communicator) -> Result<Arc<Nccl>> {
         let mut n = lock(&self.nccl);
         if let Some(n) = n.as_ref() {
             return Ok(n.clone());
         }
         self.device.bind()?;
-        let register = std::env::var("CUDECOMP_ENABLE_NCCL_UBR").map_or(true, |v| v.trim() != "0");
-        let made = Arc::new(Nccl::new(&self.nccl_path, comm, register)?);
+        let made = Arc::new(Nccl::new(&self.nccl_path, comm, self.nccl_registration)?);
         *n = Some(made.clone());
         Ok(made)
     }

@@ -1,18 +1,23 @@
-//! Engines execute plans. [`route`] decides how an operation's data moves; [`run`] sets
-//! up its workspace and exchange and drives the pipelines of [`transpose`] and [`halo`],
-//! which pack, exchange through an [`exchange`] implementation or a transport, and unpack.
+//! Engines execute plans. The route (`route.rs`) decides which backend runs an operation;
+//! the backend module (under `backend/`) sets up its share of the workspace and its
+//! exchange and runs the one transpose pipeline (`pipeline.rs`) or the halo pipeline
+//! (`halo.rs`), which pack, hand slices or faces to the exchange, and unpack.
 
-pub mod device;
-pub mod direct;
-pub mod exchange;
-pub mod halo;
-pub mod nvshmem;
-pub mod route;
-pub mod run;
-pub mod staged;
-pub mod streamed;
-pub mod transpose;
-pub mod workspace;
+mod backend;
+mod call;
+mod context;
+pub(crate) mod device;
+mod exchange;
+mod halo;
+mod pipe;
+mod pipeline;
+mod route;
+pub(crate) mod workspace;
+
+pub(crate) use backend::{single_copies, transpose, update_halos};
+pub(crate) use call::{HaloCall, TransposeCall};
+pub use call::{ReadyMark, Steps, TransposeSteps};
+pub(crate) use context::Context;
 
 use crate::cuda::Stream;
 

@@ -12,7 +12,7 @@ use crate::cuda::nvshmem::{Nvshmem, SymmetricAlloc, SymmetricBuffer};
 use crate::cuda::vmm::PeerDeviceArrays;
 use crate::cuda::{self, Device, DeviceAlloc, Event, PinnedAlloc, Stream};
 use crate::engine::device::lock;
-use crate::engine::streamed::Pipe;
+use crate::engine::pipe::Pipe;
 use crate::mem::shm::{PeerArrays, SharedWorkspaces};
 use crate::mem::Buf;
 use crate::plan::MAX_SLICES;
@@ -119,11 +119,6 @@ impl Workspace {
         // SAFETY: the vector's storage, valid for `len` bytes until it is next resized,
         // which the caller's contract rules out while the buffer is in use.
         unsafe { Buf::new(self.words.as_mut_ptr().cast::<u8>(), len) }
-    }
-
-    /// Current size of the host buffer in bytes.
-    pub fn host_bytes(&self) -> usize {
-        self.words.len() * 8
     }
 
     /// Waits on the host until the last device operation that used this workspace is done.

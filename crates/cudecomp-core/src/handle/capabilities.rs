@@ -8,6 +8,7 @@ use crate::comm::{allgather_bytes, allgather_u64, Communicator};
 use crate::cuda::Device;
 use crate::engine::device::lock;
 use crate::mem::shm::SharedWorkspaces;
+use crate::settings::NodeSettings;
 use crate::{invalid, Error, Result};
 
 /// Most threads a rank uses for host copies by default: beyond this many, memory
@@ -24,32 +25,38 @@ pub(crate) struct Capabilities {
 }
 
 /// The node this rank runs on: every "same node?" question asks this (through
-/// [`gather_nodes`]). For testing and simulating several nodes on one machine,
-/// `CUDECOMP_NODE_ID` (per rank, any text) or `CUDECOMP_SIMULATE_NODES=k` (the ranks of
-/// `comm` in k contiguous blocks) replace the host name. A bad setting is reported as
-/// `Err(message)`, for [`gather_nodes`] to raise on every rank.
-fn node_name(comm: &dyn Communicator) -> Result<std::result::Result<String, String>> {
-    if let Ok(id) = std::env::var("CUDECOMP_NODE_ID") {
-        return Ok(Ok(format!("cudecomp-node-id-{}", id.trim())));
+/// [`gather_nodes`]). For testing and simulating several nodes on one machine, the node
+/// settings (`CUDECOMP_NODE_ID`, per rank, any text; or `CUDECOMP_SIMULATE_NODES=k`, the
+/// ranks of `comm` in k contiguous blocks) replace the host name. A bad setting is
+/// reported as `Err(message)`, for [`gather_nodes`] to raise on every rank.
+fn node_name(
+    comm: &dyn Communicator,
+    nodes: &NodeSettings,
+) -> Result<std::result::Result<String, String>> {
+    if let Some(id) = &nodes.node_id {
+        return Ok(Ok(format!("cudecomp-node-id-{id}")));
     }
-    if let Ok(v) = std::env::var("CUDECOMP_SIMULATE_NODES") {
+    if let Some(k) = nodes.simulate_nodes {
         let n = comm.size();
-        return Ok(
-            match v.trim().parse::<usize>().ok().filter(|&k| (1..=n).contains(&k)) {
-                Some(k) => Ok(format!("cudecomp-simulated-node-{}", comm.rank() * k / n)),
-                None => Err(format!(
-                    "CUDECOMP_SIMULATE_NODES: expected a number of nodes from 1 to the {n} ranks, got {v:?}"
-                )),
-            },
-        );
+        return Ok(if (1..=n).contains(&k) {
+            Ok(format!("cudecomp-simulated-node-{}", comm.rank() * k / n))
+        } else {
+            Err(format!(
+                "CUDECOMP_SIMULATE_NODES: expected a number of nodes from 1 to the {n} ranks, got {k}"
+            ))
+        });
     }
     comm.host_name().map(Ok)
 }
 
 /// Collective: this rank's node name followed by `extra`, and every rank's. Fails on every
 /// rank, without hanging, when some rank's node setting is bad.
-fn gather_nodes(comm: &dyn Communicator, extra: &[u8]) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
-    let name = node_name(comm)?;
+fn gather_nodes(
+    comm: &dyn Communicator,
+    nodes: &NodeSettings,
+    extra: &[u8],
+) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+    let name = node_name(comm, nodes)?;
     let mut mine = vec![u8::from(name.is_err())];
     match &name {
         Ok(n) => mine.extend(n.as_bytes()),
@@ -67,20 +74,24 @@ fn gather_nodes(comm: &dyn Communicator, extra: &[u8]) -> Result<(Vec<u8>, Vec<V
 }
 
 /// Collective: true when every rank runs on this rank's node.
-pub(crate) fn one_node(comm: &dyn Communicator) -> Result<bool> {
-    Ok(same_node(comm)?.iter().all(|&s| s))
+pub(crate) fn one_node(comm: &dyn Communicator, nodes: &NodeSettings) -> Result<bool> {
+    Ok(same_node(comm, nodes)?.iter().all(|&s| s))
 }
 
 /// Collective: per rank of `comm`, whether it runs on this rank's node.
-pub(crate) fn same_node(comm: &dyn Communicator) -> Result<Vec<bool>> {
-    let (mine, all) = gather_nodes(comm, &[])?;
+pub(crate) fn same_node(comm: &dyn Communicator, nodes: &NodeSettings) -> Result<Vec<bool>> {
+    let (mine, all) = gather_nodes(comm, nodes, &[])?;
     Ok(all.iter().map(|h| *h == mine).collect())
 }
 
 /// Collective: true when every rank drives its own GPU (what NCCL requires); ranks
 /// sharing a GPU can still use the MPI backends.
-pub(crate) fn one_gpu_per_rank(comm: &dyn Communicator, device: &Device) -> Result<bool> {
-    let (_, all) = gather_nodes(comm, format!("#{}", device.ordinal).as_bytes())?;
+pub(crate) fn one_gpu_per_rank(
+    comm: &dyn Communicator,
+    nodes: &NodeSettings,
+    device: &Device,
+) -> Result<bool> {
+    let (_, all) = gather_nodes(comm, nodes, format!("#{}", device.ordinal).as_bytes())?;
     let mut sorted = all.clone();
     sorted.sort();
     sorted.dedup();
@@ -88,49 +99,42 @@ pub(crate) fn one_gpu_per_rank(comm: &dyn Communicator, device: &Device) -> Resu
 }
 
 impl Capabilities {
-    /// Collective: the threads this rank uses for host copies — `CUDECOMP_HOST_THREADS`
-    /// when set, otherwise the cores it may run on shared evenly among the ranks of its
-    /// node (at most [`MAX_HOST_THREADS`]), so that ranks with idle cores beside them copy
-    /// with several. A bad value raises on every rank.
-    pub(crate) fn host_threads(&self, comm: &dyn Communicator) -> Result<usize> {
+    /// Collective: the threads this rank uses for host copies — `set` (the
+    /// `CUDECOMP_HOST_THREADS` setting) when given, otherwise the cores it may run on
+    /// shared evenly among the ranks of its node (at most [`MAX_HOST_THREADS`]), so that
+    /// ranks with idle cores beside them copy with several.
+    pub(crate) fn host_threads(
+        &self,
+        comm: &dyn Communicator,
+        nodes: &NodeSettings,
+        set: Option<usize>,
+    ) -> Result<usize> {
         let mut cached = lock(&self.host_threads);
         if let Some(t) = *cached {
             return Ok(t);
         }
-        let set = std::env::var("CUDECOMP_HOST_THREADS")
-            .ok()
-            .map(|v| v.trim().parse::<usize>().ok().filter(|&t| t > 0).ok_or(v));
-        // The node name, then whether this rank's setting parses.
-        let (mine, all) = gather_nodes(comm, &[u8::from(!matches!(set, Some(Err(_))))])?;
-        let bad: Vec<usize> = (0..all.len())
-            .filter(|&r| all[r].last() == Some(&0))
-            .collect();
-        let threads = match set {
-            Some(Err(v)) => invalid!(
-                "CUDECOMP_HOST_THREADS: expected a positive number of threads, got {v:?}"
-            ),
-            _ if !bad.is_empty() => invalid!(
-                "CUDECOMP_HOST_THREADS: expected a positive number of threads on every rank, but rank(s) {bad:?} set something else"
-            ),
-            Some(Ok(t)) => t,
-            None => {
-                let local = all.iter().filter(|h| **h == mine).count().max(1);
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                (cores / local).clamp(1, MAX_HOST_THREADS)
-            }
-        };
+        let (mine, all) = gather_nodes(comm, nodes, &[])?;
+        let threads = set.unwrap_or_else(|| {
+            let local = all.iter().filter(|h| **h == mine).count().max(1);
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / local).clamp(1, MAX_HOST_THREADS)
+        });
         *cached = Some(threads);
         Ok(threads)
     }
 
     /// Collective: true when all ranks share one node and each can write into every
     /// other's shared memory (checked by a probe write through a small shared workspace).
-    pub(crate) fn host_direct_ok(&self, comm: &dyn Communicator) -> Result<bool> {
+    pub(crate) fn host_direct_ok(
+        &self,
+        comm: &dyn Communicator,
+        nodes: &NodeSettings,
+    ) -> Result<bool> {
         let mut cached = lock(&self.direct);
         if let Some(c) = *cached {
             return Ok(c);
         }
-        let ok = one_node(comm)? && probe_shared(comm)?;
+        let ok = one_node(comm, nodes)? && probe_shared(comm)?;
         *cached = Some(ok);
         Ok(ok)
     }

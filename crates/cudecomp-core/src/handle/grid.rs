@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use crate::comm::{agree_on, agree_parts, Communicator};
 use crate::config::DataType;
 use crate::engine::device::lock;
-use crate::engine::run::{HaloCall, Runtime, Steps, TransposeCall, TransposeSteps};
 use crate::engine::workspace::Slot;
 use crate::engine::Exec;
+use crate::engine::{self, Context, HaloCall, Steps, TransposeCall, TransposeSteps};
 use crate::geometry::{CommAxis, Grid};
 use crate::handle::Handle;
 use crate::mem::Buf;
-use crate::perf::{PerfReport, PerfSettings};
+use crate::perf::PerfReport;
 use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
 use crate::{invalid, Error, Fields, Result};
 
@@ -65,19 +65,6 @@ pub struct GridDesc {
     turn: Mutex<()>,
 }
 
-/// `CUDECOMP_CHECK_COLLECTIVES`: `1` turns the per-operation agreement on, `0` or unset
-/// leaves it off.
-pub(crate) fn check_collectives_from_env() -> Result<bool> {
-    match std::env::var("CUDECOMP_CHECK_COLLECTIVES")
-        .as_deref()
-        .map(str::trim)
-    {
-        Err(_) | Ok("0") | Ok("") => Ok(false),
-        Ok("1") => Ok(true),
-        Ok(v) => invalid!("CUDECOMP_CHECK_COLLECTIVES: expected 0 or 1, got {v:?}"),
-    }
-}
-
 /// The canonical text of a transpose, compared across ranks in checking mode.
 fn transpose_signature(
     serial: u64,
@@ -111,25 +98,6 @@ fn halo_signature(serial: u64, spec: &HaloSpec, dtype: DataType, explicit_work: 
         spec.padding,
         if explicit_work { "explicit" } else { "automatic" },
     )
-}
-
-/// `CUDECOMP_PIPELINE_SLICE_BYTES` (bytes per slice of pipelined transposes and DIRECT
-/// halos), `None` when unset.
-pub(crate) fn slice_bytes_from_env() -> Result<Option<i64>> {
-    match std::env::var("CUDECOMP_PIPELINE_SLICE_BYTES") {
-        Err(_) => Ok(None),
-        Ok(v) => v
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .filter(|&n| n > 0)
-            .map(Some)
-            .ok_or_else(|| {
-                Error::InvalidUsage(format!(
-                    "CUDECOMP_PIPELINE_SLICE_BYTES: expected a positive number of bytes, got {v:?}"
-                ))
-            }),
-    }
 }
 
 /// A value from `map`, made by `make` (and kept) on first request.
@@ -199,14 +167,14 @@ fn check_work_apart(work: Option<Buf>, data: &[Buf]) -> Result<()> {
 impl GridDesc {
     /// Collective: the descriptor of `grid` on `handle` (splits the row and column
     /// communicators).
-    pub(crate) fn new(
-        handle: Handle,
-        grid: Grid,
-        slice_bytes: Option<i64>,
-        host_threads: usize,
-        check_collectives: bool,
-    ) -> Result<GridDesc> {
+    pub(crate) fn new(handle: Handle, grid: Grid, host_threads: usize) -> Result<GridDesc> {
         let serial = handle.next_grid_serial();
+        let settings = handle.settings();
+        let (perf, slice_bytes, check_collectives) = (
+            settings.perf.clone().map(PerfReport::new),
+            settings.pipeline_slice_bytes,
+            settings.check_collectives,
+        );
         let rank = handle.rank();
         let comm = handle.comm().split(0, rank as i32)?;
         let [row, col] = grid.coords(rank);
@@ -220,7 +188,7 @@ impl GridDesc {
             subcomms: [col_comm, row_comm],
             plans: Mutex::new(HashMap::new()),
             halo_plans: Mutex::new(HashMap::new()),
-            perf: PerfSettings::from_env().map(PerfReport::new),
+            perf,
             slice_bytes,
             host_threads,
             serial,
@@ -325,13 +293,14 @@ impl GridDesc {
         })
     }
 
-    fn runtime<'a>(&'a self, slot: &'a Slot) -> Runtime<'a> {
-        Runtime {
+    fn context<'a>(&'a self, slot: &'a Slot) -> Context<'a> {
+        Context {
             world: self.comm.as_ref(),
             rank: self.rank,
             slot,
             device: self.handle.device().ok(),
             perf: self.perf.as_ref(),
+            settings: self.handle.settings(),
             slice_bytes: self.slice_bytes,
             host_threads: self.host_threads,
         }
@@ -395,7 +364,8 @@ impl GridDesc {
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let plan = plan?;
         let (_turn, slot) = self.handle.lease();
-        self.runtime(&slot).transpose(
+        engine::transpose(
+            &self.context(&slot),
             &TransposeCall {
                 plan: &plan,
                 backend: self.grid.transpose_backend,
@@ -484,7 +454,8 @@ impl GridDesc {
             return Ok(());
         };
         let (_turn, slot) = self.handle.lease();
-        self.runtime(&slot).update_halos(
+        engine::update_halos(
+            &self.context(&slot),
             &HaloCall {
                 plan: &plan,
                 backend: self.grid.halo_backend,

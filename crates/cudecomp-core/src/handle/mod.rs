@@ -9,6 +9,7 @@ pub mod grid;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::comm::dynmpi::{self, MpiDescription};
 use crate::comm::{agree_on, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::nvshmem::SymmetricBuffer;
@@ -16,6 +17,7 @@ use crate::cuda::Device;
 use crate::engine::device::{lock, DeviceState};
 use crate::engine::workspace::{Lease, Pool, Workspace};
 use crate::geometry::Grid;
+use crate::settings::Settings;
 use crate::Fields;
 use crate::{unsupported, Error, Result};
 use capabilities::Capabilities;
@@ -32,15 +34,27 @@ pub struct CudaLibraries {
     pub nvshmem: String,
 }
 
+/// Where a handle's operations run.
+#[derive(Clone, Debug, Default)]
+pub enum Memory {
+    /// Host memory (the CPU variant): every operation completes before it returns.
+    #[default]
+    Host,
+    /// CUDA device memory of the device current on the creating thread: operations are
+    /// enqueued on CUDA streams. NCCL and NVSHMEM are loaded from the given libraries
+    /// when a grid first needs them.
+    Cuda(CudaLibraries),
+}
+
 struct Shared {
     comm: Box<dyn Communicator>,
+    settings: Settings,
     /// Grids created so far (numbers them alike on every rank).
     grids: AtomicU64,
     pool: Pool,
     /// GPU handles run one operation at a time (their DIRECT signals and NCCL
     /// communicator are shared): this lock orders them.
     device_ops: Mutex<()>,
-    col_major_default: bool,
     device: Option<DeviceState>,
     caps: Capabilities,
 }
@@ -52,43 +66,71 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// A host handle (the CPU variant) over a communicator it owns from now on.
-    /// `col_major_default` is the deprecated `CUDECOMP_USE_COL_MAJOR_RANK_ORDER=1` switch.
-    pub fn new(comm: Box<dyn Communicator>, col_major_default: bool) -> Handle {
-        Handle::with_device(comm, col_major_default, None)
+    /// Collective over the communicator `mpi` describes: binds to its MPI library at run
+    /// time, works on a private duplicate of it from now on, and runs operations on
+    /// `memory`. `settings` are this rank's (usually [`Settings::from_env`]): the ranks
+    /// agree on those that must be alike, and a rank whose settings, or CUDA device,
+    /// failed makes every rank fail (it with its own error, the others with
+    /// `InvalidUsage` naming it) instead of leaving them waiting.
+    pub fn from_mpi(
+        mpi: &MpiDescription,
+        memory: Memory,
+        settings: Result<Settings>,
+    ) -> Result<Handle> {
+        let comm = dynmpi::duplicate(mpi)?;
+        Handle::from_communicator(comm, memory, settings)
     }
 
-    /// A GPU handle on `device`. `libs` locates `libnccl.so.2` and
-    /// `libnvshmem_host.so.3`; `mpi_cuda_aware` overrides what MPI reports
-    /// (`CUDECOMP_MPI_CUDA_AWARE`).
-    pub fn new_cuda(
+    /// As [`Handle::from_mpi`], over a communicator the handle owns from now on (an
+    /// in-process one in tests); freed again when the creation fails.
+    pub fn from_communicator(
         comm: Box<dyn Communicator>,
-        col_major_default: bool,
-        device: Arc<Device>,
-        libs: CudaLibraries,
-        mpi_cuda_aware: Option<bool>,
-    ) -> Handle {
-        let aware = mpi_cuda_aware.unwrap_or_else(|| comm.cuda_aware());
-        let state = DeviceState::new(device, libs.nccl, libs.nvshmem, aware);
-        Handle::with_device(comm, col_major_default, Some(state))
-    }
-
-    fn with_device(
-        comm: Box<dyn Communicator>,
-        col_major_default: bool,
-        device: Option<DeviceState>,
-    ) -> Handle {
-        Handle {
+        memory: Memory,
+        settings: Result<Settings>,
+    ) -> Result<Handle> {
+        let device = match &memory {
+            Memory::Host => Ok(None),
+            Memory::Cuda(libs) => Device::current().map(|d| Some((d, libs.clone()))),
+        };
+        let local = settings.and_then(|s| device.map(|d| (s, d)));
+        let what = "CUDECOMP_* settings";
+        let agreed = match &local {
+            Ok((s, _)) => agree_on(comm.as_ref(), what, Ok(&s.agreed_fields())),
+            Err(e) => agree_on(comm.as_ref(), what, Err(&e.to_string())),
+        };
+        let (settings, device) = match (local, agreed) {
+            (Ok(l), Ok(())) => l,
+            (Err(e), _) | (Ok(_), Err(e)) => {
+                comm.free()?;
+                return Err(e);
+            }
+        };
+        let device = device.map(|(device, libs)| {
+            let aware = settings.mpi_cuda_aware.unwrap_or_else(|| comm.cuda_aware());
+            DeviceState::new(
+                device,
+                libs.nccl,
+                libs.nvshmem,
+                aware,
+                settings.nccl_registration,
+            )
+        });
+        Ok(Handle {
             shared: Arc::new(Shared {
                 comm,
+                settings,
                 grids: AtomicU64::new(0),
                 pool: Pool::default(),
                 device_ops: Mutex::new(()),
-                col_major_default,
                 device,
                 caps: Capabilities::default(),
             }),
-        }
+        })
+    }
+
+    /// The settings the handle was created with.
+    pub fn settings(&self) -> &Settings {
+        &self.shared.settings
     }
 
     /// True for a GPU handle (operations run on device memory).
@@ -119,11 +161,6 @@ impl Handle {
         self.shared.comm.as_ref()
     }
 
-    /// Whether `RANK_ORDER_DEFAULT` resolves to column-major (deprecated environment switch).
-    pub fn col_major_default(&self) -> bool {
-        self.shared.col_major_default
-    }
-
     pub(crate) fn next_grid_serial(&self) -> u64 {
         self.shared.grids.fetch_add(1, Ordering::Relaxed)
     }
@@ -138,35 +175,38 @@ impl Handle {
 
     /// Collective: true when every rank runs on this rank's node.
     pub fn one_node(&self) -> Result<bool> {
-        capabilities::one_node(self.comm())
+        capabilities::one_node(self.comm(), &self.settings().nodes)
     }
 
     /// Collective (first call): threads this rank uses for host copies (see
     /// [`capabilities`]).
     pub fn host_threads(&self) -> Result<usize> {
-        self.shared.caps.host_threads(self.comm())
+        let s = self.settings();
+        self.shared
+            .caps
+            .host_threads(self.comm(), &s.nodes, s.host_threads)
     }
 
     /// Collective (first call): true when every rank can write into every other's
     /// node-shared memory (the host DIRECT backend).
     pub fn host_direct_ok(&self) -> Result<bool> {
-        self.shared.caps.host_direct_ok(self.comm())
+        self.shared
+            .caps
+            .host_direct_ok(self.comm(), &self.settings().nodes)
     }
 
     /// Collective: true when every rank drives its own GPU (what NCCL requires).
     pub fn one_gpu_per_rank(&self) -> Result<bool> {
-        capabilities::one_gpu_per_rank(self.comm(), &self.device()?.device)
+        capabilities::one_gpu_per_rank(self.comm(), &self.settings().nodes, &self.device()?.device)
     }
 
     /// Collective (first call): this handle's share of the NVSHMEM runtime.
     fn start_nvshmem(&self, dev: &DeviceState) -> Result<()> {
-        let same_node = capabilities::same_node(self.comm())?;
-        if same_node.iter().all(|&s| s)
-            && std::env::var_os("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME").is_none()
-        {
+        let same_node = capabilities::same_node(self.comm(), &self.settings().nodes)?;
+        if same_node.iter().all(|&s| s) {
             // The unique-ID bootstrap needs a socket interface; on one node the loopback
             // always serves.
-            std::env::set_var("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo");
+            crate::settings::default_nvshmem_bootstrap_interface("lo");
         }
         dev.start_nvshmem(self.comm(), &same_node)
     }
@@ -230,19 +270,7 @@ impl Handle {
     /// raise `NotSupported` on every rank.
     pub fn create_grid(&self, cfg: &GridConfig) -> Result<GridDesc> {
         self.check_agreement("grid configurations", &cfg.fields())?;
-        // Agreed on before a bad value raises, so that a rank alone with a typo does not
-        // leave the others waiting in the collective.
-        let slice_bytes = grid::slice_bytes_from_env();
-        let token = slice_bytes.as_ref().map_or(-1, |b| b.unwrap_or(0));
-        let f = Fields::new().with("CUDECOMP_PIPELINE_SLICE_BYTES", token);
-        self.check_agreement("settings", &f)?;
-        let slice_bytes = slice_bytes?;
-        let check = grid::check_collectives_from_env();
-        let token = check.as_ref().map_or(2, |&c| u8::from(c));
-        let f = Fields::new().with("CUDECOMP_CHECK_COLLECTIVES", token);
-        self.check_agreement("settings", &f)?;
-        let check = check?;
-        let grid = Grid::new(cfg, self.nranks(), self.shared.col_major_default)?;
+        let grid = Grid::new(cfg, self.nranks(), self.settings().col_major_rank_order)?;
         // Grids whose pencils the library cannot address are refused now, not at the
         // first query (the same on every rank).
         grid.max_pencil_sizes()?;
@@ -252,7 +280,7 @@ impl Handle {
         } else {
             self.host_threads()?
         };
-        GridDesc::new(self.clone(), grid, slice_bytes, host_threads, check)
+        GridDesc::new(self.clone(), grid, host_threads)
     }
 
     /// Collective: `NotSupported` on every rank unless this handle can run the grid's

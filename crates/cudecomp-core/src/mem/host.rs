@@ -11,6 +11,8 @@ use crate::{Error, Result};
 #[derive(Clone, Copy, Debug)]
 pub struct HostMover {
     threads: usize,
+    /// Streaming stores are allowed (`CUDECOMP_HOST_STREAMING`).
+    streaming: bool,
     /// The operation's output when large enough to write around the cache.
     streamed: Option<Buf>,
 }
@@ -34,14 +36,23 @@ impl HostMover {
     pub fn new(threads: usize) -> Self {
         HostMover {
             threads: threads.max(1),
+            streaming: true,
             streamed: None,
         }
     }
 
+    /// The same mover, allowed to use streaming stores or not.
+    pub fn streaming(self, allowed: bool) -> Self {
+        HostMover {
+            streaming: allowed,
+            ..self
+        }
+    }
+
     /// The same mover, writing rows into `output` with streaming stores when `output` is
-    /// large (unless `CUDECOMP_HOST_STREAMING=0`).
+    /// large (and streaming stores are allowed).
     pub fn streaming_into(self, output: Buf) -> Self {
-        let on = output.len() >= STREAM_MIN_BYTES && streaming_allowed();
+        let on = output.len() >= STREAM_MIN_BYTES && self.streaming;
         HostMover {
             streamed: on.then_some(output),
             ..self
@@ -93,12 +104,6 @@ fn pool(threads: usize) -> Result<&'static rayon::ThreadPool> {
         .build()
         .map_err(|e| Error::Internal(format!("starting {threads} copy threads: {e}")))?;
     Ok(POOL.get_or_init(|| built))
-}
-
-/// Whether streaming stores are allowed (`CUDECOMP_HOST_STREAMING=0` turns them off).
-fn streaming_allowed() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("CUDECOMP_HOST_STREAMING").map_or(true, |v| v.trim() != "0"))
 }
 
 /// True when the byte range `c` reads from `src` and the one it writes in `dst` meet.
@@ -385,6 +390,7 @@ mod tests {
                     let out = crate::mem::test_buf(&mut got);
                     let m = HostMover {
                         threads,
+                        streaming: true,
                         streamed: Some(out),
                     };
                     m.copy(elem, crate::mem::test_buf(&mut src), out, &c)

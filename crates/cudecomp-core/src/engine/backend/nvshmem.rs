@@ -17,28 +17,35 @@ use std::cell::RefCell;
 
 use crate::cuda::nvshmem::{Nvshmem, Put};
 use crate::cuda::Stream;
-use crate::engine::exchange::{FaceExchange, Piece, SliceExchange};
-use crate::engine::streamed::Pipe;
+use crate::engine::call::{HaloCall, TransposeCall};
+use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile};
+use crate::engine::pipe::Pipe;
+use crate::engine::route::Nvshmem as Mode;
+use crate::engine::workspace::SymmetricWork;
 use crate::mem::{Buf, Mover};
+use crate::perf::Clock;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
+
+use super::peer_slots;
 
 /// The value of a raised signal slot (lowered ones hold 0).
 const RAISED: u64 = 1;
 
 /// What both exchanges share: the runtime and this rank's symmetric buffers.
 #[derive(Clone, Copy)]
-pub struct Symmetric<'a> {
+struct Symmetric<'a> {
     /// The NVSHMEM runtime (PE numbers are handle ranks).
-    pub nv: &'a Nvshmem,
+    nv: &'a Nvshmem,
     /// This rank's copy of the symmetric workspace.
-    pub work: Buf,
+    work: Buf,
     /// Symmetric address of the signal array.
-    pub signals: u64,
+    signals: u64,
     /// This rank's handle rank.
-    pub rank: usize,
+    rank: usize,
     /// Ranks of the handle (the signal array holds two slots per rank).
-    pub nranks: usize,
+    nranks: usize,
 }
 
 impl Symmetric<'_> {
@@ -53,7 +60,7 @@ impl Symmetric<'_> {
 
     /// Enqueues on `stream`: tells each of `peers` that this rank's workspace is free for
     /// this operation.
-    pub fn announce_free(&self, peers: impl Iterator<Item = usize>, stream: Stream) {
+    fn announce_free(&self, peers: impl Iterator<Item = usize>, stream: Stream) {
         for p in peers {
             // SAFETY: the free slot is inside the symmetric signal array.
             unsafe { self.nv.signal(self.free_slot(self.rank), RAISED, p, stream) };
@@ -153,25 +160,27 @@ impl Symmetric<'_> {
 /// Packs into peers run on the library's stream, on part of the SMs, so that this rank's
 /// own cells and the unpacking of what arrives proceed on the user's stream meanwhile:
 /// one stream would run the NVLink-bound packs and the memory-bound local copies one
-/// after the other (measured: bench/RESULTS.md).
-pub struct NvshmemSlices<'a> {
+/// after the other.
+struct NvshmemSlices<'a> {
     /// Buffers, signals and operation number.
-    pub sym: Symmetric<'a>,
+    sym: Symmetric<'a>,
     /// The side stream puts are enqueued on, and its events.
-    pub pipe: &'a Pipe,
+    pipe: &'a Pipe,
     /// The user's stream, on which slices are packed and unpacked.
-    pub main: Stream,
+    main: Stream,
     /// Handle rank (= PE) of each peer of the plan's sub-communicator.
-    pub members: &'a [usize],
+    members: &'a [usize],
     /// This rank's index in `members`.
-    pub me: usize,
+    me: usize,
     /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
-    pub slots: Vec<u64>,
+    slots: Vec<u64>,
     /// Pack into peers' memory with the copy kernels (NVSHMEM_SM), enqueued by this
     /// mover on the library's stream; `None`: puts only.
-    pub direct: Option<&'a dyn Mover>,
+    direct: Option<&'a dyn Mover>,
     /// Peers whose workspace was waited for (direct packing waits before the first pack).
-    pub waited: RefCell<Vec<bool>>,
+    waited: RefCell<Vec<bool>>,
+    /// One peer per unit (NVSHMEM_PL).
+    per_peer: bool,
 }
 
 impl NvshmemSlices<'_> {
@@ -191,7 +200,7 @@ impl NvshmemSlices<'_> {
     }
 
     /// Enqueues the start of the operation on the user's stream (see the module doc).
-    pub fn start(&self) -> Result<()> {
+    fn start(&self) -> Result<()> {
         let peers: Vec<usize> = self.others().map(|p| self.members[p]).collect();
         self.sym.announce_free(peers.into_iter(), self.main);
         if self.direct.is_some() {
@@ -202,9 +211,13 @@ impl NvshmemSlices<'_> {
     }
 }
 
-impl SliceExchange for NvshmemSlices<'_> {
-    fn lands_in_output(&self) -> bool {
-        false
+impl Exchange for NvshmemSlices<'_> {
+    fn profile(&self) -> Profile {
+        Profile {
+            lands_in_output: false,
+            per_peer: self.per_peer,
+            ..Profile::sliced(MAX_SLICES)
+        }
     }
 
     fn pack_into(&self, peer: usize) -> Option<Buf> {
@@ -225,10 +238,6 @@ impl SliceExchange for NvshmemSlices<'_> {
 
     fn far_mover(&self) -> Option<&dyn Mover> {
         self.direct
-    }
-
-    fn max_slices(&self) -> usize {
-        MAX_SLICES
     }
 
     fn ready(&self, u: usize) -> Result<()> {
@@ -258,10 +267,6 @@ impl SliceExchange for NvshmemSlices<'_> {
         Ok(())
     }
 
-    fn posted(&self) -> Result<()> {
-        Ok(())
-    }
-
     fn arrived(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<()> {
         for r in recvs {
             self.sym.wait_item(self.members[r.peer], k, self.main)?;
@@ -282,17 +287,17 @@ impl SliceExchange for NvshmemSlices<'_> {
 }
 
 /// Halo faces put into the neighbours' workspaces through NVSHMEM.
-pub struct NvshmemFaces<'a> {
+struct NvshmemFaces<'a> {
     /// Buffers, signals and operation number.
-    pub sym: Symmetric<'a>,
+    sym: Symmetric<'a>,
     /// The side stream puts are enqueued on, and its events.
-    pub pipe: &'a Pipe,
+    pipe: &'a Pipe,
     /// The user's stream, on which faces are packed and unpacked.
-    pub main: Stream,
+    main: Stream,
     /// Handle ranks of the neighbours (left, right).
-    pub neighbours: [Option<usize>; 2],
+    neighbours: [Option<usize>; 2],
     /// Most slices per face (1 for NVSHMEM_BLOCKING: whole faces).
-    pub slices: usize,
+    slices: usize,
 }
 
 impl NvshmemFaces<'_> {
@@ -307,7 +312,7 @@ impl NvshmemFaces<'_> {
     }
 
     /// Enqueues the start of the operation on the user's stream (see the module doc).
-    pub fn start(&self) {
+    fn start(&self) {
         self.sym.announce_free(self.others(), self.main);
     }
 }
@@ -352,4 +357,101 @@ impl FaceExchange for NvshmemFaces<'_> {
         self.sym.nv.quiet(self.pipe.side());
         self.pipe.finish(self.main)
     }
+}
+
+/// The NVSHMEM buffers of an operation of this rank.
+fn symmetric<'n>(cx: &Context<'_>, nv: &'n Nvshmem, sym: &SymmetricWork) -> Symmetric<'n> {
+    Symmetric {
+        nv,
+        work: sym.work,
+        signals: sym.signals,
+        rank: cx.rank,
+        nranks: cx.world.size(),
+    }
+}
+
+/// An NVSHMEM transpose: slices put into (or, NVSHMEM_SM, packed straight into) the peers'
+/// copies of the symmetric workspace, each signalled through NVSHMEM; every wait is on a
+/// stream. Uses the handle's symmetric workspace unless every rank passes the same
+/// `Handle.malloc` buffer as `work` (see [`crate::engine::workspace::Workspace::symmetric`]).
+pub(super) fn transpose(
+    cx: &Context<'_>,
+    c: &TransposeCall<'_>,
+    need: usize,
+    mode: Mode,
+    stream: Stream,
+    capturing: bool,
+    sample: Sample<'_>,
+) -> Result<()> {
+    let plan = c.plan;
+    cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
+        let nv = f.dev.nvshmem()?;
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
+        let run = c.run(&f.mover, sym.work);
+        let pipe = f.pipe()?;
+        // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
+        let far = cx.device_mover(f.mover.kernels, pipe.side());
+        far.background(true);
+        let x = NvshmemSlices {
+            sym: symmetric(cx, &nv, &sym),
+            pipe,
+            main: stream,
+            members: &plan.members,
+            me: plan.me,
+            slots: peer_slots(plan, c.dtype.size() as i64),
+            direct: (mode == Mode::Packed).then_some(&far as &dyn Mover),
+            waited: RefCell::new(vec![false; plan.npeers()]),
+            per_peer: mode == Mode::PerPeer,
+        };
+        let span = || pipe.span_ms();
+        cx.reported(
+            &Clock::Device(stream),
+            c.group,
+            sample,
+            CommTime::Own(&span),
+            |_| {
+                x.start()?;
+                run.run(&x, cx.slice_bytes)
+            },
+        )
+    })
+}
+
+/// An NVSHMEM halo update: faces put into the neighbours' symmetric workspaces, each
+/// signalled through NVSHMEM (`blocking`, NVSHMEM_BLOCKING: whole faces).
+pub(super) fn halo(
+    cx: &Context<'_>,
+    c: &HaloCall<'_>,
+    need: usize,
+    blocking: bool,
+    stream: Stream,
+    capturing: bool,
+    sample: Sample<'_>,
+) -> Result<()> {
+    cx.on_device(stream, Some(1), capturing, |f, ws| {
+        let nv = f.dev.nvshmem()?;
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
+        let run = c.run(&f.mover, sym.work);
+        let pipe = f.pipe()?;
+        let x = NvshmemFaces {
+            sym: symmetric(cx, &nv, &sym),
+            pipe,
+            main: stream,
+            neighbours: c.plan.neighbours,
+            slices: if blocking { 1 } else { MAX_SLICES / 2 },
+        };
+        let span = || pipe.span_ms();
+        cx.reported(
+            &Clock::Device(stream),
+            cx.world,
+            sample,
+            CommTime::Own(&span),
+            |_| {
+                x.start();
+                run.direct(&x, cx.slice_bytes)
+            },
+        )
+    })
 }

@@ -1,17 +1,20 @@
-//! Executes a transpose plan: packing and unpacking through a mover (host or device),
-//! exchange through a transport (MPI, host-staged MPI, NCCL).
+//! The transpose pipeline: the one way every backend runs a transpose plan. Each peer's
+//! chunk is cut into slices (one slice per chunk for exchanges that move chunks whole);
+//! slice after slice is packed through a mover (host or device) and handed to the
+//! backend's [`Exchange`], and arrived slices are unpacked in order. DIRECT between
+//! library arrays runs the pipeline's single-copy mode ([`TransposeRun::single_copy`]):
+//! each chunk is copied once, straight into the receiving member's output.
 //!
 //! Workspace layout (elements): packed send chunks from 0, packed receive chunks from
 //! `plan.recv_base`. Chunks are sent straight from the input / received straight into
 //! the output when the plan says they are dense there and aliasing allows it.
 
-use crate::comm::{post_pieces, Request, Transport, Way};
-use crate::config::TransposeBackend;
-use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
+use crate::comm::Way;
+use crate::engine::exchange::{Exchange, Piece, SingleCopySignals};
 use crate::geometry::{Axis, Box3};
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, Landing, Slicing, TransposePlan};
-use crate::{unsupported, Error, Result};
+use crate::{Error, Result};
 
 /// Pieces this rank's own cells are cut into when the exchange polls: each fills part of
 /// a wait for a peer's slice.
@@ -45,8 +48,6 @@ impl Ring {
 pub struct TransposeRun<'a> {
     /// What to pack, exchange and unpack.
     pub plan: &'a TransposePlan,
-    /// The grid's transpose backend (picks all at once, pipelined or all-to-all).
-    pub backend: TransposeBackend,
     /// Bytes per element.
     pub elem: usize,
     /// Packs and unpacks (host or device).
@@ -62,8 +63,6 @@ pub struct TransposeRun<'a> {
     pub own_cells: bool,
 }
 
-const TAG_TRANSPOSE: i32 = 0;
-
 impl TransposeRun<'_> {
     fn e(&self) -> i64 {
         self.elem as i64
@@ -73,70 +72,9 @@ impl TransposeRun<'_> {
         self.input.ptr() == self.output.ptr()
     }
 
-    fn pipelined(&self) -> bool {
-        matches!(
-            self.backend,
-            TransposeBackend::MpiP2pPl | TransposeBackend::NcclPl
-        )
-    }
-
     /// Chunks leave straight from the input, unpacked (dense there, and not in place).
     fn sends_from_input(&self) -> bool {
         self.plan.send_from_input && !self.in_place()
-    }
-
-    /// Chunks land straight in the output, needing no unpacking (dense there, and not an
-    /// in-place pipeline, whose receives are posted before all the input is packed).
-    fn lands_in_output(&self) -> bool {
-        self.plan.recv_into_output && !(self.in_place() && self.pipelined())
-    }
-
-    fn bytes(&self, peer_count: i64) -> usize {
-        (peer_count * self.e()) as usize
-    }
-
-    /// Where `peer`'s outgoing chunk lives: `(buffer, byte offset)`.
-    fn send_slot(&self, peer: usize) -> (Buf, i64) {
-        if self.sends_from_input() {
-            (self.input, self.plan.send_offset_in_input(peer) * self.e())
-        } else {
-            (self.work, self.plan.sends[peer].offset * self.e())
-        }
-    }
-
-    /// Where `peer`'s incoming chunk lands: `(buffer, byte offset)`.
-    fn recv_slot(&self, peer: usize) -> (Buf, i64) {
-        if self.lands_in_output() {
-            (
-                self.output,
-                self.plan.recv_offset_in_output(peer) * self.e(),
-            )
-        } else {
-            (
-                self.work,
-                (self.plan.recv_base + self.plan.recvs[peer].offset) * self.e(),
-            )
-        }
-    }
-
-    fn pack(&self, peer: usize) -> Result<()> {
-        if self.sends_from_input() || self.plan.sends[peer].count == 0 {
-            return Ok(());
-        }
-        self.mover
-            .copy(self.elem, self.input, self.work, &self.plan.pack(peer))
-    }
-
-    fn unpack(&self, peer: usize) -> Result<()> {
-        if self.lands_in_output() || self.plan.recvs[peer].count == 0 {
-            return Ok(());
-        }
-        self.mover.copy(
-            self.elem,
-            self.work,
-            self.output,
-            &self.plan.unpack_from(peer, self.plan.recv_base),
-        )
     }
 
     /// In-place runs stage this rank's own chunk through the send region (packed before
@@ -167,103 +105,6 @@ impl TransposeRun<'_> {
             )?;
         }
         Ok(())
-    }
-
-    /// Posts `peer`'s receive or send; returns the number of requests (0 when empty).
-    fn post(
-        &self,
-        comm: &dyn Transport,
-        way: Way,
-        peer: usize,
-        reqs: &mut Vec<Request>,
-    ) -> Result<usize> {
-        let (count, (buf, off)) = match way {
-            Way::Receive => (self.plan.recvs[peer].count, self.recv_slot(peer)),
-            Way::Send => (self.plan.sends[peer].count, self.send_slot(peer)),
-        };
-        let n = self.bytes(count);
-        if n == 0 {
-            return Ok(0);
-        }
-        let p = buf.range(off, n as i64)?;
-        // SAFETY: the range is inside `buf`, which outlives the exchange (waited below).
-        unsafe { post_pieces(comm, way, p, n, peer, TAG_TRANSPOSE, reqs) }
-    }
-
-    /// Runs the transpose. `comm` is the plan's sub-communicator.
-    pub fn run(&self, comm: &dyn Transport) -> Result<()> {
-        let plan = self.plan;
-        if plan.npeers() == 1 {
-            if self.in_place() && plan.is_identity_in_place() {
-                return Ok(());
-            }
-            self.self_before()?;
-            return self.self_after();
-        }
-        match self.backend {
-            TransposeBackend::MpiP2p | TransposeBackend::Nccl => self.p2p(comm),
-            TransposeBackend::MpiP2pPl | TransposeBackend::NcclPl => self.p2p_pipelined(comm),
-            TransposeBackend::MpiA2a => self.alltoallv(comm),
-            b => unsupported!(
-                "transpose backend {} does not run over a message transport: expected MPI_P2P, MPI_P2P_PL, MPI_A2A, NCCL or NCCL_PL",
-                b.display_name()
-            ),
-        }
-    }
-
-    fn others(&self) -> impl Iterator<Item = usize> + '_ {
-        self.plan.schedule.iter().map(|&(to, _)| to)
-    }
-
-    fn p2p(&self, comm: &dyn Transport) -> Result<()> {
-        for p in self.others() {
-            self.pack(p)?;
-        }
-        self.self_before()?;
-        let mut reqs = Vec::new();
-        for &(to, from) in &self.plan.schedule {
-            self.post(comm, Way::Receive, from, &mut reqs)?;
-            self.post(comm, Way::Send, to, &mut reqs)?;
-        }
-        comm.wait_all(&mut reqs)?;
-        self.self_after()?;
-        for p in self.others() {
-            self.unpack(p)?;
-        }
-        Ok(())
-    }
-
-    /// Receives are posted first; each peer's chunk is packed and sent in turn, and each
-    /// arriving chunk is unpacked while later ones are still in flight.
-    fn p2p_pipelined(&self, comm: &dyn Transport) -> Result<()> {
-        if self.in_place() {
-            self.self_before()?;
-        }
-        let mut recvs = Vec::new();
-        let mut owner = Vec::new();
-        let mut remaining = vec![0usize; self.plan.npeers()];
-        for &(_, from) in &self.plan.schedule {
-            let n = self.post(comm, Way::Receive, from, &mut recvs)?;
-            owner.extend(std::iter::repeat_n(from, n));
-            remaining[from] = n;
-        }
-        let mut sends = Vec::new();
-        for p in self.others() {
-            self.pack(p)?;
-            self.post(comm, Way::Send, p, &mut sends)?;
-        }
-        if !self.in_place() {
-            self.self_before()?;
-        }
-        while let Some(i) = comm.wait_any(&mut recvs)? {
-            let p = owner[i];
-            remaining[p] -= 1;
-            if remaining[p] == 0 {
-                self.unpack(p)?;
-            }
-        }
-        comm.wait_all(&mut sends)?;
-        self.self_after()
     }
 
     /// The unit list of a sliced pipeline: `(pairs, slice)` with every schedule pair in
@@ -329,27 +170,26 @@ impl TransposeRun<'_> {
         })
     }
 
-    /// Runs the transpose as a pipeline of slices of about `slice_bytes` (the exchange's own
-    /// size when `None`), at most `x.max_slices()` per chunk: slice
-    /// after slice is packed (into the workspace, or straight into the peer's when the
-    /// exchange can address it) and handed to `x`; this rank's own cells are copied just
-    /// before the first wait for an arrival; arrived slices are unpacked in order, starting
-    /// once `x.lag()` units are ahead. In-place runs pack everything (their own chunk
-    /// included) before anything is unpacked into the shared buffer.
-    pub fn sliced(
-        &self,
-        x: &dyn SliceExchange,
-        slice_bytes: Option<i64>,
-        per_peer: bool,
-    ) -> Result<()> {
+    /// Runs the transpose through `x`: each chunk is cut into slices of about
+    /// `slice_bytes` (the exchange's own size when `None`), at most the profile's number
+    /// per chunk; slice after slice is packed (into the workspace, or straight into the
+    /// peer's when the exchange can address it) and handed to `x`; this rank's own cells
+    /// are copied just before the first wait for an arrival; arrived slices are unpacked
+    /// in order, starting once the profile's `lag` units are ahead. In-place runs pack
+    /// everything (their own chunk included) before anything is unpacked into the shared
+    /// buffer.
+    pub fn run(&self, x: &dyn Exchange, slice_bytes: Option<i64>) -> Result<()> {
         let plan = self.plan;
-        let cut = Slicing {
-            bytes: slice_bytes.unwrap_or_else(|| x.slice_bytes()),
-            max: x.max_slices(),
-        };
+        let profile = x.profile();
         let in_place = self.in_place();
+        if in_place && plan.npeers() == 1 && plan.is_identity_in_place() {
+            return Ok(());
+        }
+        let cut = Slicing {
+            bytes: slice_bytes.unwrap_or(profile.slice_bytes),
+            max: profile.max_slices,
+        };
         let sends_from_input = self.sends_from_input();
-        let lands_in_output = plan.recv_into_output && !in_place && x.lands_in_output();
         let np = plan.npeers();
         let send_parts: Vec<Vec<Box3>> = (0..np)
             .map(|p| plan.send_slices(p, self.elem, &cut))
@@ -357,8 +197,16 @@ impl TransposeRun<'_> {
         let recv_parts: Vec<Vec<Box3>> = (0..np)
             .map(|p| plan.recv_slices(p, self.elem, &cut))
             .collect();
-        let units = self.units(per_peer, &send_parts, &recv_parts);
-        let lag = if in_place { usize::MAX } else { x.lag().max(1) };
+        let units = self.units(profile.per_peer, &send_parts, &recv_parts);
+        // In place, receives may land in the output only when one unit carries every
+        // chunk: it is exchanged after all the input is packed.
+        let lands_in_output =
+            plan.recv_into_output && profile.lands_in_output && (!in_place || units.len() <= 1);
+        let lag = if in_place {
+            usize::MAX
+        } else {
+            profile.lag.max(1)
+        };
         // Rings need unpacking to follow packing closely: never when everything is packed
         // first, nor when slices land in the output. A writer waits for the place of slice
         // `k - places`, which the reader frees only after packing its unit `k - places +
@@ -366,7 +214,7 @@ impl TransposeRun<'_> {
         let places = if lag == usize::MAX || lands_in_output {
             None
         } else {
-            x.ring().filter(|&p| p >= lag)
+            profile.ring.filter(|&p| p >= lag)
         };
         let send_rings: Vec<Option<Ring>> = (0..np)
             .map(|p| Ring::of(places, &send_parts[p], plan.sends[p].count))
@@ -395,7 +243,7 @@ impl TransposeRun<'_> {
         let mut own: Vec<Copy3> = if own_first || in_place || !self.own_cells {
             Vec::new()
         } else {
-            let pieces = if x.polls() { OWN_PIECES } else { 1 };
+            let pieces = if profile.polls { OWN_PIECES } else { 1 };
             self.plan
                 .self_copy()
                 .split(pieces)
@@ -416,7 +264,7 @@ impl TransposeRun<'_> {
             while unpacked < upto {
                 let k = units[unpacked].1;
                 let recvs = &incoming[unpacked];
-                while x.polls() && !own.is_empty() && !x.landed(unpacked, k, recvs)? {
+                while profile.polls && !own.is_empty() && !x.landed(unpacked, k, recvs)? {
                     if let Some(c) = own.pop() {
                         self.mover.copy(self.elem, self.input, self.output, &c)?;
                     }
@@ -456,10 +304,9 @@ impl TransposeRun<'_> {
             }
             x.ready(u)?;
             x.exchange(u, *k, &sends, &incoming[u])?;
-            if u == 0 && x.shares_sms() {
+            if u == 0 && profile.shares_sms {
                 // From now on a transfer runs beside every copy but the last unpacking, so
-                // copies keep to part of the SMs and leave the rest to it (measured:
-                // bench/RESULTS.md).
+                // copies keep to part of the SMs and leave the rest to it.
                 self.mover.background(true);
             }
             // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.
@@ -497,8 +344,8 @@ impl TransposeRun<'_> {
         landing: &[Landing],
         movers: &dyn Fn(Buf) -> Box<dyn Mover + 'm>,
         block_bytes: i64,
-        x: &dyn ChunkSignals,
-        staged: Option<&Staged<'_>>,
+        x: &dyn SingleCopySignals,
+        staged: Option<&InputSteps<'_>>,
     ) -> Result<()> {
         let plan = self.plan;
         let np = plan.npeers();
@@ -523,8 +370,8 @@ impl TransposeRun<'_> {
         // Pieces are cut along the input's slowest axis where it has a cell per piece: each
         // piece then reads one contiguous stretch of input and writes long runs into every
         // output. Cut along the rows' neighbours instead (two input rows of every plane),
-        // the writes came in runs of two rows: 16 ranks whose chunks are 1-2 KiB pieces of
-        // rows copied 8-17 % slower (bench/RESULTS.md).
+        // the writes come in runs of two rows, which copy measurably slower where chunks
+        // are short pieces of rows.
         let slow = (0..3)
             .max_by_key(|&g| plan.in_layout.strides[g].abs())
             .unwrap_or(2);
@@ -553,9 +400,8 @@ impl TransposeRun<'_> {
         if pieces > 1 {
             // Each piece's parts take neighbouring stretches of the same input rows: read
             // them in address order, so that the hardware's forward prefetch of one part
-            // brings in the next. Starting at the rank's own rotation left the stretches
-            // before it to demand misses: on 16 ranks the members starting mid-row copied
-            // about 1.3x slower than the others (bench/RESULTS.md).
+            // brings in the next. Starting at the rank's own rotation leaves the stretches
+            // before it to demand misses, and the members starting mid-row copy slower.
             parts.sort_by_key(|part| part.cuts.first().map_or(i64::MAX, Copy3::src_start));
         }
         // The input's steps (the caller's events: each step's cells go out once its event
@@ -606,7 +452,7 @@ impl TransposeRun<'_> {
     /// returns the piece that leaves this rank.
     fn pack_slice(
         &self,
-        x: &dyn SliceExchange,
+        x: &dyn Exchange,
         peer: usize,
         part: &Box3,
         sends_from_input: bool,
@@ -648,42 +494,6 @@ impl TransposeRun<'_> {
         }
         self.piece(Way::Send, peer, part, sends_from_input, None)
     }
-
-    fn alltoallv(&self, comm: &dyn Transport) -> Result<()> {
-        let np = self.plan.npeers();
-        let me = self.plan.me;
-        let mut sc = vec![0usize; np];
-        let mut sd = vec![0usize; np];
-        let mut rc = vec![0usize; np];
-        let mut rd = vec![0usize; np];
-        let (sbuf, _) = self.send_slot(me);
-        let (rbuf, _) = self.recv_slot(me);
-        for p in self.others() {
-            sc[p] = self.bytes(self.plan.sends[p].count);
-            rc[p] = self.bytes(self.plan.recvs[p].count);
-            sd[p] = self.send_slot(p).1 as usize;
-            rd[p] = self.recv_slot(p).1 as usize;
-            sbuf.range(sd[p] as i64, sc[p] as i64)?;
-            rbuf.range(rd[p] as i64, rc[p] as i64)?;
-        }
-        if self.plan.max_member_elems * self.e() >= i32::MAX as i64 {
-            // Counts or displacements beyond MPI's int: the point-to-point path cuts
-            // messages into pieces. Decided from a bound every member shares: a rank that
-            // chose differently from its peers would wait in a collective forever.
-            return self.p2p(comm);
-        }
-        for p in self.others() {
-            self.pack(p)?;
-        }
-        self.self_before()?;
-        // SAFETY: every (displacement, count) range was checked against its buffer above.
-        unsafe { comm.alltoallv(sbuf.ptr(), &sc, &sd, rbuf.ptr(), &rc, &rd)? };
-        self.self_after()?;
-        for p in self.others() {
-            self.unpack(p)?;
-        }
-        Ok(())
-    }
 }
 
 /// One member's chunk of a single copy: where it goes and how, cut into pieces.
@@ -698,45 +508,14 @@ struct CopyPart<'m> {
     cuts: Vec<Copy3>,
 }
 
-/// An input that becomes ready in steps (device operations with ready events).
-pub struct Staged<'s> {
+/// An input that becomes ready in steps (device operations with `input_ready` events).
+pub(crate) struct InputSteps<'s> {
     /// The global axis the steps run along.
     pub axis: Axis,
     /// End of each step: cells `0..ends[j]` along `axis` of the input array.
     pub ends: Vec<i64>,
     /// Orders the copies of step `j`'s planes after the step's event.
     pub wait: &'s dyn Fn(usize) -> Result<()>,
-}
-
-/// Bytes of input per piece of a single-copy transpose of `plan` whose rank copies with
-/// `threads` threads: `CUDECOMP_SINGLE_COPY_BLOCK_BYTES` when set; else 1 MiB where the
-/// chunks cut the input's rows (each chunk reads part of every row, so blocking lets each
-/// stretch of input come from memory once) and the rank copies on one thread, 0 (whole
-/// chunks) otherwise. Measured (bench/RESULTS.md): blocking chunks of whole rows only
-/// breaks their long runs, and with several threads each copy is already cut among them
-/// (4 ranks × 4 threads: 16-19 % slower blocked).
-pub fn single_copy_block(plan: &TransposePlan, threads: usize) -> i64 {
-    std::env::var("CUDECOMP_SINGLE_COPY_BLOCK_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .filter(|&b| b >= 0)
-        .unwrap_or(if cuts_rows(plan) && threads <= 1 {
-            1 << 20
-        } else {
-            0
-        })
-}
-
-/// Whether some chunk sent to a peer covers only part of the input's rows (its fastest
-/// axis in memory).
-fn cuts_rows(plan: &TransposePlan) -> bool {
-    let fast = (0..3)
-        .min_by_key(|&g| plan.in_layout.strides[g].abs())
-        .unwrap_or(0);
-    let whole = plan.input.interior().len[fast];
-    plan.sends
-        .iter()
-        .any(|c| c.count > 0 && c.region.len[fast] < whole)
 }
 
 #[cfg(test)]
@@ -747,7 +526,9 @@ mod tests {
 
     use super::*;
     use crate::comm::{mock, Communicator};
+    use crate::comm::{post_pieces, Request, Transport};
     use crate::config::GridConfig;
+    use crate::engine::exchange::Profile;
     use crate::geometry::Grid;
     use crate::mem::HostMover;
     use crate::plan::testing::oracle;
@@ -759,22 +540,12 @@ mod tests {
     struct Posted<'a> {
         t: &'a dyn Transport,
         reqs: RefCell<Vec<Vec<Request>>>,
-        land_in_output: bool,
-        lag: usize,
+        profile: Profile,
     }
 
-    impl SliceExchange for Posted<'_> {
-        fn lands_in_output(&self) -> bool {
-            self.land_in_output
-        }
-        fn max_slices(&self) -> usize {
-            MAX_SLICES
-        }
-        fn lag(&self) -> usize {
-            self.lag
-        }
-        fn ready(&self, _u: usize) -> Result<()> {
-            Ok(())
+    impl Exchange for Posted<'_> {
+        fn profile(&self) -> Profile {
+            self.profile
         }
         fn exchange(&self, u: usize, _k: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
             let mut all = self.reqs.borrow_mut();
@@ -787,9 +558,6 @@ mod tests {
                     };
                 }
             }
-            Ok(())
-        }
-        fn posted(&self) -> Result<()> {
             Ok(())
         }
         fn arrived(&self, u: usize, _k: usize, _recvs: &[Piece]) -> Result<()> {
@@ -829,14 +597,7 @@ mod tests {
         }
     }
 
-    fn sliced_case(
-        pdims: [i32; 2],
-        contiguous: bool,
-        in_place: bool,
-        per_peer: bool,
-        land: bool,
-        lag: usize,
-    ) {
+    fn sliced_case(pdims: [i32; 2], contiguous: bool, in_place: bool, profile: Profile) {
         let (g, n) = test_grid(pdims, contiguous);
         mock::run(n, |c: &dyn Communicator| {
             let gd = g.gdims;
@@ -858,7 +619,6 @@ mod tests {
                 let inp = bytes(&mut input);
                 let run = TransposeRun {
                     plan: &plan,
-                    backend: TransposeBackend::NcclPl,
                     elem: 8,
                     mover: &HostMover::default(),
                     input: inp,
@@ -869,10 +629,9 @@ mod tests {
                 let x = Posted {
                     t: sub.as_ref(),
                     reqs: RefCell::new(Vec::new()),
-                    land_in_output: land,
-                    lag,
+                    profile,
                 };
-                run.sliced(&x, Some(24), per_peer).unwrap();
+                run.run(&x, Some(24)).unwrap();
                 let got = if in_place {
                     &input[..plan.output.size as usize]
                 } else {
@@ -886,12 +645,21 @@ mod tests {
 
     #[test]
     fn sliced_pipeline_matches_the_oracle() {
-        for pdims in [[2, 2], [3, 1], [1, 2]] {
+        for pdims in [[2, 2], [3, 1], [1, 2], [1, 1]] {
             for contiguous in [false, true] {
                 for in_place in [false, true] {
-                    for per_peer in [false, true] {
-                        for lag in [1, 2, usize::MAX] {
-                            sliced_case(pdims, contiguous, in_place, per_peer, !per_peer, lag);
+                    // Whole chunks (as MPI exchanges them), then slices.
+                    for max_slices in [1, MAX_SLICES] {
+                        for per_peer in [false, true] {
+                            for lag in [1, 2, usize::MAX] {
+                                let profile = Profile {
+                                    lands_in_output: !per_peer,
+                                    per_peer,
+                                    lag,
+                                    ..Profile::sliced(max_slices)
+                                };
+                                sliced_case(pdims, contiguous, in_place, profile);
+                            }
                         }
                     }
                 }
@@ -904,7 +672,7 @@ mod tests {
     /// come in order; without, every output is taken whole.
     struct Met<'a>(&'a dyn Communicator, Option<&'a Mutex<Vec<usize>>>);
 
-    impl ChunkSignals for Met<'_> {
+    impl SingleCopySignals for Met<'_> {
         fn delivered(&self, peer: usize, step: usize) -> Result<()> {
             if let Some(d) = self.1 {
                 let mut d = d.lock().unwrap();
@@ -1006,7 +774,6 @@ mod tests {
                 let mut input = oracle(&plan.input, g.gdims, u64::MAX);
                 let run = TransposeRun {
                     plan,
-                    backend: TransposeBackend::Direct,
                     elem: 8,
                     mover: &HostMover::default(),
                     input: bytes(&mut input),
@@ -1050,7 +817,7 @@ mod tests {
                 waited.store(j + 1, Ordering::Relaxed);
                 Ok(())
             };
-            let staged = Staged {
+            let staged = InputSteps {
                 axis,
                 ends: ends.clone(),
                 wait: &wait,
@@ -1130,7 +897,7 @@ mod tests {
                 (1..k).map(|j| count * j / k).collect()
             });
             let wait = |_: usize| Ok(());
-            let staged = in_steps.map(|(a, _)| Staged {
+            let staged = in_steps.map(|(a, _)| InputSteps {
                 axis: a,
                 ends: ends.clone(),
                 wait: &wait,

@@ -9,31 +9,35 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::engine::exchange::FaceExchange;
-use crate::engine::exchange::{ChunkSignals, Piece, SliceExchange};
-use crate::mem::shm::SharedWorkspaces;
-use crate::mem::Buf;
+use crate::engine::call::{HaloCall, TransposeCall};
+use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::device::lock;
+use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
+use crate::mem::shm::{ArrayRef, SharedArray, SharedWorkspaces};
+use crate::mem::{Buf, Mover};
+use crate::perf::Clock;
+use crate::plan::TransposePlan;
 use crate::{Error, Result};
 
+use super::peer_outputs;
+
 /// Slice size of host DIRECT transposes and halos copied by one thread: slices stay in the
-/// cache between the writer's stores and the reader's loads (chosen by measurement on 16
-/// ranks: bench/RESULTS.md).
+/// cache between the writer's stores and the reader's loads.
 const HOST_SLICE_BYTES: i64 = 128 << 10;
 
 /// Most bytes the rings of all writers take in one receiver's workspace: with many peers
-/// slices shrink so that the rings stay in cache (measured: bench/RESULTS.md).
+/// slices shrink so that the rings stay in cache.
 const HOST_RING_BYTES: i64 = 4 << 20;
 
 /// Ranks copying with several threads cut large slices unless a receiver's rings would
 /// then hold more than this many: with many peers, small single-threaded slices that stay
-/// in cache win; with few peers, large threaded slices do (measured: bench/RESULTS.md).
+/// in cache win; with few peers, large threaded slices do.
 const HOST_THREADED_RING_SLOTS: usize = 16;
 
 /// Smallest host slice: below this the per-slice signalling costs more than cache misses.
 const HOST_MIN_SLICE_BYTES: i64 = 32 << 10;
 
-/// Slice bytes per thread when a rank copies with several: waking the threads must pay
-/// (measured: bench/RESULTS.md).
+/// Slice bytes per thread when a rank copies with several: waking the threads must pay.
 const HOST_THREAD_SLICE_BYTES: i64 = 1 << 20;
 
 /// Most slices per chunk (signals encode the slice number below bit 20).
@@ -44,20 +48,20 @@ const WAIT_LIMIT: Duration = Duration::from_secs(300);
 
 /// Host slices: packing writes into the peers' shared workspaces; a signal per slice in
 /// the receiver's workspace says it is complete.
-pub struct SharedSlices<'a> {
+struct SharedSlices<'a> {
     /// The handle's node-shared workspaces (this rank's and its peers', mapped).
-    pub workspaces: &'a SharedWorkspaces,
+    workspaces: &'a SharedWorkspaces,
     /// Handle rank of each peer of the plan's sub-communicator.
-    pub members: &'a [usize],
+    members: &'a [usize],
     /// This rank's handle rank.
-    pub rank: usize,
+    rank: usize,
     /// Threads of this rank's copies (several make slices larger).
-    pub threads: usize,
+    threads: usize,
     /// Places each chunk's slices cycle through in the receiver's workspace (see
     /// [`SliceExchange::ring`]); `None` keeps each slice at its own place.
-    pub ring: Option<usize>,
+    ring: Option<usize>,
     /// Milliseconds spent waiting for peers' slices (the report's communication time).
-    pub waited_ms: Cell<f64>,
+    waited_ms: Cell<f64>,
 }
 
 /// The signal value meaning "item `k` of the current operation is there". A writer
@@ -104,7 +108,7 @@ pub(crate) fn count_single_copy() {
 
 /// Number of transposes this process ran as single copies (registered outputs on every
 /// member): a testing aid.
-pub fn single_copies() -> u64 {
+pub(crate) fn single_copies() -> u64 {
     SINGLE_COPIES.load(Ordering::Relaxed)
 }
 
@@ -112,18 +116,18 @@ pub fn single_copies() -> u64 {
 /// member's output, a rank raises its delivery slot in that member's shared workspace;
 /// each member waits for all of its peers'. The operation's workspace exchange, which every
 /// rank enters only after finishing its previous operation, is what lets writers start.
-pub struct SharedChunks<'a> {
+struct SharedChunks<'a> {
     /// The handle's node-shared workspaces (their signal slots).
-    pub workspaces: &'a SharedWorkspaces,
+    workspaces: &'a SharedWorkspaces,
     /// Handle rank of each member of the plan's sub-communicator.
-    pub members: &'a [usize],
+    members: &'a [usize],
     /// This rank's index in `members`.
-    pub me: usize,
+    me: usize,
     /// Milliseconds spent waiting for peers' chunks (the report's communication time).
-    pub waited_ms: Cell<f64>,
+    waited_ms: Cell<f64>,
 }
 
-impl ChunkSignals for SharedChunks<'_> {
+impl SingleCopySignals for SharedChunks<'_> {
     fn delivered(&self, peer: usize, step: usize) -> Result<()> {
         if step > 0 {
             return Err(Error::Internal(format!(
@@ -191,43 +195,42 @@ fn wait_for(flag: &AtomicU64, target: u64, from: usize, waited: &Cell<f64>) -> R
     Ok(())
 }
 
-impl SliceExchange for SharedSlices<'_> {
-    fn lands_in_output(&self) -> bool {
-        false
+/// Slice size of host slices for `members` members copying with `threads` threads, the
+/// chunks' slices cycling through `ring` places (see [`HOST_RING_PLACES`]).
+fn slice_bytes(members: usize, threads: usize, ring: Option<usize>) -> i64 {
+    let threaded = threads > 1;
+    let large = HOST_THREAD_SLICE_BYTES * threads.max(1) as i64;
+    match ring {
+        Some(places) => {
+            let slots = (members.saturating_sub(1) * places).max(1);
+            if threaded && slots <= HOST_THREADED_RING_SLOTS {
+                large
+            } else {
+                (HOST_RING_BYTES / slots as i64).clamp(HOST_MIN_SLICE_BYTES, HOST_SLICE_BYTES)
+            }
+        }
+        None if threaded => large,
+        None => HOST_SLICE_BYTES,
+    }
+}
+
+impl Exchange for SharedSlices<'_> {
+    fn profile(&self) -> Profile {
+        Profile {
+            lands_in_output: false,
+            max_slices: HOST_MAX_SLICES,
+            slice_bytes: slice_bytes(self.members.len(), self.threads, self.ring),
+            // Two units ahead: a peer running slightly behind does not stall this rank.
+            lag: 2,
+            per_peer: false,
+            shares_sms: false,
+            ring: self.ring,
+            polls: true,
+        }
     }
 
     fn pack_into(&self, peer: usize) -> Option<Buf> {
         self.workspaces.peer(self.members[peer])
-    }
-
-    /// Two units ahead: a peer running slightly behind does not stall this rank.
-    fn lag(&self) -> usize {
-        2
-    }
-
-    fn max_slices(&self) -> usize {
-        HOST_MAX_SLICES
-    }
-
-    fn slice_bytes(&self) -> i64 {
-        let threaded = self.threads > 1;
-        let large = HOST_THREAD_SLICE_BYTES * self.threads.max(1) as i64;
-        match self.ring {
-            Some(places) => {
-                let slots = (self.members.len().saturating_sub(1) * places).max(1);
-                if threaded && slots <= HOST_THREADED_RING_SLOTS {
-                    large
-                } else {
-                    (HOST_RING_BYTES / slots as i64).clamp(HOST_MIN_SLICE_BYTES, HOST_SLICE_BYTES)
-                }
-            }
-            None if threaded => large,
-            None => HOST_SLICE_BYTES,
-        }
-    }
-
-    fn ready(&self, _u: usize) -> Result<()> {
-        Ok(())
     }
 
     fn exchange(&self, _u: usize, k: usize, sends: &[Piece], _recvs: &[Piece]) -> Result<()> {
@@ -266,14 +269,6 @@ impl SliceExchange for SharedSlices<'_> {
         Ok(())
     }
 
-    fn ring(&self) -> Option<usize> {
-        self.ring
-    }
-
-    fn polls(&self) -> bool {
-        true
-    }
-
     fn landed(&self, _u: usize, k: usize, recvs: &[Piece]) -> Result<bool> {
         for r in recvs {
             let from = self.members[r.peer];
@@ -309,16 +304,16 @@ impl SliceExchange for SharedSlices<'_> {
 /// Places a chunk's slices cycle through in the receiving rank's workspace: with two units
 /// packed ahead of the first wait, four places never make a writer wait for long, and the
 /// places stay in cache between the writer's stores and the reader's loads.
-pub const HOST_RING_PLACES: usize = 4;
+const HOST_RING_PLACES: usize = 4;
 
 /// Host halo faces: copied into the neighbours' shared workspaces, one signal each.
-pub struct SharedFaces<'a> {
+struct SharedFaces<'a> {
     /// The handle's node-shared workspaces (this rank's and its neighbours', mapped).
-    pub workspaces: &'a SharedWorkspaces,
+    workspaces: &'a SharedWorkspaces,
     /// This rank's handle rank.
-    pub rank: usize,
+    rank: usize,
     /// Milliseconds spent waiting for neighbours' faces.
-    pub waited_ms: Cell<f64>,
+    waited_ms: Cell<f64>,
 }
 
 impl FaceExchange for SharedFaces<'_> {
@@ -367,22 +362,137 @@ impl FaceExchange for SharedFaces<'_> {
     }
 }
 
+/// Bytes of input per piece of a single-copy transpose of `plan` whose rank copies with
+/// `threads` threads: `set` (`CUDECOMP_SINGLE_COPY_BLOCK_BYTES`) when given; else 1 MiB
+/// where the chunks cut the input's rows (each chunk reads part of every row, so blocking
+/// lets each stretch of input come from memory once) and the rank copies on one thread,
+/// 0 (whole chunks) otherwise: blocking chunks of whole rows only breaks their long runs,
+/// and with several threads each copy is already cut among them.
+fn single_copy_block(plan: &TransposePlan, threads: usize, set: Option<i64>) -> i64 {
+    set.unwrap_or(if cuts_rows(plan) && threads <= 1 {
+        1 << 20
+    } else {
+        0
+    })
+}
+
+/// Whether some chunk sent to a peer covers only part of the input's rows (its fastest
+/// axis in memory).
+fn cuts_rows(plan: &TransposePlan) -> bool {
+    let fast = (0..3)
+        .min_by_key(|&g| plan.in_layout.strides[g].abs())
+        .unwrap_or(0);
+    let whole = plan.input.interior().len[fast];
+    plan.sends
+        .iter()
+        .any(|c| c.count > 0 && c.region.len[fast] < whole)
+}
+
+/// A transpose through host DIRECT: single copies between library arrays where every
+/// member publishes one, else two copies through the node-shared workspaces.
+pub(super) fn transpose(
+    cx: &Context<'_>,
+    c: &TransposeCall<'_>,
+    need: usize,
+    sample: Sample<'_>,
+) -> Result<()> {
+    let plan = c.plan;
+    let mut ws = lock(&cx.slot.ws);
+    // Always the handle's shared workspace: peers write into it. Each rank tells the
+    // others, in the same collective, where its output lies when peers could write into
+    // it; memory files only where peers could open this rank's workspace file.
+    let note = super::single_copy_wanted(cx, c, || true)
+        .then(|| SharedArray::find(c.output))
+        .flatten()
+        .filter(|a| a.mappable(&ws.shared))
+        .map_or_else(Vec::new, |a| a.encode());
+    let (work, notes) = ws.shared.exchange_noting(cx.world, need, &note)?;
+    let mover = cx.host_mover().streaming_into(c.output);
+    let run = c.run(&mover, work);
+    let ws = &mut *ws;
+    let outs = peer_outputs(
+        |r| notes.get(r).and_then(|n| ArrayRef::decode(n)),
+        plan,
+        c.dtype.size(),
+        |r, a, bytes| ws.peer_arrays.map_shared(r, a, bytes),
+    );
+    let x = SharedChunks {
+        workspaces: &ws.shared,
+        members: &plan.members,
+        me: plan.me,
+        waited_ms: Cell::new(0.0),
+    };
+    // Every member took the single-copy path: one that cannot map a peer's output tells
+    // the others rather than leaving them waiting.
+    let outs = match outs {
+        Err(e) => return x.abandon(e),
+        Ok(o) => o,
+    };
+    if let Some(outs) = outs {
+        let threads = cx.host_threads;
+        let movers = |dst: Buf| -> Box<dyn Mover> { Box::new(cx.host_mover().streaming_into(dst)) };
+        let waited = || Ok(x.waited_ms.get());
+        count_single_copy();
+        let block = single_copy_block(plan, threads, cx.settings.single_copy_block_bytes);
+        return cx.reported(
+            &Clock::Host,
+            c.group,
+            sample,
+            CommTime::Own(&waited),
+            |_| run.single_copy(&outs, &[], &movers, block, &x, None),
+        );
+    }
+    let x = SharedSlices {
+        workspaces: &ws.shared,
+        members: &plan.members,
+        rank: cx.rank,
+        threads: cx.host_threads,
+        ring: Some(HOST_RING_PLACES),
+        waited_ms: Cell::new(0.0),
+    };
+    let waited = || Ok(x.waited_ms.get());
+    cx.reported(
+        &Clock::Host,
+        c.group,
+        sample,
+        CommTime::Own(&waited),
+        |_| run.run(&x, cx.slice_bytes),
+    )
+}
+
+/// A halo update through host DIRECT.
+pub(super) fn halo(
+    cx: &Context<'_>,
+    c: &HaloCall<'_>,
+    need: usize,
+    sample: Sample<'_>,
+) -> Result<()> {
+    let mut ws = lock(&cx.slot.ws);
+    // Always the handle's shared workspace: neighbours write into it.
+    let work = ws.shared.exchange(cx.world, need)?;
+    let mover = cx.host_mover();
+    let run = c.run(&mover, work);
+    let x = SharedFaces {
+        workspaces: &ws.shared,
+        rank: cx.rank,
+        waited_ms: Cell::new(0.0),
+    };
+    let waited = || Ok(x.waited_ms.get());
+    cx.reported(
+        &Clock::Host,
+        cx.world,
+        sample,
+        CommTime::Own(&waited),
+        |_| run.direct(&x, cx.slice_bytes),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn slices(members: usize, threads: usize, ring: Option<usize>) -> i64 {
-        let ws = SharedWorkspaces::default();
-        let m: Vec<usize> = (0..members).collect();
-        SharedSlices {
-            workspaces: &ws,
-            members: &m,
-            rank: 0,
-            threads,
-            ring,
-            waited_ms: Cell::new(0.0),
-        }
-        .slice_bytes()
+        slice_bytes(members, threads, ring)
     }
 
     #[test]

@@ -1,0 +1,309 @@
+//! MPI (MPI_P2P, MPI_P2P_PL, MPI_A2A transposes; MPI and MPI_BLOCKING halos) on host
+//! memory, and on device memory when MPI reads device pointers (CUDA-aware MPI). Chunks
+//! move whole: MPI cuts messages over 1 GiB into pieces itself ([`post_pieces`]).
+
+use std::cell::{Cell, RefCell};
+
+use crate::comm::{post_pieces, Request, Transport, Way};
+use crate::cuda::{synchronize, Stream};
+use crate::engine::call::{HaloCall, TransposeCall};
+use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::device::lock;
+use crate::engine::exchange::{Exchange, Piece, Profile};
+use crate::engine::route::Messages;
+use crate::perf::Clock;
+use crate::Result;
+
+/// Tag of a transpose's messages (pieces of one message take the tags after it).
+const TAG_TRANSPOSE: i32 = 0;
+
+/// A transpose's chunks through a message transport (MPI on host memory, CUDA-aware or
+/// host-staged MPI on device memory): each chunk is one message, or all go in one
+/// all-to-all.
+pub(super) struct MessageExchange<'a> {
+    transport: &'a dyn Transport,
+    how: Messages,
+    /// Receives posted, per unit.
+    recvs: RefCell<Vec<Vec<Request>>>,
+    sends: RefCell<Vec<Request>>,
+    /// All-to-all: every unit's pieces, sent and received together once all are posted.
+    collected: RefCell<(Vec<Piece>, Vec<Piece>)>,
+    /// Peers of the group (the all-to-all's counts).
+    npeers: usize,
+}
+
+impl<'a> MessageExchange<'a> {
+    /// Chunks among the `npeers` members of `transport`'s group, moved as `how` says.
+    pub(super) fn new(transport: &'a dyn Transport, how: Messages, npeers: usize) -> Self {
+        MessageExchange {
+            transport,
+            how,
+            recvs: RefCell::new(Vec::new()),
+            sends: RefCell::new(Vec::new()),
+            collected: RefCell::new((Vec::new(), Vec::new())),
+            npeers,
+        }
+    }
+
+    /// One `MPI_Alltoallv` over the collected pieces (counts and displacements in bytes
+    /// from the lowest address of each side; the route keeps them within MPI's `int`).
+    fn alltoall(&self) -> Result<()> {
+        let (sends, recvs) = &*self.collected.borrow();
+        // A valid address for a side with nothing to move.
+        let empty = [0u8; 1];
+        let base = |ps: &[Piece]| {
+            ps.iter()
+                .map(|p| p.ptr)
+                .min()
+                .unwrap_or(empty.as_ptr().cast_mut())
+        };
+        let (sbase, rbase) = (base(sends), base(recvs));
+        let table = |ps: &[Piece], b: *mut u8| {
+            let mut counts = vec![0usize; self.npeers];
+            let mut displs = vec![0usize; self.npeers];
+            for p in ps {
+                counts[p.peer] = p.len;
+                displs[p.peer] = p.ptr as usize - b as usize;
+            }
+            (counts, displs)
+        };
+        let (sc, sd) = table(sends, sbase);
+        let (rc, rd) = table(recvs, rbase);
+        // SAFETY: every piece lies in one of the operation's buffers (checked when it was
+        // cut), all sent pieces in one and all received pieces in one, so each
+        // (displacement, count) range from its base stays inside that buffer.
+        unsafe { self.transport.alltoallv(sbase, &sc, &sd, rbase, &rc, &rd) }
+    }
+}
+
+impl Exchange for MessageExchange<'_> {
+    fn profile(&self) -> Profile {
+        Profile {
+            per_peer: self.how == Messages::Pipelined,
+            ..Profile::whole_chunks()
+        }
+    }
+
+    fn exchange(&self, u: usize, _slice: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
+        if self.how == Messages::AllToAll {
+            let mut c = self.collected.borrow_mut();
+            c.0.extend_from_slice(sends);
+            c.1.extend_from_slice(recvs);
+            return Ok(());
+        }
+        let mut all = self.recvs.borrow_mut();
+        all.resize_with(u + 1, Vec::new);
+        for r in recvs {
+            // SAFETY: the piece lies in the operation's output or workspace, which outlive
+            // the exchange (waited for in `arrived`).
+            unsafe {
+                post_pieces(
+                    self.transport,
+                    Way::Receive,
+                    r.ptr,
+                    r.len,
+                    r.peer,
+                    TAG_TRANSPOSE,
+                    &mut all[u],
+                )?
+            };
+        }
+        let mut out = self.sends.borrow_mut();
+        for s in sends {
+            // SAFETY: the piece lies in the operation's input or workspace, which outlive
+            // the exchange (waited for in `finish`).
+            unsafe {
+                post_pieces(
+                    self.transport,
+                    Way::Send,
+                    s.ptr,
+                    s.len,
+                    s.peer,
+                    TAG_TRANSPOSE,
+                    &mut out,
+                )?
+            };
+        }
+        Ok(())
+    }
+
+    fn posted(&self) -> Result<()> {
+        match self.how {
+            Messages::AllToAll => self.alltoall(),
+            _ => Ok(()),
+        }
+    }
+
+    fn arrived(&self, u: usize, _slice: usize, _recvs: &[Piece]) -> Result<()> {
+        match self.recvs.borrow_mut().get_mut(u) {
+            Some(reqs) => self.transport.wait_all(reqs),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.transport.wait_all(&mut self.sends.borrow_mut())
+    }
+}
+
+/// CUDA-aware MPI: device pointers go straight to MPI after the stream is drained (the
+/// pack kernels, and anything the caller enqueued before, must be done before MPI touches
+/// the data).
+pub(super) struct CudaAwareMpi<'a> {
+    inner: &'a dyn Transport,
+    stream: Stream,
+    fenced: Cell<bool>,
+}
+
+impl<'a> CudaAwareMpi<'a> {
+    /// Wraps a CUDA-aware MPI transport for one operation on `stream`.
+    pub(super) fn new(inner: &'a dyn Transport, stream: Stream) -> Self {
+        CudaAwareMpi {
+            inner,
+            stream,
+            fenced: Cell::new(false),
+        }
+    }
+
+    fn fence(&self) -> Result<()> {
+        if !self.fenced.replace(true) {
+            synchronize(self.stream)?;
+        }
+        Ok(())
+    }
+}
+
+impl Transport for CudaAwareMpi<'_> {
+    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        self.fence()?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.inner.isend(buf, len, peer, tag) }
+    }
+
+    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
+        self.fence()?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.inner.irecv(buf, len, peer, tag) }
+    }
+
+    fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
+        self.inner.wait_all(reqs)
+    }
+
+    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
+        self.inner.wait_any(reqs)
+    }
+
+    unsafe fn alltoallv(
+        &self,
+        send: *const u8,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: *mut u8,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        self.fence()?;
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            self.inner.alltoallv(
+                send,
+                send_counts,
+                send_displs,
+                recv,
+                recv_counts,
+                recv_displs,
+            )
+        }
+    }
+
+    fn cuda_aware(&self) -> bool {
+        true
+    }
+}
+
+/// A transpose of host memory through MPI.
+pub(super) fn transpose_host(
+    cx: &Context<'_>,
+    c: &TransposeCall<'_>,
+    need: usize,
+    how: Messages,
+    sample: Sample<'_>,
+) -> Result<()> {
+    let mut ws = lock(&cx.slot.ws);
+    // SAFETY: the workspace stays locked, and not grown again, until the end.
+    let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+    let mover = cx.host_mover().streaming_into(c.output);
+    let run = c.run(&mover, work);
+    cx.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |t| {
+        run.run(
+            &MessageExchange::new(t, how, c.plan.npeers()),
+            cx.slice_bytes,
+        )
+    })
+}
+
+/// A transpose of device memory through a CUDA-aware MPI.
+pub(super) fn transpose_device(
+    cx: &Context<'_>,
+    c: &TransposeCall<'_>,
+    need: usize,
+    how: Messages,
+    stream: Stream,
+    sample: Sample<'_>,
+) -> Result<()> {
+    cx.on_device(stream, None, false, |f, ws| {
+        let work = match c.work {
+            Some(w) => w,
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            None => unsafe { ws.device(&f.dev.device, need, stream)? },
+        };
+        let run = c.run(&f.mover, work);
+        let t = CudaAwareMpi::new(c.group, stream);
+        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+            run.run(
+                &MessageExchange::new(t, how, c.plan.npeers()),
+                cx.slice_bytes,
+            )
+        })
+    })
+}
+
+/// A halo update of host memory through MPI.
+pub(super) fn halo_host(
+    cx: &Context<'_>,
+    c: &HaloCall<'_>,
+    need: usize,
+    sample: Sample<'_>,
+) -> Result<()> {
+    let mut ws = lock(&cx.slot.ws);
+    // SAFETY: the workspace stays locked, and not grown again, until the end.
+    let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+    let mover = cx.host_mover();
+    let run = c.run(&mover, work);
+    cx.reported(&Clock::Host, cx.world, sample, CommTime::PerCall, |t| {
+        run.run(t)
+    })
+}
+
+/// A halo update of device memory through a CUDA-aware MPI.
+pub(super) fn halo_device(
+    cx: &Context<'_>,
+    c: &HaloCall<'_>,
+    need: usize,
+    stream: Stream,
+    sample: Sample<'_>,
+) -> Result<()> {
+    cx.on_device(stream, None, false, |f, ws| {
+        let work = match c.work {
+            Some(w) => w,
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            None => unsafe { ws.device(&f.dev.device, need, stream)? },
+        };
+        let run = c.run(&f.mover, work);
+        let t = CudaAwareMpi::new(cx.world, stream);
+        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+            run.run(t)
+        })
+    })
+}

@@ -1,0 +1,179 @@
+//! NCCL (NCCL and NCCL_PL transposes, NCCL halos) on the handle's NCCL communicator.
+//! Transposes run their slices on the library's stream, one NCCL group per unit, while
+//! the user's stream packs and unpacks. Where every rank packs and unpacks through its
+//! workspace, both move through the handle's workspace registered with NCCL.
+
+use std::sync::Arc;
+
+use crate::comm::{post_pieces, Communicator, Transport, Way};
+use crate::cuda::nccl::{Nccl, NcclTransport};
+use crate::cuda::Stream;
+use crate::engine::call::{HaloCall, TransposeCall};
+use crate::engine::context::{CommTime, Context, DeviceFrame, Sample};
+use crate::engine::exchange::{Exchange, Piece, Profile};
+use crate::engine::pipe::Pipe;
+use crate::engine::workspace::Workspace;
+use crate::mem::Buf;
+use crate::perf::Clock;
+use crate::Result;
+
+/// Default slice size of NCCL pipelines between unregistered and between registered
+/// buffers: each NCCL group between unregistered buffers costs far more on top of its
+/// bytes than one between registered buffers, so unregistered slices are larger.
+const SLICE_BYTES: [i64; 2] = [256 << 20, 128 << 20];
+
+/// Most slices per chunk: NCCL's kernels share the SMs with the packing, and every group
+/// has a fixed cost, so more slices run slower.
+const MAX_SLICES: usize = 8;
+
+/// Slices through NCCL bound to the library's stream: one group per unit.
+struct NcclSlices<'a> {
+    /// NCCL, enqueuing on the library's stream.
+    transport: &'a dyn Transport,
+    /// The library's stream and the events ordering it against `main`.
+    pipe: &'a Pipe,
+    /// The user's stream, on which slices are packed and unpacked.
+    main: Stream,
+    /// Slices move between buffers registered with NCCL.
+    registered: bool,
+    /// One peer per unit (NCCL_PL).
+    per_peer: bool,
+}
+
+impl Exchange for NcclSlices<'_> {
+    fn profile(&self) -> Profile {
+        Profile {
+            slice_bytes: SLICE_BYTES[usize::from(self.registered)],
+            per_peer: self.per_peer,
+            shares_sms: true,
+            ..Profile::sliced(MAX_SLICES)
+        }
+    }
+
+    fn ready(&self, _u: usize) -> Result<()> {
+        self.pipe.ready(self.main)
+    }
+
+    fn exchange(&self, u: usize, _k: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
+        let mut reqs = Vec::new();
+        for (way, list) in [(Way::Receive, recvs), (Way::Send, sends)] {
+            for p in list {
+                // SAFETY: pieces lie in the operation's buffers, which the main stream
+                // keeps until `finish` has ordered it after this exchange.
+                unsafe { post_pieces(self.transport, way, p.ptr, p.len, p.peer, 0, &mut reqs)? };
+            }
+        }
+        self.transport.wait_all(&mut reqs)?;
+        self.pipe.done(u)?.record(self.pipe.side())
+    }
+
+    fn arrived(&self, u: usize, _k: usize, _recvs: &[Piece]) -> Result<()> {
+        self.pipe.done(u)?.wait_on(self.main)
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.pipe.finish(self.main)
+    }
+}
+
+/// The buffer an NCCL operation packs and unpacks through, and whether it is registered:
+/// the handle's registered workspace of `registrable` elements (the same size on every
+/// rank, so that all grow it together) when every rank packs; otherwise the caller's
+/// `work` or the handle's workspace of `need` bytes.
+#[allow(clippy::too_many_arguments)]
+fn workspace(
+    ws: &mut Workspace,
+    nccl: &Arc<Nccl>,
+    f: &DeviceFrame<'_>,
+    comm: &dyn Communicator,
+    registrable: Option<i64>,
+    work: Option<Buf>,
+    need: usize,
+    elem: usize,
+) -> Result<(Buf, bool)> {
+    let registered = match registrable {
+        Some(elems) if nccl.registers() => {
+            let total = elems.max(0) as usize * elem;
+            // A graph holds a smaller registered buffer: the caller's `work` serves,
+            // unregistered (the same on every rank, as captures and `work` are).
+            if work.is_some() && ws.registered_frozen_short(total) {
+                None
+            } else {
+                // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                unsafe { ws.registered(nccl, &f.dev.device, comm, total, f.stream)? }
+            }
+        }
+        _ => None,
+    };
+    Ok(match (registered, work) {
+        (Some(b), _) => (b, true),
+        (None, Some(w)) => (w, false),
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        (None, None) => (unsafe { ws.device(&f.dev.device, need, f.stream)? }, false),
+    })
+}
+
+/// A transpose through NCCL (`per_peer`: NCCL_PL).
+pub(super) fn transpose(
+    cx: &Context<'_>,
+    c: &TransposeCall<'_>,
+    need: usize,
+    per_peer: bool,
+    stream: Stream,
+    capturing: bool,
+    sample: Sample<'_>,
+) -> Result<()> {
+    let plan = c.plan;
+    cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
+        let nccl = f.dev.nccl(cx.world)?;
+        // Never where some rank sends from its input or receives into its output.
+        let registrable = plan.packed_everywhere.then_some(c.workspace_elems);
+        let elem = c.dtype.size();
+        let (work, registered) =
+            workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
+        let pipe = f.pipe()?;
+        let t = NcclTransport::new(&nccl, pipe.side(), &plan.members);
+        let x = NcclSlices {
+            transport: &t,
+            pipe,
+            main: stream,
+            registered,
+            per_peer,
+        };
+        let run = c.run(&f.mover, work);
+        let span = || pipe.span_ms();
+        cx.reported(
+            &Clock::Device(stream),
+            &t,
+            sample,
+            CommTime::Own(&span),
+            |_| run.run(&x, cx.slice_bytes),
+        )
+    })
+}
+
+/// A halo update through NCCL (packed faces through the registered workspace).
+pub(super) fn halo(
+    cx: &Context<'_>,
+    c: &HaloCall<'_>,
+    need: usize,
+    stream: Stream,
+    capturing: bool,
+    sample: Sample<'_>,
+) -> Result<()> {
+    cx.on_device(stream, None, capturing, |f, ws| {
+        let nccl = f.dev.nccl(cx.world)?;
+        // Dense faces go straight from the array; every rank asks for the largest
+        // workspace of any rank.
+        let largest = c.plan.max_workspace_elems.max(c.workspace_elems);
+        let registrable = c.plan.packed_everywhere.then_some(largest);
+        let elem = c.dtype.size();
+        let (work, _) = workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
+        let everyone: Vec<usize> = (0..cx.world.size()).collect();
+        let t = NcclTransport::new(&nccl, stream, &everyone);
+        let run = c.run(&f.mover, work);
+        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+            run.run(t)
+        })
+    })
+}
