@@ -23,7 +23,7 @@ read -r -a BACKENDS <<<"${CUDECOMP_RUST_EXAMPLE_BACKENDS:-MPI_P2P MPI_P2P_PL MPI
 
 log "[$FAMILY] building the Rust example"
 # Built once, before the launcher starts NP copies; cargo names the binary it made.
-BIN=$(cargo build -q --example transpose --message-format=json \
+BIN=$(cargo build -q -p cudecomp-core --features testing --example transpose --message-format=json \
     | grep -o '"executable":"[^"]*examples/transpose"' | tail -n 1 | cut -d '"' -f 4)
 [ -x "$BIN" ] || { echo "rust_example.sh: cargo did not report the example's binary" >&2; exit 1; }
 

@@ -122,8 +122,13 @@ def test_workspace_shared_with_transposes(handle: cudecomp.Handle) -> None:
 def test_zero_halos_are_a_no_op(handle: cudecomp.Handle) -> None:
     grid = handle.create_grid(config(factor_pairs(NRANKS)[0], HaloCommBackend.MPI))
     try:
-        # Upstream returns before checking the array when all extents are zero.
-        assert grid.update_halos_x(xp.zeros(3), (0, 0, 0), None, 0) is None
+        # The caller's array is checked even where nothing moves (upstream returns first).
+        with pytest.raises(cudecomp.InvalidUsageError, match="expected a 3-dimensional array"):
+            grid.update_halos_x(xp.zeros(3), (0, 0, 0), None, 0)
+        wrong = xp.zeros((1, 2, 3), np.float32)
+        with pytest.raises(cudecomp.InvalidUsageError, match="expected shape"):
+            grid.update_halos_x(wrong, (0, 0, 0), None, 0)
+        assert grid.update_halos_x(device(make(grid.get_pencil_info(0), GDIMS, DataType.FLOAT)), (0, 0, 0), None, 0) is None
         info = grid.get_pencil_info(0, (0, 2, 0))
         data = device(make(info, GDIMS, DataType.FLOAT))
         before = to_host(data).copy()

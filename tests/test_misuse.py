@@ -265,6 +265,20 @@ def disagreeing_cases() -> list[tuple[str, Callable[[cudecomp.GridDesc], object]
         n = g.get_halo_workspace_size(0, (1, 1, 1)) * 8
         return g.update_halos_x(halo_array(g), (1, 1, 1), (True, True, True), 1, work=np.zeros(3 if odd else n, np.uint8))
 
+    def keyword(**kw: Any) -> Callable[[cudecomp.GridDesc], object]:
+        """X->Y where only the last rank passes ``kw`` (arguments that fail there)."""
+
+        def call(g: cudecomp.GridDesc) -> object:
+            x, y = x_and_y(g)
+            return g.transpose_x_to_y(x, y, **(kw if odd else {}))
+
+        return call
+
+    def wrong_halo_array(g: cudecomp.GridDesc) -> object:
+        # Nothing moves with zero extents, but the array is checked first, on every rank.
+        data = np.zeros((1, 2, 3)) if odd else halo_array(g, (0, 0, 0))
+        return g.update_halos_x(data, (0, 0, 0), None, 0)
+
     return [
         ("dtype", xy(dtype_np=np.float32)),
         ("input halo", xy(input_halo_extents=(1, 0, 0))),
@@ -279,7 +293,22 @@ def disagreeing_cases() -> list[tuple[str, Callable[[cudecomp.GridDesc], object]
         ("argument error on one rank", local_error),
         ("work too small on one rank", small_work),
         ("halo work too small on one rank", small_halo_work),
+        ("input_ready a string on one rank", keyword(input_ready="soon")),
+        ("input_ready_axis a string on one rank", keyword(input_ready_axis="z")),
+        ("output_ready_axis 7 on one rank", keyword(output_ready_axis=7)),
+        ("own_cells a string on one rank", keyword(own_cells="no")),
+        ("zero-extent halo update of a wrong array on one rank", wrong_halo_array),
     ]
+
+
+#: What the failing (last) rank raises itself, where it is not InvalidUsageError; every
+#: other rank raises InvalidUsageError naming it.
+OWN_ERROR = {
+    "argument error on one rank": TypeError,
+    "input_ready a string on one rank": TypeError,
+    "input_ready_axis a string on one rank": TypeError,
+    "own_cells a string on one rank": TypeError,
+}
 
 
 DIS = disagreeing_cases()
@@ -294,9 +323,40 @@ def test_ranks_disagreeing_raise_everywhere(
     with handle.create_grid(config(transpose_comm_backend=backend, halo_comm_backend=HaloCommBackend.MPI)) as g:
         with pytest.raises((Invalid, TypeError)) as e:
             call(g)
-        if RANK != NRANKS - 1 or name not in ("argument error on one rank",):
-            assert e.type is Invalid or name == "argument error on one rank"
+        want = OWN_ERROR.get(name, Invalid) if RANK == NRANKS - 1 else Invalid
+        assert e.type is want, (name, e.value)
+        if RANK != NRANKS - 1 and name in OWN_ERROR:
+            assert f"rank {NRANKS - 1} failed" in str(e.value), e.value
     still_works(handle, transpose_comm_backend=backend)
+
+
+@pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
+def test_destroy_on_one_rank_raises_everywhere(handle: cudecomp.Handle) -> None:
+    """In checking mode a grid is destroyed only when every rank destroys it: one rank's
+    destroy beside the others' transpose fails on every rank, and the grid lives on."""
+    g = handle.create_grid(config())
+    with pytest.raises(Invalid, match="ranks disagree"):
+        if RANK == NRANKS - 1:
+            g.destroy()
+        else:
+            g.transpose_x_to_y(*x_and_y(g))
+    x, y = x_and_y(g)
+    assert np.array_equal(g.transpose_x_to_y(x, y), make(g.get_pencil_info(1), GDIMS, DataType.DOUBLE))
+    g.destroy()
+    with pytest.raises(Invalid, match="destroyed"):
+        g.destroy()
+
+
+def test_argument_messages_name_what_they_got(handle: cudecomp.Handle) -> None:
+    with handle.create_grid(config()) as g:
+        x, y = x_and_y(g)
+        with pytest.raises(TypeError, match=r"own_cells: expected True or False, got 'no' \(str\)"):
+            g.transpose_x_to_y(x, y, own_cells="no")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"input_ready: .* got the str 'soon'"):
+            g.transpose_x_to_y(x, y, input_ready="soon")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="input_ready_axis: expected an int, got str"):
+            g.transpose_x_to_y(x, y, input_ready_axis="z")  # type: ignore[arg-type]
+        assert g.transpose_x_to_y(x, y, own_cells=np.bool_(True)) is y
 
 
 # ------------------------------------------------------------------ sizes and indices that overflow

@@ -292,18 +292,18 @@ class GridDescConfig(_Struct):
     )
     halo_comm_backend = _EnumField(HaloCommBackend, HaloCommBackend.MPI, "Communication backend of the halo updates.")
 
-    def _export(self) -> tuple[Any, ...]:
-        """Plain values for the core, in C field order."""
-        return (
-            tuple(int(v) for v in self.gdims),
-            tuple(int(v) for v in self.gdims_dist),
-            tuple(int(v) for v in self.pdims),
-            int(self.rank_order),
-            int(self.transpose_comm_backend),
-            tuple(bool(v) for v in self.transpose_axis_contiguous),
-            tuple(tuple(int(v) for v in row) for row in self.transpose_mem_order),
-            int(self.halo_comm_backend),
-        )
+    def _export(self) -> dict[str, Any]:
+        """Plain values for the core, by field name."""
+        return {
+            "gdims": [int(v) for v in self.gdims],
+            "gdims_dist": [int(v) for v in self.gdims_dist],
+            "pdims": [int(v) for v in self.pdims],
+            "rank_order": int(self.rank_order),
+            "transpose_comm_backend": int(self.transpose_comm_backend),
+            "transpose_axis_contiguous": [bool(v) for v in self.transpose_axis_contiguous],
+            "transpose_mem_order": [[int(v) for v in row] for row in self.transpose_mem_order],
+            "halo_comm_backend": int(self.halo_comm_backend),
+        }
 
     def _apply(self, pdims: tuple[int, int], transpose: int, halo: int, rank_order: int) -> None:
         """Write back what grid creation resolved."""
@@ -313,14 +313,14 @@ class GridDescConfig(_Struct):
         self._scalars["rank_order"] = RankOrder(rank_order)
 
     @classmethod
-    def _from_export(cls, values: tuple[Any, ...]) -> GridDescConfig:
+    def _from_export(cls, values: dict[str, Any]) -> GridDescConfig:
+        """A configuration holding what ``_export`` gives (the core's resolved configuration)."""
         cfg = cls()
-        gdims, dist, pdims, order, tb, ac, mo, hb = values
-        cfg.gdims[...] = gdims
-        cfg.gdims_dist[...] = dist
-        cfg.transpose_axis_contiguous[...] = ac
-        cfg.transpose_mem_order[...] = mo
-        cfg._apply(pdims, tb, hb, order)
+        cfg.gdims[...] = values["gdims"]
+        cfg.gdims_dist[...] = values["gdims_dist"]
+        cfg.transpose_axis_contiguous[...] = values["transpose_axis_contiguous"]
+        cfg.transpose_mem_order[...] = values["transpose_mem_order"]
+        cfg._apply(values["pdims"], values["transpose_comm_backend"], values["halo_comm_backend"], values["rank_order"])
         return cfg
 
 

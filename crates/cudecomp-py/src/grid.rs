@@ -2,18 +2,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudecomp_core::config::DataType;
-
-use cudecomp_core::cuda::EventRef;
-use cudecomp_core::engine::Exec;
-use cudecomp_core::engine::{ReadyMark, Steps, TransposeSteps};
-use cudecomp_core::handle as core;
-use cudecomp_core::handle::grid::TransposeOp;
-use cudecomp_core::plan::{Direction, HaloSpec, TransposeLayouts};
-use cudecomp_core::{Error, Fields};
+use cudecomp_core as core;
+use cudecomp_core::{
+    Array, DataType, Direction, Error, EventRef, Exec, Fields, HaloSpec, ReadyMark, Steps,
+    TransposeLayouts, TransposeOp, TransposeSteps,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
 
 use crate::args::{
     bool_arg, bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype,
@@ -58,7 +54,8 @@ pub struct TransposeCall<'a, 'py> {
     pub input_ready_axis: Option<&'a Bound<'py, PyAny>>,
     pub output_ready: Option<&'a Bound<'py, PyAny>>,
     pub output_ready_axis: Option<&'a Bound<'py, PyAny>>,
-    pub own_cells: bool,
+    /// `None`: the default, `True`.
+    pub own_cells: Option<&'a Bound<'py, PyAny>>,
 }
 
 /// `input_ready` or `output_ready` (`name`): `(event, planes)` pairs; an event is an int
@@ -77,6 +74,9 @@ fn parse_ready(
             "{name}: expected a sequence of (event, planes) pairs, an event being an int handle or an object with an int .ptr or .cuda_event, got {what}"
         ))
     };
+    if v.is_instance_of::<PyString>() {
+        return Err(bad(format!("the str {}", v.repr()?)));
+    }
     let mut marks = Vec::new();
     for item in v.try_iter().map_err(|_| {
         bad(v
@@ -172,43 +172,29 @@ impl GridDesc {
         c: TransposeCall<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
-        let in_marks = parse_ready(py, c.input_ready, "input_ready")?;
-        let out_marks = parse_ready(py, c.output_ready, "output_ready")?;
-        let axis = |a: Option<&Bound<'py, PyAny>>, name: &str| {
-            a.filter(|a| !a.is_none())
-                .map(|a| index_arg(a, name))
-                .transpose()
-        };
+        let ready = prepare_transpose(py, &gd, direction, &c);
+        let p = agreed(py, &gd, direction.method_name(), ready)?;
         let steps = TransposeSteps {
             input: Steps {
-                marks: &in_marks,
-                axis: axis(c.input_ready_axis, "input_ready_axis")?,
+                marks: &p.input_marks,
+                axis: p.input_axis,
             },
             output: Steps {
-                marks: &out_marks,
-                axis: axis(c.output_ready_axis, "output_ready_axis")?,
+                marks: &p.output_marks,
+                axis: p.output_axis,
             },
         };
-        let ready = prepare_transpose(py, &gd, direction, &c);
-        let (op, input, out, out_obj, work, exec) =
-            agreed(py, &gd, direction.method_name(), ready)?;
-        // SAFETY: the array objects are referenced by the caller for the whole call and
-        // were checked to be C-contiguous and of the sizes recorded; device work is ordered
-        // on the operation's stream, which the caller keeps alive as documented.
-        let (i, o, w) = unsafe { (input.buf(), out.buf(), work.as_ref().map(|w| w.buf())) };
-        py.detach(|| gd.transpose_with(&op, i, o, w, exec, steps))
+        py.detach(|| gd.transpose_with(&p.op, p.input, p.output, p.work, p.exec, steps))
             .py(py)?;
-        Ok(out_obj)
+        Ok(p.out_obj)
     }
 
     fn update_halos(&self, py: Python<'_>, axis: usize, c: HaloCall<'_, '_>) -> PyResult<()> {
         let gd = self.live(py)?;
         let what = ["update_halos_x", "update_halos_y", "update_halos_z"][axis];
-        let ready = prepare_halo(py, &gd, axis, &c);
+        let ready = prepare_halo(py, axis, &c);
         let (spec, dtype, data, work, exec) = agreed(py, &gd, what, ready)?;
-        // SAFETY: as in `transpose`.
-        let (d, w) = unsafe { (data.buf(), work.as_ref().map(|w| w.buf())) };
-        py.detach(|| gd.update_halos(&spec, dtype, d, w, exec))
+        py.detach(|| gd.update_halos(&spec, dtype, data, work, exec))
             .py(py)
     }
 }
@@ -227,22 +213,52 @@ fn agreed<T>(py: Python<'_>, gd: &core::GridDesc, what: &str, ready: PyResult<T>
     ready
 }
 
-type PreparedTranspose<'py> = (
-    TransposeOp,
-    ArrayArg,
-    ArrayArg,
-    Bound<'py, PyAny>,
-    Option<ArrayArg>,
-    Exec,
-);
+/// A transpose's arguments, parsed.
+struct PreparedTranspose<'py> {
+    op: TransposeOp,
+    input: Array,
+    output: Array,
+    /// The output object, returned to the caller.
+    out_obj: Bound<'py, PyAny>,
+    work: Option<Array>,
+    exec: Exec,
+    input_marks: Vec<ReadyMark>,
+    input_axis: Option<usize>,
+    output_marks: Vec<ReadyMark>,
+    output_axis: Option<usize>,
+}
 
-/// Parses and checks a transpose's arguments (allocating `out` when omitted).
+/// `True` or `False` (NumPy's too), nothing else (TypeError naming `what`).
+fn strict_bool(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    if v.is_instance_of::<PyBool>() || v.get_type().name()? == "bool" {
+        return v.is_truthy();
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what}: expected True or False, got {} ({})",
+        v.repr()?,
+        v.get_type().name()?
+    )))
+}
+
+/// Parses a transpose's arguments (allocating `out` when omitted); the core checks them.
 fn prepare_transpose<'py>(
     py: Python<'py>,
     gd: &core::GridDesc,
     direction: Direction,
     c: &TransposeCall<'_, 'py>,
 ) -> PyResult<PreparedTranspose<'py>> {
+    let axis = |a: Option<&Bound<'py, PyAny>>, name: &str| {
+        a.filter(|a| !a.is_none())
+            .map(|a| index_arg(a, name))
+            .transpose()
+    };
+    let input_marks = parse_ready(py, c.input_ready, "input_ready")?;
+    let output_marks = parse_ready(py, c.output_ready, "output_ready")?;
+    let input_axis = axis(c.input_ready_axis, "input_ready_axis")?;
+    let output_axis = axis(c.output_ready_axis, "output_ready_axis")?;
+    let own_cells = c
+        .own_cells
+        .map_or(Ok(true), |v| strict_bool(v, "own_cells"))?;
     let explicit = parse_dtype(py, c.dtype)?;
     let layouts = TransposeLayouts {
         input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
@@ -250,49 +266,61 @@ fn prepare_transpose<'py>(
         output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
         output_padding: int_triple(py, c.output_padding, "output_padding")?,
     };
-    let plan = gd.transpose_plan(direction, &layouts).py(py)?;
-    let input = variant::array(py, gd, c.input, "input", false)?;
+    let input = variant::array(py, c.input, "input", false)?;
     let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
-    input.require_shape(
-        py,
-        plan.input.array_shape(),
-        "the input pencil's PencilInfo.array_shape with these halos and padding",
-    )?;
     let exec = variant::exec(py, c.stream, c.input)?;
     let out_obj = match c.out.filter(|o| !o.is_none()) {
         Some(o) => o.clone(),
         // A fresh output per call stays ordinary memory: a node-shared array costs more
-        // to make and map than a single copy saves (4 ranks on 2 cores, 64³ c128 X→Y
-        // without `out`: 1.93 ms node-shared, 0.40 ms ordinary).
-        None => variant::allocate_output(py, c.input, plan.output.array_shape(), dtype, c.stream)?,
+        // to make and map than a single copy saves.
+        None => {
+            let (_, to) = direction.axes();
+            let info = gd
+                .grid()
+                .pencil_info(
+                    to as i64,
+                    gd.rank(),
+                    layouts.output_halo,
+                    layouts.output_padding,
+                )
+                .py(py)?;
+            variant::allocate_output(py, c.input, info.array_shape(), dtype, c.stream)?
+        }
     };
-    let out = variant::array(py, gd, &out_obj, "out", false)?;
+    let out = variant::array(py, &out_obj, "out", false)?;
     resolve_dtype(py, Some(dtype), &[&out])?;
-    out.require_writable(py)?;
-    out.require_shape(
-        py,
-        plan.output.array_shape(),
-        "the output pencil's PencilInfo.array_shape with these halos and padding",
-    )?;
-    let work = work_arg(py, gd, c.work)?;
+    let work = work_arg(py, c.work)?;
     let op = TransposeOp {
         direction,
         layouts,
         dtype,
-        own_cells: c.own_cells,
+        own_cells,
     };
-    Ok((op, input, out, out_obj, work, exec))
+    // SAFETY: the array objects are referenced by the caller for the whole call and were
+    // checked to be C-contiguous; device work is ordered on the operation's stream, which
+    // the caller keeps alive as documented.
+    let (input, output, work) = unsafe { (input.array(), out.array(), work.map(|w| w.array())) };
+    Ok(PreparedTranspose {
+        op,
+        input,
+        output,
+        out_obj,
+        work,
+        exec,
+        input_marks,
+        input_axis,
+        output_marks,
+        output_axis,
+    })
 }
 
-/// Parses and checks a halo update's arguments. When nothing moves (zero extent along
-/// `dim`, or no neighbour), the array may have any shape, as upstream returns before
-/// looking at it; its type is still checked.
+/// Parses a halo update's arguments; the core checks them, the array's shape even where
+/// nothing moves.
 fn prepare_halo(
     py: Python<'_>,
-    gd: &core::GridDesc,
     axis: usize,
     c: &HaloCall<'_, '_>,
-) -> PyResult<(HaloSpec, DataType, ArrayArg, Option<ArrayArg>, Exec)> {
+) -> PyResult<(HaloSpec, DataType, Array, Option<Array>, Exec)> {
     let explicit = parse_dtype(py, c.dtype)?;
     if c.halo_extents.is_none() {
         return Err(invalid(
@@ -307,31 +335,12 @@ fn prepare_halo(
         periods: bool_triple(py, c.halo_periods, "halo_periods")?,
         padding: int_triple(py, c.padding, "padding")?,
     };
-    // Checks `dim` and the extents; `None` when nothing moves.
-    let plan = gd.halo_plan(&spec).py(py)?;
-    let data = variant::array(py, gd, c.input, "input", plan.is_none())?;
-    let dtype = resolve_dtype(py, explicit, &[&data]).or_else(|e| match plan {
-        None => Ok(explicit.unwrap_or(DataType::Double)),
-        Some(_) => Err(e),
-    })?;
-    if let Some(plan) = &plan {
-        data.require_writable(py)?;
-        data.require_shape(
-            py,
-            plan.info.array_shape(),
-            "the pencil's PencilInfo.array_shape with these halos and padding",
-        )?;
-    }
-    let work = match plan {
-        Some(_) => work_arg(py, gd, c.work)?,
-        None => {
-            if let Some(w) = c.work.filter(|w| !w.is_none()) {
-                variant::array(py, gd, w, "work", true)?;
-            }
-            None
-        }
-    };
+    let data = variant::array(py, c.input, "input", false)?;
+    let dtype = resolve_dtype(py, explicit, &[&data])?;
+    let work = work_arg(py, c.work)?;
     let exec = variant::exec(py, c.stream, c.input)?;
+    // SAFETY: as in `prepare_transpose`.
+    let (data, work) = unsafe { (data.array(), work.map(|w| w.array())) };
     Ok((spec, dtype, data, work, exec))
 }
 
@@ -352,7 +361,7 @@ impl GridDesc {
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
         let alloc = py.import("cudecomp._alloc")?;
         let dtype = alloc.call_method1("numpy_dtype", (dtype,))?;
-        if let Some(a) = self.shared_pencil(py, &gd, info.array_shape(), info.size, &dtype)? {
+        if let Some(a) = self.library_pencil(py, &gd, info.array_shape(), info.size, &dtype)? {
             return Ok(a);
         }
         alloc.call_method1(
@@ -363,11 +372,10 @@ impl GridDesc {
 }
 
 impl GridDesc {
-    /// A pencil array of `shape` (`cells` elements of the NumPy `dtype`) that peers' DIRECT
-    /// transposes write straight into, when the grid's transpose backend is DIRECT and the
-    /// array large enough: node-shared memory (CPU variant) or exported device memory (GPU
-    /// variant). `None` otherwise, or, with a warning, when such memory cannot be had.
-    fn shared_pencil<'py>(
+    /// A pencil array of `shape` (`cells` elements of the NumPy `dtype`) over library
+    /// memory when the core gives some (DIRECT grids, arrays large enough: peers'
+    /// transposes write straight into it); `None` otherwise.
+    fn library_pencil<'py>(
         &self,
         py: Python<'py>,
         gd: &core::GridDesc,
@@ -375,48 +383,30 @@ impl GridDesc {
         cells: i64,
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let direct = gd.grid().transpose_backend == cudecomp_core::config::TransposeBackend::Direct;
         let nbytes = cells as usize * dtype.getattr("itemsize")?.extract::<usize>()?;
-        let min = gd.handle().settings().shared_array_min_bytes;
-        if !(direct && nbytes >= min) {
+        let made = py.detach(|| gd.library_array(nbytes)).py(py)?;
+        crate::errors::warn_notices(py)?;
+        let Some(a) = made else {
             return Ok(None);
-        }
-        let alloc = py.import("cudecomp._alloc")?;
-        let made = if variant::CPU_ONLY {
-            crate::shared::allocate(py, nbytes)
-                .map(|owner| alloc.call_method1("view_of", (owner, shape, dtype)))
-        } else {
-            let h = self.handle.get().live(py)?;
-            let device = h.device().py(py)?.device.clone();
-            crate::shared::allocate_device(py, &device, nbytes)
-                .map(|owner| alloc.call_method1("device_view_of", (owner, shape, dtype)))
         };
-        match made {
-            Ok(view) => view.map(Some),
-            // Ordinary memory still works (transposes into it take two copies).
-            Err(e) => {
-                cudecomp_core::notices::notice(format!(
-                    "empty_pencil: memory other ranks can map is unavailable ({e}); allocating ordinary arrays, whose DIRECT transposes take two copies"
-                ));
-                crate::errors::warn_notices(py)?;
-                Ok(None)
-            }
-        }
+        let view = if variant::CPU_ONLY {
+            "view_of"
+        } else {
+            "device_view_of"
+        };
+        let owner = crate::shared::owner(py, a)?;
+        py.import("cudecomp._alloc")?
+            .call_method1(view, (owner, shape, dtype))
+            .map(Some)
     }
 }
 
 /// Parses the optional `work` argument (any shape, writable).
-fn work_arg(
-    py: Python<'_>,
-    gd: &core::GridDesc,
-    w: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<ArrayArg>> {
+fn work_arg(py: Python<'_>, w: Option<&Bound<'_, PyAny>>) -> PyResult<Option<ArrayArg>> {
     let Some(w) = w.filter(|w| !w.is_none()) else {
         return Ok(None);
     };
-    let w = variant::array(py, gd, w, "work", true)?;
-    w.require_writable(py)?;
-    Ok(Some(w))
+    variant::array(py, w, "work", true).map(Some)
 }
 
 /// Emits the four transposes and three halo updates from one template each.
@@ -521,7 +511,7 @@ macro_rules! grid_methods {
                 ///     NotSupportedError: A pencil of this transpose is empty on some rank.
                 ///     TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 ///         a list as an array, a host array in the GPU variant).
-                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None, output_ready = None, output_ready_axis = None, own_cells = true))]
+                #[pyo3(signature = (input, out = None, *, work = None, dtype = None, input_halo_extents = None, output_halo_extents = None, input_padding = None, output_padding = None, stream = None, input_ready = None, input_ready_axis = None, output_ready = None, output_ready_axis = None, own_cells = None))]
                 #[allow(clippy::too_many_arguments)]
                 fn $tname<'py>(
                     &self,
@@ -539,7 +529,7 @@ macro_rules! grid_methods {
                     input_ready_axis: Option<&Bound<'py, PyAny>>,
                     output_ready: Option<&Bound<'py, PyAny>>,
                     output_ready_axis: Option<&Bound<'py, PyAny>>,
-                    own_cells: bool,
+                    own_cells: Option<&Bound<'py, PyAny>>,
                 ) -> PyResult<Bound<'py, PyAny>> {
                     self.transpose(
                         py,
@@ -635,10 +625,13 @@ impl GridDesc {
     /// ``InvalidUsageError``.
     fn destroy(&self, py: Python<'_>) -> PyResult<()> {
         self.handle.get().live(py)?;
-        let gd = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let gd = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let gd =
             gd.ok_or_else(|| invalid(py, "destroy(): the GridDesc was already destroyed".into()))?;
-        if let Some(summary) = py.detach(|| gd.destroy()).py(py)? {
+        // Released only once every rank agreed to destroy it (checking mode).
+        let summary = py.detach(|| gd.destroy()).py(py)?;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(summary) = summary {
             let lines: Vec<String> = summary.lines().map(str::to_owned).collect();
             log_lines(py, &lines)?;
         }
@@ -865,8 +858,11 @@ impl GridDesc {
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
         let live = self.state.lock().map(|s| s.is_some()).unwrap_or(false);
-        if live && self.handle.get().live(py).is_ok() {
+        if live && self.handle.get().is_live() {
             self.destroy(py)?;
+        } else {
+            // The handle was finalized, which released everything it had.
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
         }
         Ok(false)
     }
@@ -890,7 +886,9 @@ impl GridDesc {
 
 impl Drop for GridDesc {
     fn drop(&mut self) {
-        if self.state.get_mut().map(|s| s.is_some()).unwrap_or(false) {
+        // After the handle's finalize nothing is left to release.
+        let live = self.state.get_mut().map(|s| s.is_some()).unwrap_or(false);
+        if live && self.handle.get().is_live() {
             warn_resource("cudecomp.GridDesc was garbage-collected without destroy(); call destroy() collectively");
         }
     }

@@ -2,14 +2,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudecomp_core::autotune;
-use cudecomp_core::comm::dynmpi::MpiDescription;
-use cudecomp_core::handle as core;
-use cudecomp_core::settings::Settings;
-use cudecomp_core::Fields;
+use cudecomp_core as core;
+use cudecomp_core::{Fields, MpiDescription, Settings};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
 use crate::errors::{invalid, log_lines, warn_notices, warn_resource, IntoPy};
@@ -44,9 +40,9 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// The live core handle, or InvalidUsageError after `finalize()`.
+    /// The live core handle, or InvalidUsageError after `finalize()` (the core refuses
+    /// every operation once MPI is finalised).
     pub fn live(&self, py: Python<'_>) -> PyResult<core::Handle> {
-        mpi_alive(py)?;
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -58,23 +54,11 @@ impl Handle {
                 )
             })
     }
-}
 
-static FINALIZED: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// InvalidUsageError once MPI has been finalised: every MPI call would then abort the job
-/// (MPICH and Open MPI alike), so the handle refuses before making one.
-fn mpi_alive(py: Python<'_>) -> PyResult<()> {
-    let f = FINALIZED.get_or_try_init(py, || {
-        Ok::<_, PyErr>(py.import("cudecomp._mpi")?.getattr("finalized")?.unbind())
-    })?;
-    if f.bind(py).call0()?.is_truthy()? {
-        return Err(invalid(
-            py,
-            "MPI was finalized: expected destroy() and finalize() to be called before MPI.Finalize()".into(),
-        ));
+    /// True until `finalize()`.
+    pub fn is_live(&self) -> bool {
+        self.state.lock().map(|s| s.is_some()).unwrap_or(false)
     }
-    Ok(())
 }
 
 /// What the core needs to bind to the MPI library mpi4py loaded, from `cudecomp._mpi`.
@@ -184,11 +168,13 @@ impl Handle {
     /// Destroy the handle's grids first. Any later use of the handle, or a second
     /// ``finalize()``, raises ``InvalidUsageError``.
     fn finalize(&self, py: Python<'_>) -> PyResult<()> {
-        mpi_alive(py)?;
-        let h = self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let h =
-            h.ok_or_else(|| invalid(py, "finalize(): the Handle was already finalized".into()))?;
-        py.detach(|| h.finalize()).py(py)
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let h = state
+            .clone()
+            .ok_or_else(|| invalid(py, "finalize(): the Handle was already finalized".into()))?;
+        py.detach(|| h.finalize()).py(py)?;
+        *state = None;
+        Ok(())
     }
 
     /// Create a grid descriptor (collective).
@@ -257,7 +243,7 @@ impl Handle {
             }
         };
         let created = match &options {
-            Some(opts) => py.detach(|| autotune::create_grid(&h, &cfg, opts)),
+            Some(opts) => py.detach(|| h.create_grid_with(&cfg, opts)),
             None => py.detach(|| h.create_grid(&cfg)).map(|g| (g, None)),
         };
         warn_notices(py)?;
@@ -340,9 +326,7 @@ impl Handle {
             ));
         }
         let g = grid.get().live(py)?;
-        let symmetric =
-            g.grid().transpose_backend.is_nvshmem() || g.grid().halo_backend.is_nvshmem();
-        variant::allocate_bytes(py, &h, n as usize, symmetric)
+        variant::allocate_bytes(py, &h, &g, n as usize)
     }
 
     /// Release a buffer returned by ``malloc`` (collective; ``None`` is accepted).

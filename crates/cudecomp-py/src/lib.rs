@@ -17,7 +17,7 @@ mod pencil;
 mod shared;
 mod variant;
 
-use cudecomp_core::config::{DataType, HaloBackend, TransposeBackend};
+use cudecomp_core::{DataType, HaloBackend, TransposeBackend};
 use pyo3::prelude::*;
 
 /// Display name of a transpose backend value (``"ERROR"`` when unknown).
@@ -53,9 +53,8 @@ fn get_data_type_size(py: Python<'_>, dtype: i64) -> PyResult<usize> {
 #[pyfunction]
 fn _compile_kernels(py: Python<'_>, major: i32, minor: i32) -> PyResult<usize> {
     use errors::IntoPy;
-    py.detach(|| cudecomp_core::cuda::kernels::compile_cubin((major, minor)))
+    py.detach(|| cudecomp_core::compile_kernels((major, minor)))
         .py(py)
-        .map(|c| c.len())
 }
 
 /// Transposes this process ran as single copies into peers' registered arrays (a testing

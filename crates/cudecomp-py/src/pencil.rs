@@ -1,6 +1,6 @@
 //! `cudecomp.PencilInfo`: where this rank's part of a pencil lives, as Python sees it.
 
-use cudecomp_core::geometry;
+use cudecomp_core as geometry;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 

@@ -4,22 +4,15 @@
 //! (CuPy sees it as unowned memory). DIRECT transposes find it registered and write each
 //! chunk straight into it from the other ranks of the node.
 
-use std::sync::Arc;
-
-use cudecomp_core::cuda::vmm::DeviceArray;
-use cudecomp_core::cuda::Device;
-use cudecomp_core::mem::shm::SharedArray;
+use cudecomp_core::LibraryArray;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-
-use crate::errors::IntoPy;
 
 /// Node-shared bytes (``uint8``), the base object of a pencil array's NumPy view; freed,
 /// and unregistered, when the last view goes.
 #[pyclass(module = "cudecomp", frozen, name = "_SharedMemory")]
 pub struct SharedMemory {
-    inner: SharedArray,
-    nbytes: usize,
+    inner: LibraryArray,
 }
 
 #[pymethods]
@@ -28,7 +21,7 @@ impl SharedMemory {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        d.set_item("shape", (self.nbytes,))?;
+        d.set_item("shape", (self.inner.len(),))?;
         d.set_item("typestr", "|u1")?;
         d.set_item("data", (self.inner.ptr() as usize, false))?;
         d.set_item("version", 3)?;
@@ -36,19 +29,12 @@ impl SharedMemory {
     }
 }
 
-/// `nbytes` of zeroed node-shared memory.
-pub fn allocate(py: Python<'_>, nbytes: usize) -> PyResult<Bound<'_, SharedMemory>> {
-    let inner = py.detach(|| SharedArray::new(nbytes)).py(py)?;
-    Bound::new(py, SharedMemory { inner, nbytes })
-}
-
 /// Exported device bytes behind the GPU variant's pencil arrays (`GridDesc.empty_pencil`
 /// on DIRECT grids): CuPy sees them as unowned memory whose owner is this object; DIRECT
 /// transposes find them registered and other ranks' copies write straight into them.
 #[pyclass(module = "cudecomp", frozen, name = "_DeviceMemory")]
 pub struct DeviceMemory {
-    inner: DeviceArray,
-    device: i32,
+    inner: LibraryArray,
 }
 
 #[pymethods]
@@ -68,22 +54,15 @@ impl DeviceMemory {
     /// Ordinal of the device holding the bytes.
     #[getter]
     fn device(&self) -> i32 {
-        self.device
+        self.inner.device().unwrap_or(-1)
     }
 }
 
-/// `nbytes` of zeroed exported memory on `device`.
-pub fn allocate_device<'py>(
-    py: Python<'py>,
-    device: &Arc<Device>,
-    nbytes: usize,
-) -> PyResult<Bound<'py, DeviceMemory>> {
-    let inner = py.detach(|| DeviceArray::new(device, nbytes)).py(py)?;
-    Bound::new(
-        py,
-        DeviceMemory {
-            inner,
-            device: device.ordinal,
-        },
-    )
+/// The Python owner of a library array: `_SharedMemory` for host memory, `_DeviceMemory`
+/// for device memory.
+pub fn owner(py: Python<'_>, a: LibraryArray) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match a.device() {
+        None => Bound::new(py, SharedMemory { inner: a })?.into_any(),
+        Some(_) => Bound::new(py, DeviceMemory { inner: a })?.into_any(),
+    })
 }

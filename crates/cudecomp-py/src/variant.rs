@@ -9,10 +9,7 @@ pub use gpu::*;
 
 #[cfg(cpu_only)]
 mod cpu {
-    use cudecomp_core::config::DataType;
-    use cudecomp_core::engine::Exec;
-    use cudecomp_core::handle::{GridDesc, Handle, Memory};
-    use cudecomp_core::settings::Settings;
+    use cudecomp_core::{DataType, Exec, GridDesc, Handle, Memory, Settings};
     use pyo3::prelude::*;
 
     use pyo3::exceptions::PyTypeError;
@@ -53,7 +50,6 @@ mod cpu {
     /// An array argument (NumPy, C-contiguous; 3-D unless `any_dims`).
     pub fn array(
         py: Python<'_>,
-        _gd: &GridDesc,
         v: &Bound<'_, PyAny>,
         what: &'static str,
         any_dims: bool,
@@ -86,8 +82,8 @@ mod cpu {
     pub fn allocate_bytes<'py>(
         py: Python<'py>,
         _h: &Handle,
+        _grid: &GridDesc,
         n: usize,
-        _symmetric: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         py.import("numpy")?.call_method1("zeros", (n, "uint8"))
     }
@@ -109,15 +105,13 @@ mod cpu {
 mod gpu {
     use std::sync::Mutex;
 
-    use cudecomp_core::config::DataType;
-    use cudecomp_core::cuda::nvshmem::SymmetricBuffer;
-    use cudecomp_core::cuda::{self, DeviceAlloc};
-    use cudecomp_core::engine::Exec;
-    use cudecomp_core::handle::{CudaLibraries, GridDesc, Handle, Memory};
-    use cudecomp_core::settings::Settings;
+    use cudecomp_core::{
+        CudaLibraries, DataType, DeviceBuffer as CoreBuffer, Exec, GridDesc, Handle, Memory,
+        Settings, Stream,
+    };
     use pyo3::exceptions::PyTypeError;
     use pyo3::prelude::*;
-    use pyo3::types::{PyBool, PyDict, PyInt};
+    use pyo3::types::{PyBool, PyCapsule, PyDict, PyInt};
 
     use crate::array::{numpy_name, parse_interface, ArrayArg};
     use crate::errors::{invalid, IntoPy};
@@ -138,9 +132,40 @@ mod gpu {
         }))
     }
 
+    /// The DLPack read-only flag of `DLManagedTensorVersioned` (DLPack 1.0).
+    const DLPACK_FLAG_READ_ONLY: u64 = 1;
+    /// Byte offset of `flags` in `DLManagedTensorVersioned`: after `version` (two
+    /// `uint32`), `manager_ctx` and `deleter` (two pointers).
+    const DLPACK_FLAGS_OFFSET: usize = 8 + 2 * std::mem::size_of::<usize>();
+
+    /// Whether `v`'s DLPack 1.0 export says its memory may be written; `None` where it has
+    /// no such export (an older producer, whose DLPack says nothing about writing).
+    fn dlpack_writable(py: Python<'_>, v: &Bound<'_, PyAny>) -> Option<bool> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("max_version", (1, 0)).ok()?;
+        let capsule = v.call_method("__dlpack__", (), Some(&kwargs)).ok()?;
+        let capsule = capsule.cast::<PyCapsule>().ok()?;
+        let name = capsule.name().ok()??;
+        // SAFETY: the name pointer of a live capsule is a NUL-terminated string.
+        if unsafe { name.as_cstr() }.to_bytes() != b"dltensor_versioned" {
+            return None;
+        }
+        let ptr = capsule.pointer_checked(Some(c"dltensor_versioned")).ok()?;
+        // SAFETY: a "dltensor_versioned" capsule holds a `DLManagedTensorVersioned`, whose
+        // `uint64_t flags` lies at `DLPACK_FLAGS_OFFSET`; it is read, not consumed: the
+        // capsule's own destructor releases it when dropped.
+        let flags = unsafe {
+            ptr.as_ptr()
+                .cast::<u8>()
+                .add(DLPACK_FLAGS_OFFSET)
+                .cast::<u64>()
+                .read_unaligned()
+        };
+        Some(flags & DLPACK_FLAG_READ_ONLY == 0)
+    }
+
     fn device_array(
         py: Python<'_>,
-        gd: &GridDesc,
         v: &Bound<'_, PyAny>,
         what: &'static str,
         any_dims: bool,
@@ -148,14 +173,16 @@ mod gpu {
         let Ok(iface) = v.getattr("__cuda_array_interface__") else {
             if on_cuda_by_dlpack(v) {
                 // Seen through a zero-copy CuPy view (the caller keeps `v`, hence the
-                // memory, alive). DLPack does not say whether writing is allowed: such
-                // arrays serve as inputs only.
+                // memory, alive). Writable where its DLPack 1.0 export says so; an older
+                // export says nothing, and such arrays serve as inputs only.
                 let view = py
                     .import("cudecomp._cupy")?
                     .call_method1("from_dlpack", (v,))?;
-                let mut arg = device_array(py, gd, &view, what, any_dims)?;
-                arg.readonly = true;
-                arg.from_dlpack = true;
+                let mut arg = device_array(py, &view, what, any_dims)?;
+                match dlpack_writable(py, v) {
+                    Some(writable) => arg.readonly = !writable,
+                    None => arg.from_dlpack = true,
+                }
                 return Ok(arg);
             }
             return Err(PyTypeError::new_err(format!(
@@ -171,30 +198,19 @@ mod gpu {
         if !(0..=3).contains(&version) {
             return Err(invalid(py, format!("{what}: __cuda_array_interface__ version {version} is not supported (expected 0 to 3)")));
         }
-        let a = parse_interface(py, &iface, what, any_dims)?;
-        let ordinal = gd.handle().device().py(py)?.device.ordinal;
-        if a.nbytes() > 0 {
-            match cuda::Device::pointer_device(a.ptr as u64) {
-                Some(o) if o == ordinal => {}
-                Some(o) => {
-                    return Err(invalid(py, format!("{what}: expected memory on the handle's device {ordinal}, got memory on device {o}")))
-                }
-                None => return Err(invalid(py, format!("{what}: expected CUDA device memory, got a pointer CUDA does not know"))),
-            }
-        }
-        Ok(a)
+        // (The core checks that the memory is on the handle's device.)
+        parse_interface(py, &iface, what, any_dims)
     }
 
     /// An array argument (`__cuda_array_interface__`, C-contiguous, on the handle's
     /// device; 3-D unless `any_dims`).
     pub fn array(
         py: Python<'_>,
-        gd: &GridDesc,
         v: &Bound<'_, PyAny>,
         what: &'static str,
         any_dims: bool,
     ) -> PyResult<ArrayArg> {
-        device_array(py, gd, v, what, any_dims)
+        device_array(py, v, what, any_dims)
     }
 
     /// Where operations run: on the operation's stream (see [`parse_stream`]).
@@ -203,7 +219,7 @@ mod gpu {
         stream: Option<&Bound<'_, PyAny>>,
         input: &Bound<'_, PyAny>,
     ) -> PyResult<Exec> {
-        Ok(Exec::Device(cuda::Stream::from_handle(parse_stream(
+        Ok(Exec::Device(Stream::from_handle(parse_stream(
             py, stream, input,
         )?)))
     }
@@ -278,27 +294,19 @@ mod gpu {
     /// Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes).
     #[pyclass(module = "cudecomp", frozen)]
     pub struct DeviceBuffer {
-        alloc: Mutex<Option<BufferMemory>>,
+        /// The core's buffer; `None` once freed.
+        alloc: Mutex<Option<CoreBuffer>>,
         ptr: u64,
         nbytes: usize,
     }
 
-    /// What a `DeviceBuffer` holds.
-    enum BufferMemory {
-        /// Freed when dropped.
-        Plain { _alloc: DeviceAlloc },
-        /// NVSHMEM symmetric memory, freed collectively (by `Handle.free` or at finalize),
-        /// never when the Python object goes.
-        Symmetric(SymmetricBuffer),
-    }
-
     impl DeviceBuffer {
         fn live(&self) -> bool {
-            match &*self.alloc.lock().unwrap_or_else(|e| e.into_inner()) {
-                Some(BufferMemory::Plain { .. }) => true,
-                Some(BufferMemory::Symmetric(b)) => b.live(),
-                None => false,
-            }
+            self.alloc
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(CoreBuffer::is_live)
         }
     }
 
@@ -337,41 +345,31 @@ mod gpu {
         /// NVSHMEM operations exchange through it when every rank passes it as ``work``.
         #[getter]
         fn symmetric(&self) -> bool {
-            matches!(
-                &*self.alloc.lock().unwrap_or_else(|e| e.into_inner()),
-                Some(BufferMemory::Symmetric(_))
-            )
+            self.alloc
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(CoreBuffer::is_symmetric)
         }
     }
 
-    /// `Handle.malloc`: device bytes; NVSHMEM symmetric memory (collective, sized by the
-    /// largest request of any rank) when `symmetric`.
+    /// `Handle.malloc`: the core's device buffer for `grid`'s operations.
     pub fn allocate_bytes<'py>(
         py: Python<'py>,
         h: &Handle,
+        grid: &GridDesc,
         n: usize,
-        symmetric: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let device = h.device().py(py)?.device.clone();
-        let (memory, ptr, nbytes) = if symmetric {
-            let b = py.detach(|| h.malloc_symmetric(n)).py(py)?;
-            let (ptr, nbytes) = (b.ptr(), b.bytes());
-            (BufferMemory::Symmetric(b), ptr, nbytes)
-        } else {
-            let a = py.detach(|| DeviceAlloc::new(&device, n)).py(py)?;
-            let ptr = a.ptr();
-            (BufferMemory::Plain { _alloc: a }, ptr, n)
-        };
+        let b = py.detach(|| h.malloc(grid, n)).py(py)?;
         let buf = DeviceBuffer {
-            ptr,
-            nbytes,
-            alloc: Mutex::new(Some(memory)),
+            ptr: b.ptr(),
+            nbytes: b.len(),
+            alloc: Mutex::new(Some(b)),
         };
         Ok(Bound::new(py, buf)?.into_any())
     }
 
-    /// `Handle.free`: releases a `DeviceBuffer` (None accepted); symmetric ones
-    /// collectively.
+    /// `Handle.free`: releases a `DeviceBuffer` (None accepted).
     pub fn release_bytes(py: Python<'_>, h: &Handle, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
         if buffer.is_none() {
             return Ok(());
@@ -386,22 +384,8 @@ mod gpu {
                     .unwrap_or_default()
             ))
         })?;
-        let mut slot = b.get().alloc.lock().unwrap_or_else(|e| e.into_inner());
-        match slot.as_ref() {
-            Some(BufferMemory::Symmetric(s)) => {
-                let s = s.clone();
-                drop(slot);
-                // Every rank frees the same buffer (checked), or none does.
-                py.detach(|| h.free_symmetric(&s)).py(py)
-            }
-            Some(BufferMemory::Plain { .. }) => {
-                let freed = slot.take();
-                drop(slot);
-                cuda::synchronize(cuda::Stream::from_handle(0)).py(py)?;
-                drop(freed);
-                Ok(())
-            }
-            None => Err(invalid(py, "free(): the buffer was already freed".into())),
-        }
+        let b = b.get();
+        py.detach(|| h.free(&mut b.alloc.lock().unwrap_or_else(|e| e.into_inner())))
+            .py(py)
     }
 }

@@ -1,7 +1,7 @@
 //! MPI bound at run time: no MPI at build time, and the same binary serves MPICH-ABI
 //! (`int` handles: MPICH, Intel MPI, Cray MPICH) and Open MPI (pointer handles).
 //!
-//! Two ways in, both ending in [`duplicate`], which takes an [`MpiDescription`]:
+//! Two ways in, both ending in `duplicate`, which takes an [`MpiDescription`]:
 //!
 //! - From Python: mpi4py describes the MPI it loaded (`python/cudecomp/_mpi.py`). Its
 //!   extension module is opened with `RTLD_NOLOAD` and symbols are resolved through it,
@@ -12,13 +12,14 @@
 //!   `MPI_COMM_WORLD`.
 //!
 //! ```no_run
-//! use cudecomp_core::comm::dynmpi::{self, MpiSession};
+//! use cudecomp_core::{Handle, Memory, MpiSession, Settings};
 //!
 //! # fn main() -> cudecomp_core::Result<()> {
 //! let mpi = MpiSession::init()?; // mpiexec -n 4 ./program
-//! let world = dynmpi::duplicate(&mpi.world())?; // a private duplicate of MPI_COMM_WORLD
-//! println!("rank {} of {}", world.rank(), world.size());
-//! world.free()?; // communicators go before MPI_Finalize (when `mpi` drops)
+//! // A private duplicate of MPI_COMM_WORLD:
+//! let handle = Handle::from_mpi(&mpi.world(), Memory::Host, Settings::from_env())?;
+//! println!("rank {} of {}", handle.rank(), handle.nranks());
+//! handle.finalize()?; // handles go before MPI_Finalize (when `mpi` drops)
 //! # Ok(())
 //! # }
 //! ```
@@ -112,6 +113,7 @@ struct Api<H: MpiHandle> {
     ) -> c_int,
     Get_processor_name: unsafe extern "C" fn(*mut c_char, *mut c_int) -> c_int,
     Error_string: unsafe extern "C" fn(c_int, *mut c_char, *mut c_int) -> c_int,
+    Finalized: unsafe extern "C" fn(*mut c_int) -> c_int,
     cuda_aware: bool,
     byte: H,
     request_null: H,
@@ -166,6 +168,7 @@ impl<H: MpiHandle> Api<H> {
             Alltoallv: sym(&lib, "MPI_Alltoallv")?,
             Get_processor_name: sym(&lib, "MPI_Get_processor_name")?,
             Error_string: sym(&lib, "MPI_Error_string")?,
+            Finalized: sym(&lib, "MPI_Finalized")?,
             cuda_aware,
             byte: H::from_bits(d.byte),
             request_null: H::from_bits(d.request_null),
@@ -286,6 +289,13 @@ impl<H: MpiHandle> Communicator for MpiComm<H> {
             )
         };
         self.api.check(rc, "MPI_Allgather")
+    }
+
+    fn finalized(&self) -> bool {
+        let mut done: c_int = 0;
+        // SAFETY: `MPI_Finalized` may be called at any time; it writes one int, a local.
+        let rc = unsafe { (self.api.Finalized)(&mut done) };
+        rc != 0 || done != 0
     }
 
     fn host_name(&self) -> Result<String> {
@@ -654,7 +664,7 @@ impl MpiSession {
         Ok(String::from_utf8_lossy(&bytes).trim_end().to_string())
     }
 
-    /// The description of `MPI_COMM_WORLD`, for [`duplicate`].
+    /// The description of `MPI_COMM_WORLD`, for `Handle::from_mpi`.
     pub fn world(&self) -> MpiDescription {
         match self.abi {
             MpiAbi::Mpich => MpiDescription {

@@ -3,6 +3,7 @@
 
 mod agree;
 pub mod dynmpi;
+#[cfg(any(test, feature = "testing"))]
 pub mod mock;
 
 pub use agree::agree_on;
@@ -138,6 +139,11 @@ pub trait Communicator: Transport + Send + Sync {
     fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<()>;
     /// Name of the host this rank runs on (groups ranks by node).
     fn host_name(&self) -> Result<String>;
+    /// True once the library under the communicator was shut down (`MPI_Finalized`):
+    /// every call would then end the job, so the handle refuses before making one.
+    fn finalized(&self) -> bool {
+        false
+    }
 }
 
 /// Direction of a point-to-point message.

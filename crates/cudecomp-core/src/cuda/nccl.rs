@@ -111,8 +111,6 @@ impl Api {
 pub struct Nccl {
     api: Arc<Api>,
     comm: NcclComm,
-    /// NCCL version as `major*10000 + minor*100 + patch`.
-    pub version: i32,
     /// Every rank asked for registered workspaces and its NCCL can register buffers.
     registers: bool,
 }
@@ -131,6 +129,7 @@ impl Nccl {
     pub fn new(path: &str, comm: &dyn Communicator, register: bool) -> Result<Nccl> {
         let api = Arc::new(Api::load(path)?);
         let mut version = 0;
+        // The first call into the library: one that cannot say its version is unusable.
         // SAFETY: writes one int.
         api.check(unsafe { (api.GetVersion)(&mut version) }, "ncclGetVersion")?;
         let mut id = UniqueId { internal: [0; 128] };
@@ -156,7 +155,6 @@ impl Nccl {
         Ok(Nccl {
             api,
             comm: nc,
-            version,
             registers: all.iter().all(|&w| w == 1),
         })
     }

@@ -382,7 +382,7 @@ impl TransposeRun<'_> {
                 let (dst, c) = if p == plan.me {
                     (self.output, plan.self_copy())
                 } else {
-                    (outs[p], plan.into_peer_output(p))
+                    (outs[p], plan.peer_output_copy(p))
                 };
                 let cuts = if c.extent[slow] >= pieces as i64 {
                     c.split_along(slow, pieces)
@@ -531,9 +531,9 @@ mod tests {
     use crate::engine::exchange::Profile;
     use crate::geometry::Grid;
     use crate::mem::HostMover;
-    use crate::plan::testing::oracle;
     use crate::plan::AxisCells;
     use crate::plan::{Direction, TransposeLayouts, MAX_SLICES};
+    use crate::testing::oracle;
 
     /// Slices over a blocking transport: every unit is posted up front and completed in
     /// arrival order, as a stream-ordered exchange would deliver them.

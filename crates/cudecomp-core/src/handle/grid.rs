@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex};
 
 use crate::comm::{agree_on, agree_parts, Communicator};
 use crate::config::DataType;
+use crate::cuda::Device;
 use crate::engine::device::lock;
 use crate::engine::workspace::Slot;
 use crate::engine::Exec;
 use crate::engine::{self, Context, HaloCall, Steps, TransposeCall, TransposeSteps};
-use crate::geometry::{CommAxis, Grid};
+use crate::geometry::{CommAxis, Grid, PencilInfo};
 use crate::handle::Handle;
 use crate::mem::Buf;
 use crate::perf::PerfReport;
@@ -34,6 +35,67 @@ pub struct TransposeOp {
     /// `false` leaves them to the caller, which reads them from the input (out of place
     /// only). Each rank decides for itself: peers' chunks move alike either way.
     pub own_cells: bool,
+}
+
+/// An array the caller passes to an operation: its bytes and, where the caller's array
+/// library describes them, its shape and whether it may be written. The operation checks
+/// both against the pencil it expects, on every rank, before it moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Array {
+    /// The array's memory (host or device).
+    pub buf: Buf,
+    /// The C-contiguous shape, slowest axis first (`PencilInfo::array_shape`); `None`:
+    /// only the bytes are known (checked to hold the pencil).
+    pub shape: Option<[i64; 3]>,
+    /// `None` when the array may be written; otherwise why not (a read-only view, an
+    /// export that does not say), for the message where an output or halo array must be.
+    pub read_only: Option<&'static str>,
+}
+
+impl From<Buf> for Array {
+    /// Bytes alone: writable, of unknown shape.
+    fn from(buf: Buf) -> Array {
+        Array {
+            buf,
+            shape: None,
+            read_only: None,
+        }
+    }
+}
+
+fn shape_text(v: &[i64]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("({})", parts.join(", "))
+}
+
+impl Array {
+    /// InvalidUsage unless the array (argument `what`) is `info`'s pencil: its shape
+    /// (where known) and at least its bytes of `elem`-byte elements; `hint` names what
+    /// the shape should be; `write`: it must be writable too.
+    fn check(
+        &self,
+        what: &str,
+        info: &PencilInfo,
+        elem: usize,
+        hint: &str,
+        write: bool,
+    ) -> Result<()> {
+        if let Some(shape) = self.shape {
+            let want = info.array_shape();
+            if shape != want {
+                invalid!(
+                    "{what}: expected shape {} ({hint}), got {}",
+                    shape_text(&want),
+                    shape_text(&shape)
+                );
+            }
+        }
+        check_len(what, self.buf, info.size, elem)?;
+        match self.read_only {
+            Some(why) if write => invalid!("{what}: expected a writable array, got {why}"),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// One decomposition bound to a handle.
@@ -139,27 +201,29 @@ fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
 }
 
 /// InvalidUsage unless the caller's workspace, if any, holds `elems` elements of `elem`
-/// bytes (checked before the operation's agreement, so that every rank hears of it).
-fn check_work_len(work: Option<Buf>, elems: i64, elem: usize, query: &str) -> Result<()> {
+/// bytes (`query` names the size query) and shares no memory with the `data` arrays.
+fn check_work(
+    work: Option<Array>,
+    data: &[Buf],
+    elems: i64,
+    elem: usize,
+    query: &str,
+) -> Result<()> {
     let Some(w) = work else {
         return Ok(());
     };
+    if let Some(why) = w.read_only {
+        invalid!("work: expected a writable array, got {why}");
+    }
+    if data.iter().any(|d| w.buf.overlaps(d)) {
+        invalid!("work: expected memory disjoint from the data arrays");
+    }
     let need = bytes_of("work", elems, elem)?;
-    if w.len() < need {
+    if w.buf.len() < need {
         invalid!(
             "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
-            w.len()
+            w.buf.len()
         );
-    }
-    Ok(())
-}
-
-/// InvalidUsage when the caller's workspace shares memory with a data buffer.
-fn check_work_apart(work: Option<Buf>, data: &[Buf]) -> Result<()> {
-    if let Some(w) = work {
-        if data.iter().any(|d| w.overlaps(d)) {
-            invalid!("work: expected memory disjoint from the data arrays");
-        }
     }
     Ok(())
 }
@@ -232,11 +296,12 @@ impl GridDesc {
         Ok(())
     }
 
-    /// Collective over the grid's communicator: [`crate::comm::agree_on`] for callers
+    /// Collective over the grid's communicator: the named-field agreement for callers
     /// that run collective steps of their own on this grid (an FFT plan's transforms):
     /// every rank passes `Ok(fields)` or the text of the error that stops it.
     pub fn agree_fields(&self, what: &str, mine: std::result::Result<&Fields, &str>) -> Result<()> {
         let _grid_turn = lock(&self.turn);
+        self.handle.check_alive()?;
         agree_on(self.comm.as_ref(), what, mine)
     }
 
@@ -330,9 +395,9 @@ impl GridDesc {
     pub fn transpose(
         &self,
         op: &TransposeOp,
-        input: Buf,
-        output: Buf,
-        work: Option<Buf>,
+        input: Array,
+        output: Array,
+        work: Option<Array>,
         exec: Exec,
     ) -> Result<()> {
         self.transpose_with(op, input, output, work, exec, TransposeSteps::default())
@@ -349,15 +414,16 @@ impl GridDesc {
     pub fn transpose_with(
         &self,
         op: &TransposeOp,
-        input: Buf,
-        output: Buf,
-        work: Option<Buf>,
+        input: Array,
+        output: Array,
+        work: Option<Array>,
         exec: Exec,
         steps: TransposeSteps<'_>,
     ) -> Result<()> {
         let _grid_turn = lock(&self.turn);
-        let what =
-            transpose_signature(self.serial, op, input.ptr() == output.ptr(), work.is_some());
+        self.handle.check_alive()?;
+        let in_place = input.buf.ptr() == output.buf.ptr();
+        let what = transpose_signature(self.serial, op, in_place, work.is_some());
         let plan = self
             .checked_transpose_plan(op, input, output, work, exec)
             .and_then(|p| check_steps(steps, &p, exec).map(|_| p));
@@ -372,9 +438,9 @@ impl GridDesc {
                 group: self.subcomm(op.direction.comm()),
                 workspace_elems: self.grid.transpose_workspace_size()?,
                 dtype: op.dtype,
-                input,
-                output,
-                work,
+                input: input.buf,
+                output: output.buf,
+                work: work.map(|w| w.buf),
                 steps,
                 own_cells: op.own_cells,
             },
@@ -386,52 +452,94 @@ impl GridDesc {
     fn checked_transpose_plan(
         &self,
         op: &TransposeOp,
-        input: Buf,
-        output: Buf,
-        work: Option<Buf>,
+        input: Array,
+        output: Array,
+        work: Option<Array>,
         exec: Exec,
     ) -> Result<Arc<TransposePlan>> {
         self.check_exec(exec)?;
         let plan = self.transpose_plan(op.direction, &op.layouts)?;
         let elem = op.dtype.size();
-        check_len("input", input, plan.input.size, elem)?;
-        check_len("output", output, plan.output.size, elem)?;
-        if input.ptr() != output.ptr() && input.overlaps(&output) {
+        let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
+        input.check("input", &plan.input, elem, shape, false)?;
+        output.check("out", &plan.output, elem, shape, true)?;
+        let (i, o) = (input.buf, output.buf);
+        if i.ptr() != o.ptr() && i.overlaps(&o) {
             invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
         }
-        if !op.own_cells && input.ptr() == output.ptr() {
+        if !op.own_cells && i.ptr() == o.ptr() {
             invalid!("own_cells=False: expected an out-of-place transpose (this rank's own cells stay in the input for the caller), got out sharing the input's memory");
         }
-        check_work_apart(work, &[input, output])?;
-        check_work_len(
+        let work_size = self.grid.transpose_workspace_size()?;
+        check_work(
             work,
-            self.grid.transpose_workspace_size()?,
+            &[i, o],
+            work_size,
             elem,
             "get_transpose_workspace_size()",
         )?;
+        self.check_on_device(exec, &[("input", i), ("out", o)], work)?;
         Ok(plan)
     }
 
+    /// InvalidUsage unless every array of a device operation is memory of the handle's
+    /// device.
+    fn check_on_device(
+        &self,
+        exec: Exec,
+        arrays: &[(&str, Buf)],
+        work: Option<Array>,
+    ) -> Result<()> {
+        if exec == Exec::Host {
+            return Ok(());
+        }
+        let ordinal = self.handle.device()?.device.ordinal;
+        let work = work.map(|w| ("work", w.buf));
+        for (what, b) in arrays.iter().copied().chain(work) {
+            if b.is_empty() {
+                continue;
+            }
+            match Device::pointer_device(b.ptr() as u64) {
+                Some(o) if o == ordinal => {}
+                Some(o) => invalid!(
+                    "{what}: expected memory on the handle's device {ordinal}, got memory on device {o}"
+                ),
+                None => invalid!(
+                    "{what}: expected CUDA device memory, got a pointer CUDA does not know"
+                ),
+            }
+        }
+        Ok(())
+    }
+
     /// The plan of a halo update (`None`: nothing moves) after the caller's side of the
-    /// contract is checked.
+    /// contract is checked: the array is checked even where nothing moves.
     fn checked_halo_plan(
         &self,
         spec: &HaloSpec,
         dtype: DataType,
-        data: Buf,
-        work: Option<Buf>,
+        data: Array,
+        work: Option<Array>,
         exec: Exec,
     ) -> Result<Option<Arc<HaloPlan>>> {
         self.check_exec(exec)?;
-        check_work_apart(work, &[data])?;
         let plan = self.halo_plan(spec)?;
-        if let Some(p) = &plan {
-            check_len("input", data, p.info.size, dtype.size())?;
-            let elems = self
-                .grid
-                .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
-            check_work_len(work, elems, dtype.size(), "get_halo_workspace_size()")?;
-        }
+        let info = self
+            .grid
+            .pencil_info(spec.axis as i64, self.rank, spec.halo, spec.padding)?;
+        let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
+        data.check("input", &info, dtype.size(), shape, true)?;
+        let elems = self
+            .grid
+            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+        check_work(
+            work,
+            &[data.buf],
+            elems,
+            dtype.size(),
+            "get_halo_workspace_size()",
+        )?;
+        self.check_on_device(exec, &[("input", data.buf)], work)?;
         Ok(plan)
     }
 
@@ -442,11 +550,12 @@ impl GridDesc {
         &self,
         spec: &HaloSpec,
         dtype: DataType,
-        data: Buf,
-        work: Option<Buf>,
+        data: Array,
+        work: Option<Array>,
         exec: Exec,
     ) -> Result<()> {
         let _grid_turn = lock(&self.turn);
+        self.handle.check_alive()?;
         let what = halo_signature(self.serial, spec, dtype, work.is_some());
         let plan = self.checked_halo_plan(spec, dtype, data, work, exec);
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
@@ -465,16 +574,23 @@ impl GridDesc {
                     spec.halo,
                 )?,
                 dtype,
-                data,
-                work,
+                data: data.buf,
+                work: work.map(|w| w.buf),
             },
             exec,
         )
     }
 
     /// Collective: releases the row and column communicators. With the performance
-    /// report on, returns its summary on rank 0 (and writes its CSV files if asked).
+    /// report on, returns its summary on rank 0 (and writes its CSV files if asked). In
+    /// checking mode the ranks first agree that every one destroys the grid: a rank that
+    /// runs an operation instead makes every rank fail, the grid still alive everywhere.
     pub fn destroy(&self) -> Result<Option<String>> {
+        {
+            let _grid_turn = lock(&self.turn);
+            self.handle.check_alive()?;
+            self.agree(&format!("grid {}: destroy()", self.serial), Ok(()))?;
+        }
         let summary = match &self.perf {
             Some(p) => p.finish(&self.grid, self.comm.as_ref())?,
             None => None,

@@ -3,12 +3,16 @@
 //! the collective facts about its ranks ([`capabilities`]). Grids are created from it
 //! ([`GridDesc`], in [`grid`]).
 
-pub mod capabilities;
+pub(crate) mod capabilities;
 pub mod grid;
+mod memory;
+
+pub use memory::{DeviceBuffer, LibraryArray};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::autotune::{AutotuneOptions, AutotuneReport};
 use crate::comm::dynmpi::{self, MpiDescription};
 use crate::comm::{agree_on, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
@@ -133,6 +137,17 @@ impl Handle {
         &self.shared.settings
     }
 
+    /// InvalidUsage once MPI has been finalised: every MPI call would then abort the job
+    /// (MPICH and Open MPI alike), so operations refuse before making one.
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if self.shared.comm.finalized() {
+            return Err(Error::InvalidUsage(
+                "MPI was finalized: expected destroy() and finalize() to be called before MPI.Finalize()".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// True for a GPU handle (operations run on device memory).
     pub fn is_gpu(&self) -> bool {
         self.shared.device.is_some()
@@ -175,11 +190,13 @@ impl Handle {
 
     /// Collective: true when every rank runs on this rank's node.
     pub fn one_node(&self) -> Result<bool> {
+        self.check_alive()?;
         capabilities::one_node(self.comm(), &self.settings().nodes)
     }
 
-    /// Collective (first call): threads this rank uses for host copies (see
-    /// [`capabilities`]).
+    /// Collective (first call): threads this rank uses for host copies: the
+    /// `CUDECOMP_HOST_THREADS` setting, or the cores it may run on shared among the ranks
+    /// of its node (at most [`MAX_HOST_THREADS`]).
     pub fn host_threads(&self) -> Result<usize> {
         let s = self.settings();
         self.shared
@@ -197,6 +214,7 @@ impl Handle {
 
     /// Collective: true when every rank drives its own GPU (what NCCL requires).
     pub fn one_gpu_per_rank(&self) -> Result<bool> {
+        self.check_alive()?;
         capabilities::one_gpu_per_rank(self.comm(), &self.settings().nodes, &self.device()?.device)
     }
 
@@ -252,6 +270,7 @@ impl Handle {
     /// names the call. A rank that failed before it could describe its part joins through
     /// [`Handle::refuse_agreement`] instead: the others then fail naming it.
     pub fn check_agreement(&self, what: &str, fields: &Fields) -> Result<()> {
+        self.check_alive()?;
         agree_on(self.comm(), what, Ok(fields))
     }
 
@@ -259,6 +278,7 @@ impl Handle {
     /// failed before they could be described (`why`: the error it raises itself), so that
     /// the other ranks raise too instead of waiting for it.
     pub fn refuse_agreement(&self, why: &str) -> Result<()> {
+        self.check_alive()?;
         match agree_on(self.comm(), "", Err(why)) {
             Err(Error::InvalidUsage(_)) => Ok(()), // (what every rank learns: this one failed)
             other => other,
@@ -269,6 +289,7 @@ impl Handle {
     /// descriptor with its row and column communicators. Backends this handle cannot run
     /// raise `NotSupported` on every rank.
     pub fn create_grid(&self, cfg: &GridConfig) -> Result<GridDesc> {
+        self.check_alive()?;
         self.check_agreement("grid configurations", &cfg.fields())?;
         let grid = Grid::new(cfg, self.nranks(), self.settings().col_major_rank_order)?;
         // Grids whose pencils the library cannot address are refused now, not at the
@@ -346,8 +367,22 @@ impl Handle {
         Ok(())
     }
 
+    /// Collective: creates a grid from `cfg`, running first the searches `options` asks
+    /// for (the process grid when `pdims` is `[0, 0]`, transpose and/or halo backends).
+    /// Returns the grid and what the search measured (`None` when the options ask for no
+    /// search; they are checked all the same).
+    pub fn create_grid_with(
+        &self,
+        cfg: &GridConfig,
+        options: &AutotuneOptions,
+    ) -> Result<(GridDesc, Option<AutotuneReport>)> {
+        self.check_alive()?;
+        crate::autotune::create_grid(self, cfg, options)
+    }
+
     /// Collective: releases NCCL and the handle's communicator.
     pub fn finalize(&self) -> Result<()> {
+        self.check_alive()?;
         if let Some(dev) = &self.shared.device {
             // Deregistered while the communicator lives; symmetric memory freed while the
             // NVSHMEM runtime lives.

@@ -123,7 +123,8 @@ fn spans_meet(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> bool {
 /// interior cells into the halo of the same array. Where they are not, the values written
 /// are unspecified (the copy order is), but memory safety holds: rows are moved with
 /// overlap-tolerant copies, and [`HostMover`] runs such copies on one thread.
-pub fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
+#[cfg(test)]
+fn copy3(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
     if !super::check_copy(elem, src, dst, c)? {
         return Ok(());
     }

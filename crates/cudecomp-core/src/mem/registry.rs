@@ -114,15 +114,6 @@ impl<M: Mapped> PeerArrays<M> {
         // out; the operation using the buffer holds `self` borrowed.
         Ok(unsafe { Buf::new(kept[0].1.base().add(offset), bytes) })
     }
-
-    /// Drops every mapping (after `evict`, when there is one).
-    pub fn clear(&mut self, evict: impl FnOnce() -> Result<()>) -> Result<()> {
-        if self.maps.iter().any(|v| !v.is_empty()) {
-            evict()?;
-        }
-        self.maps.clear();
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -196,12 +187,5 @@ mod tests {
             .map(2, "new", 10, 8, || unreachable!(), || Ok(()))
             .expect_err("beyond");
         assert!(err.to_string().contains("holds 16 bytes"), "{err}");
-        let mut cleared = false;
-        p.clear(|| {
-            cleared = true;
-            Ok(())
-        })
-        .expect("cleared");
-        assert!(cleared);
     }
 }

@@ -12,8 +12,8 @@ mod transpose;
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
 pub use landing::{landing_groups, Landing, LANDING_BYTES, MAX_LANDING_STEPS};
 pub use transpose::{
-    peer_schedule, slice_box, slice_count, Chunk, Direction, Slicing, TransposeLayouts,
-    TransposePlan, MAX_SLICES, SLICE_BYTES, TAPER,
+    slice_box, slice_count, Direction, Slicing, TransposeLayouts, TransposePlan, MAX_SLICES,
+    SLICE_BYTES, TAPER,
 };
 
 use crate::geometry::{Axis, Box3, PencilInfo};
@@ -447,28 +447,6 @@ fn start(offset: i64, strides: &[i64; 3], extent: &[i64; 3]) -> i64 {
         + (0..3)
             .map(|g| (extent[g] - 1) * strides[g].min(0))
             .sum::<i64>()
-}
-
-/// The global-index oracle every suite checks data movement against (DESIGN §7): the
-/// engines' unit tests, the in-process pipeline tests and the Rust example use it.
-pub mod testing {
-    use super::Layout;
-    use crate::geometry::PencilInfo;
-
-    /// A pencil buffer holding the global-index oracle (`sentinel` outside the interior).
-    pub fn oracle(info: &PencilInfo, gdims: [i64; 3], sentinel: u64) -> Vec<u64> {
-        let l = Layout::of_pencil(info);
-        let mut v = vec![sentinel; info.size as usize];
-        let b = info.interior();
-        for z in b.lo[2]..b.lo[2] + b.len[2] {
-            for y in b.lo[1]..b.lo[1] + b.len[1] {
-                for x in b.lo[0]..b.lo[0] + b.len[0] {
-                    v[l.offset([x, y, z]) as usize] = (x + gdims[0] * (y + gdims[1] * z)) as u64;
-                }
-            }
-        }
-        v
-    }
 }
 
 #[cfg(test)]

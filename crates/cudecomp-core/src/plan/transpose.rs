@@ -367,7 +367,7 @@ impl TransposePlan {
     }
 
     /// The chunk for `peer`: input → the peer's output array (single-copy exchanges).
-    pub fn into_peer_output(&self, peer: usize) -> Copy3 {
+    pub fn peer_output_copy(&self, peer: usize) -> Copy3 {
         Copy3::between(
             &self.sends[peer].region,
             &self.in_layout,

@@ -339,7 +339,7 @@ fn rows_on_engine(plan: &TransposePlan, elem: usize) -> bool {
             if p == plan.me {
                 plan.self_copy()
             } else {
-                plan.into_peer_output(p)
+                plan.peer_output_copy(p)
             }
         })
         .all(|c| on_engine(&c, elem).is_some())
