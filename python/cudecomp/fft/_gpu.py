@@ -29,6 +29,21 @@ def backward_order() -> str:
     return v if v in _BACKWARD_ORDERS else _BACKWARD_ORDERS[0]
 
 
+def chunks_setting() -> int:
+    """Return the slab count of streamed transforms, ``CUDECOMP_FFT_CHUNKS`` (at least 1; the default where it is no integer)."""
+    try:
+        chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
+    except ValueError:
+        chunks = _STREAM_CHUNKS
+    return max(1, chunks)
+
+
+def stream_setting() -> str:
+    """Return ``CUDECOMP_FFT_STREAM`` as it is read: ``"0"`` (off), ``"1"`` (on) or ``"auto"`` (anything else)."""
+    v = os.environ.get("CUDECOMP_FFT_STREAM", "").strip()
+    return v if v in ("0", "1") else "auto"
+
+
 def _stream_ptr(stream: Any) -> int:
     """Return the raw handle of a stream given as None (CuPy's current), an int, ``__cuda_stream__`` or ``.ptr``."""
     if stream is None:
@@ -83,11 +98,7 @@ class _SlabStream:
         self.events: list[Any] = []
         self.kernel = StridedFFT()
         self.own: tuple[int, int] | None = None
-        try:
-            chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
-        except ValueError:
-            chunks = _STREAM_CHUNKS
-        self.chunks = max(1, chunks)
+        self.chunks = chunks_setting()
         self.order = backward_order()
 
     def buffer(self, axis: int) -> Any:
