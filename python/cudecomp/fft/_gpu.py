@@ -100,6 +100,28 @@ class _SlabStream:
         self.own: tuple[int, int] | None = None
         self.chunks = chunks_setting()
         self.order = backward_order()
+        # The end of the plan's previous call and the stream it ran on (see `begin`).
+        self.done: Any = None
+        self.done_on: int | None = None
+
+    def begin(self) -> None:
+        """Order the call starting on the current stream after the plan's previous call.
+
+        Every call uses the plan's buffers (and second stream); the plan's lock makes calls
+        take turns on the host, and a call on another stream than the previous one waits
+        for that one's end on the device too, so that they take turns there as well.
+        """
+        main = self.cupy.cuda.get_current_stream()
+        if self.done is not None and self.done_on != int(main.ptr):
+            main.wait_event(self.done)
+
+    def end(self) -> None:
+        """Record the end of the call on the current stream (after everything it enqueued there, the second stream's work included)."""
+        main = self.cupy.cuda.get_current_stream()
+        if self.done is None:
+            self.done = self.cupy.cuda.Event(block=False, disable_timing=True)
+        self.done.record(main)
+        self.done_on = int(main.ptr)
 
     def buffer(self, axis: int) -> Any:
         """Return the plan's library array of spectral pencil ``axis`` (peers map it: DIRECT copies once, into it)."""
