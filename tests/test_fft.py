@@ -352,7 +352,8 @@ def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
     # Arguments that differ: every rank raises instead of waiting in an exchange.
     for kw in ({"kind": "r2c" if last else "c2c"}, {"transposed_out": last}, {"norm": "ortho" if last else "backward"}):
         (name,) = kw
-        with pytest.raises(cudecomp.InvalidUsageError, match=f"differ across ranks: .*{name} is .* on rank 0 and .* on rank {COMM.size - 1}"):
+        named = f"differ across ranks: .*{name} is .* on rank 0 and .* on rank {COMM.size - 1}"
+        with pytest.raises(cudecomp.InvalidUsageError, match=named):
             FFT(handle, (6, 6, 6), PDIMS[0], **kw)
     # An argument that fails on one rank: it raises its own error, the others name it.
     with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed before"):
