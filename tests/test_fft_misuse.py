@@ -181,6 +181,32 @@ def test_mixed_calls_from_two_threads_raise_instead_of_garbage(handle: cudecomp.
     plan.destroy()
 
 
+@threads_ok
+@pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="a GPU handle runs one operation at a time (threading.md)")
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_distinct_plans_from_two_threads(handle: cudecomp.Handle, backend: TransposeCommBackend) -> None:
+    # Each plan agrees on its own communicator: two threads mixing forward and backward of
+    # two plans, started in opposite orders on alternate ranks, neither wait for each other
+    # nor meet the other plan's calls.
+    plans = [FFT(handle, THREADS_GDIMS, PDIMS[-1], kind=k, backend=backend) for k in ("c2c", "r2c")]
+    errors: list[BaseException] = []
+
+    def calls(plan: FFT) -> None:
+        try:
+            a, spec = pair(plan)
+            for _ in range(10):
+                assert rel(plan.forward(a), spec) < 1e-13
+                assert rel(plan.backward(spec), a) < 1e-12
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    order = plans if RANK % 2 == 0 else plans[::-1]
+    run_threads([lambda p=p: calls(p) for p in order])
+    assert not errors, errors
+    for p in plans:
+        p.destroy()
+
+
 @pytest.mark.skipif(not gpu_available(), reason="needs the GPU variant and a GPU")
 def test_one_streamed_plan_from_two_streams(handle: cudecomp.Handle) -> None:  # pragma: no cover - GPU
     # A plan's buffers are its own: calls on different streams take turns on the device too.
@@ -503,3 +529,22 @@ def test_destroy_and_exit_after_finalize(comm: MPI.Comm, kind: str) -> None:
 
 def plan_input_like(kind: str) -> Any:
     return xp.zeros((1, 1, 1), np.float64 if kind == "r2c" else np.complex128)
+
+
+@pytest.mark.skipif(not cudecomp.CPU_ONLY or NRANKS > 1, reason="CPU variant, one rank (forks a child)")
+def test_forked_child_shares_library_arrays(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What fft.md and cpu.md say: a DIRECT plan's library arrays (node-shared memory from
+    # CUDECOMP_SHARED_ARRAY_MIN_BYTES on) are shared with a child made by fork, NumPy
+    # arrays are copied.
+    import os
+
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "1")
+    with FFT(handle, GDIMS, (1, 1), backend=TransposeCommBackend.DIRECT) as plan:
+        shared, private = plan.zeros_input(), np.zeros(plan.input_info.array_shape, plan.input_dtype)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            shared[0, 0, 0] = private[0, 0, 0] = 1
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert status == 0
+        assert shared[0, 0, 0] == 1 and private[0, 0, 0] == 0
