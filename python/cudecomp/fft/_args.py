@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -13,6 +12,7 @@ from .._alloc import numpy_dtype
 from .._config import GridDescConfig, _check_elements
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError
+from ._gpu import backward_order, chunks_setting, stream_setting
 
 Kind = Literal["c2c", "r2c"]
 """Transform kind: ``"c2c"`` (complex to complex) or ``"r2c"`` (real to complex; backward is complex to real)."""
@@ -108,23 +108,34 @@ class _PlanArgs:
     def agreement_key(self) -> list[tuple[str, str]]:
         """Return what every rank must pass alike, by name: all but its own threads and communicator object.
 
-        The streaming settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``,
-        ``CUDECOMP_FFT_BACKWARD``) are part of it: they decide collective steps too.
+        Each value is canonical, so that arguments meaning the same agree: ``pdims``
+        ``None`` and ``(0, 0)``; a ``numpy.str_`` and a ``str`` kind; ``config=None`` and
+        ``GridDescConfig()``; ``backend=None`` and the configuration's backend. Only what
+        the plan uses is compared: of ``config`` its rank order and halo backend (its
+        transpose backend is ``backend``'s value when ``backend`` is ``None``; the other
+        fields are replaced), and ``autotune_reps`` only where a search runs. The streaming
+        settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``,
+        ``CUDECOMP_FFT_BACKWARD``) are part of it, as the values the plan reads: they
+        decide collective steps too.
         """
-        env = [(v, repr(os.environ.get(v))) for v in ("CUDECOMP_FFT_STREAM", "CUDECOMP_FFT_CHUNKS", "CUDECOMP_FFT_BACKWARD")]
-        backends = [b and b.name for b in self.backends]
-        parts = {
-            "kind": self.kind,
-            "norm": self.norm,
-            "transposed_out": self.transposed_out,
-            "gdims": self.gdims,
-            "pdims": self.pdims,
-            "dtype": str(self.in_dtype),
-            "backend": backends,
-            "autotune_reps": self.autotune_reps,
-            "config": self.config,
-        }
-        return [(k, repr(v)) for k, v in parts.items()] + env
+        base = self.config if self.config is not None else GridDescConfig()
+        names = [(b if b is not None else TransposeCommBackend(int(base.transpose_comm_backend))).name for b in self.backends]
+        search = self.pdims is None or self.pdims == (0, 0) or len(self.backends) > 1
+        return [
+            ("kind", self.kind),
+            ("norm", self.norm),
+            ("transposed_out", str(self.transposed_out)),
+            ("gdims", str(self.gdims)),
+            ("pdims", "None (autotuned)" if self.pdims is None or self.pdims == (0, 0) else str(self.pdims)),
+            ("dtype", str(self.in_dtype)),
+            ("backend", names[0] if len(names) == 1 else "[" + ", ".join(names) + "]"),
+            ("config.rank_order", base.rank_order.name),
+            ("config.halo_comm_backend", base.halo_comm_backend.name),
+            ("autotune_reps", str(self.autotune_reps) if search else "unused (no search)"),
+            ("CUDECOMP_FFT_STREAM", stream_setting()),
+            ("CUDECOMP_FFT_CHUNKS", str(chunks_setting())),
+            ("CUDECOMP_FFT_BACKWARD", backward_order()),
+        ]
 
 
 def _parse(
@@ -145,10 +156,17 @@ def _parse(
     if min(g) < 1:
         raise InvalidUsageError(f"gdims {g}: expected three positive extents (X, Y, Z)")
     p = None if pdims is None else _ints("pdims", pdims, 2)
+    if not isinstance(kind, str):
+        raise TypeError(f"kind: expected 'c2c' or 'r2c', got {kind!r}")
     if kind not in _KINDS:
         raise InvalidUsageError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
+    if not isinstance(norm, str):
+        raise TypeError(f"norm: expected 'backward', 'ortho' or 'forward', got {norm!r}")
     if norm not in _NORMS:
         raise InvalidUsageError(f"norm {norm!r}: expected 'backward', 'ortho' or 'forward'")
+    # As the configurations' boolean fields: a string such as "False" is not taken as true.
+    if not isinstance(transposed_out, bool | np.bool_):
+        raise TypeError(f"transposed_out: expected a bool, got {transposed_out!r}")
     in_dtype, out_dtype = _dtypes(kind, dtype)
     backends = _backend_list(backend)
     if config is not None and not isinstance(config, GridDescConfig):
@@ -164,4 +182,7 @@ def _parse(
     if comm is not None and not (hasattr(comm, "allreduce") and hasattr(comm, "size")):
         raise TypeError(f"comm: expected an mpi4py communicator or None, got {type(comm).__name__}")
     pd = None if p is None else (p[0], p[1])
-    return _PlanArgs((g[0], g[1], g[2]), pd, kind, norm, bool(transposed_out), in_dtype, out_dtype, backends, config, reps, w, comm)
+    # str(): a numpy.str_ kind or norm is kept as the plain string it equals.
+    k: Any = str(kind)
+    n: Any = str(norm)
+    return _PlanArgs((g[0], g[1], g[2]), pd, k, n, bool(transposed_out), in_dtype, out_dtype, backends, config, reps, w, comm)

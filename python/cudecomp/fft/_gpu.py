@@ -29,6 +29,21 @@ def backward_order() -> str:
     return v if v in _BACKWARD_ORDERS else _BACKWARD_ORDERS[0]
 
 
+def chunks_setting() -> int:
+    """Return the slab count of streamed transforms, ``CUDECOMP_FFT_CHUNKS`` (at least 1; the default where it is no integer)."""
+    try:
+        chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
+    except ValueError:
+        chunks = _STREAM_CHUNKS
+    return max(1, chunks)
+
+
+def stream_setting() -> str:
+    """Return ``CUDECOMP_FFT_STREAM`` as it is read: ``"0"`` (off), ``"1"`` (on) or ``"auto"`` (anything else)."""
+    v = os.environ.get("CUDECOMP_FFT_STREAM", "").strip()
+    return v if v in ("0", "1") else "auto"
+
+
 def _stream_ptr(stream: Any) -> int:
     """Return the raw handle of a stream given as None (CuPy's current), an int, ``__cuda_stream__`` or ``.ptr``."""
     if stream is None:
@@ -83,12 +98,30 @@ class _SlabStream:
         self.events: list[Any] = []
         self.kernel = StridedFFT()
         self.own: tuple[int, int] | None = None
-        try:
-            chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
-        except ValueError:
-            chunks = _STREAM_CHUNKS
-        self.chunks = max(1, chunks)
+        self.chunks = chunks_setting()
         self.order = backward_order()
+        # The end of the plan's previous call and the stream it ran on (see `begin`).
+        self.done: Any = None
+        self.done_on: int | None = None
+
+    def begin(self) -> None:
+        """Order the call starting on the current stream after the plan's previous call.
+
+        Every call uses the plan's buffers (and second stream); the plan's lock makes calls
+        take turns on the host, and a call on another stream than the previous one waits
+        for that one's end on the device too, so that they take turns there as well.
+        """
+        main = self.cupy.cuda.get_current_stream()
+        if self.done is not None and self.done_on != int(main.ptr):
+            main.wait_event(self.done)
+
+    def end(self) -> None:
+        """Record the end of the call on the current stream (after everything it enqueued there, the second stream's work included)."""
+        main = self.cupy.cuda.get_current_stream()
+        if self.done is None:
+            self.done = self.cupy.cuda.Event(block=False, disable_timing=True)
+        self.done.record(main)
+        self.done_on = int(main.ptr)
 
     def buffer(self, axis: int) -> Any:
         """Return the plan's library array of spectral pencil ``axis`` (peers map it: DIRECT copies once, into it)."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -20,6 +21,10 @@ from ._args import _REAL, Kind, Norm, _lengths, _parse
 from ._gpu import _SlabStream, _stream_ptr
 from ._local import _into, _make_local
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
+
+# What the ranks' agreements on a plan's transforms and destroy() are called in their
+# messages (checking mode).
+_CALLS = "cudecomp.fft.FFT calls"
 
 
 class FFT:
@@ -69,7 +74,22 @@ class FFT:
 
     The arguments are compared across the handle's ranks: where they differ, or fail on
     some rank, every rank raises (that rank its own error, the others
-    ``InvalidUsageError`` naming it) instead of waiting in an exchange.
+    ``InvalidUsageError`` naming it) instead of waiting in an exchange. Arguments that
+    mean the same agree (``pdims`` ``None`` and ``(0, 0)``, ``backend=None`` and the
+    configuration's backend, ``config=None`` and ``GridDescConfig()``).
+
+    ``forward``, ``backward`` and ``destroy`` are collective too. With
+    ``CUDECOMP_CHECK_COLLECTIVES=1`` (read when the plan's grids are created) the ranks
+    agree on each call first, over the plan's own communicator: a rank whose arguments
+    fail, or that calls another of the three, makes every rank raise instead of leaving
+    the others waiting. Without it nothing is exchanged beforehand, and such a rank
+    leaves the others waiting in the call, as with transposes.
+
+    Calls of one plan from several threads take turns (a lock per plan: its scratch
+    arrays are shared); which thread's call on one rank then meets which on another is
+    decided by timing, so they must be the same call with the same data, or be ordered
+    by you. Give each thread a plan of its own for independent work: distinct plans run
+    concurrently (CPU variant).
 
     Raises:
         TypeError: An argument of the wrong type (e.g. ``gdims`` or ``pdims`` not
@@ -98,6 +118,10 @@ class FFT:
         comm: Any = None,
     ) -> None:
         self._grids: list[GridDesc] = []
+        # One call of the plan at a time (per process): its calls share the scratch arrays
+        # and run a sequence of transposes that must not interleave with another call's.
+        self._lock = threading.Lock()
+        self._checking = False
         if not isinstance(handle, Handle):
             raise TypeError(f"handle: expected a cudecomp.Handle, got {type(handle).__name__}")
         # Every argument is checked, then the ranks agree on them: a rank whose arguments
@@ -190,6 +214,7 @@ class FFT:
                 self._release()
                 raise
         self._pdims = pdims
+        self._checking = self.spectral_grid._checks_collectives
         self._slabs = _SlabStream(self.spectral_grid, self._kind == "r2c", self._out_dtype) if streams else None
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
@@ -240,11 +265,16 @@ class FFT:
             cupy.cuda.get_current_stream().synchronize()
 
     def _release(self) -> None:
+        """Destroy the plan's grids (collective) and forget them.
+
+        As ``GridDesc.__exit__``: a grid already destroyed, or whose handle was finalized
+        (it can no longer be destroyed), is only forgotten.
+        """
         self._scratch = {}
         self._slabs = None
-        for g in reversed(self._grids):
-            g.destroy()
-        self._grids = []
+        grids, self._grids = self._grids, []
+        for g in reversed(grids):
+            g.__exit__(None, None, None)
 
     # -- properties --------------------------------------------------------------------
 
@@ -449,25 +479,79 @@ class FFT:
         if writable and not self._local.gpu and not a.flags.writeable:
             raise InvalidUsageError(f"{what}: the array must be writable")
 
+    def _call_fields(self, call: str) -> list[tuple[str, str]]:
+        """Return what the ranks agree on before ``call`` (checking mode): the plan and the call.
+
+        The plan's own communicator already tells plans apart; its description names it in
+        messages and tells it from the grid's own operations on that communicator.
+        """
+        plan = (
+            f"{self._kind} {self._in_dtype} gdims={self._gdims} pdims={self._pdims} {self._schedule} "
+            f"norm={self._norm} transposed_out={self._transposed}"
+        )
+        return [("plan", plan), ("call", call)]
+
+    def _begin(self, call: str, check: Callable[[], int | None]) -> int | None:
+        """Start ``call`` (the plan's lock held): check this rank's arguments, then agree (checking mode).
+
+        ``check`` raises for bad arguments and returns the operation's stream handle. In
+        checking mode a rank whose arguments fail joins the agreement with its error (the
+        others raise ``InvalidUsageError`` naming it) and raises it; otherwise the ranks
+        agree on the plan and the call (``forward`` against ``backward`` runs the same
+        transposes, whose own agreement would pass). A destroyed plan joins nothing: in
+        checking mode only a ``destroy()`` every rank agreed on destroys it, so no rank
+        waits in a call of it.
+        """
+        try:
+            self._alive()
+            stream = check()
+        except Exception as e:
+            if self._checking and self._grids:
+                with contextlib.suppress(Exception):  # a finalized handle: this rank's own error stands
+                    self.spectral_grid._agree(_CALLS, None, f"{type(e).__name__}: {e}")
+            raise
+        if self._checking:
+            self.spectral_grid._agree(_CALLS, self._call_fields(call))
+        return stream
+
+    def _checked(self, name: str, a: Any, out: Any, stream: Any) -> int | None:
+        """Check the arguments of transform ``name`` on this rank; return its stream handle (GPU) or None."""
+        real, spectral = (self._in_info, self._in_dtype), (self._out_info, self._out_dtype)
+        src, dst = (real, spectral) if name == "forward" else (spectral, real)
+        self._check(a, *src, f"{name} input")
+        if out is not None:
+            self._check(out, *dst, f"{name} out", writable=True)
+        # Parsed before the agreement: a bad stream would otherwise fail on this rank alone.
+        return _stream_ptr(stream) if self._local.gpu else None
+
     @contextlib.contextmanager
-    def _on(self, stream: Any) -> Iterator[int | None]:
-        """Make the operation's stream CuPy's current one (GPU); yields its handle for the transposes."""
-        if not self._local.gpu:
+    def _on(self, ptr: int | None) -> Iterator[int | None]:
+        """Make the operation's stream (``ptr``, GPU) CuPy's current one; yields its handle for the transposes.
+
+        Streamed plans order the call after their previous one on the device (``_SlabStream.begin``).
+        """
+        if ptr is None:
             yield None
             return
         import cupy
 
-        ptr = _stream_ptr(stream)
         if int(cupy.cuda.get_current_stream().ptr) == ptr:
-            yield ptr
-            return
-        s = self._streams.get(ptr)
-        if s is None:
-            s = external_stream(ptr)
-            if len(self._streams) < 8:
-                self._streams[ptr] = s
-        with s:
-            yield ptr
+            s = None
+        else:
+            s = self._streams.get(ptr)
+            if s is None:
+                s = external_stream(ptr)
+                if len(self._streams) < 8:
+                    self._streams[ptr] = s
+        with s if s is not None else contextlib.nullcontext():
+            slabs = self._slabs
+            if slabs is not None:
+                slabs.begin()
+            try:
+                yield ptr
+            finally:
+                if slabs is not None:
+                    slabs.end()
 
     def _finish(self, r: Any, out: Any, scale: float) -> Any:
         """Scale ``r`` (ours, or already ``out``) and deliver it in ``out`` when given.
@@ -521,13 +605,16 @@ class FFT:
 
         Raises:
             TypeError: Not an array of the variant, or the wrong dtype (e.g. a complex
-                array for an ``r2c`` plan).
-            InvalidUsageError: Wrong shape, not C-contiguous, or a destroyed plan.
+                array for an ``r2c`` plan); a stream of an unknown kind (GPU).
+            InvalidUsageError: Wrong shape, not C-contiguous, or a destroyed plan; in
+                checking mode also on every other rank (naming this one), and on every
+                rank where another calls ``backward`` or ``destroy`` instead.
         """
-        self._alive()
-        self._check(a, self._in_info, self._in_dtype, "forward input")
-        if out is not None:
-            self._check(out, self._out_info, self._out_dtype, "forward out", writable=True)
+        with self._lock:
+            ptr = self._begin("forward", lambda: self._checked("forward", a, out, stream))
+            return self._forward(a, out, ptr)
+
+    def _forward(self, a: Any, out: Any, ptr: int | None) -> Any:
         L, G, r2c = self._local, self.spectral_grid, self._kind == "r2c"
         scale = L.scale(False, math.prod(self._gdims))
         T = self._tmp
@@ -536,7 +623,7 @@ class FFT:
         def first(x: Any, axes: tuple[int, ...], into: Any) -> Any:  # never overwrites the user's input
             return L.r2c(x, axes, into) if r2c else L.c2c(x, axes, False, into)
 
-        with self._on(stream) as s:
+        with self._on(ptr) as s:
             sch = self._schedule
             if sch == "local":
                 return self._finish(first(a, (0, 1, 2), out), out, scale)
@@ -586,13 +673,16 @@ class FFT:
             ``out`` or the new real-space array.
 
         Raises:
-            TypeError: Not an array of the variant, or the wrong dtype.
-            InvalidUsageError: Wrong shape, not C-contiguous, or a destroyed plan.
+            TypeError: Not an array of the variant, or the wrong dtype; a stream of an
+                unknown kind (GPU).
+            InvalidUsageError: Wrong shape, not C-contiguous, or a destroyed plan; in
+                checking mode as for ``forward``.
         """
-        self._alive()
-        self._check(a, self._out_info, self._out_dtype, "backward input")
-        if out is not None:
-            self._check(out, self._in_info, self._in_dtype, "backward out", writable=True)
+        with self._lock:
+            ptr = self._begin("backward", lambda: self._checked("backward", a, out, stream))
+            return self._backward(a, out, ptr)
+
+    def _backward(self, a: Any, out: Any, ptr: int | None) -> Any:
         L, G, r2c = self._local, self.spectral_grid, self._kind == "r2c"
         X, Y, Z = self._gdims
         scale = L.scale(True, X * Y * Z)
@@ -616,7 +706,7 @@ class FFT:
             r = L.c2r(x, axes, s, into, overwrite=own) if r2c else L.c2c(x, axes, True, into, overwrite=fresh)
             return self._finish(r, out, scale)
 
-        with self._on(stream) as st:
+        with self._on(ptr) as st:
             sch = self._schedule
             if sch == "local":
                 return last(a, (0, 1, 2), (Z, Y, X), False)
@@ -651,20 +741,39 @@ class FFT:
     # -- lifetime ----------------------------------------------------------------------
 
     def destroy(self) -> None:
-        """Destroy the plan's grid descriptors (collective); later use raises ``InvalidUsageError``."""
-        self._alive()
-        self._release()
+        """Destroy the plan's grid descriptors (collective); later use raises ``InvalidUsageError``.
+
+        In checking mode the ranks agree on it first: where another rank calls
+        ``forward`` or ``backward`` instead, every rank raises ``InvalidUsageError`` and the
+        plan stays usable. After the handle's ``finalize()``, when its grids can no longer
+        be destroyed, the plan is only marked destroyed; a second ``destroy()`` raises.
+
+        Raises:
+            InvalidUsageError: The plan was destroyed already; in checking mode, ranks
+                that disagree.
+        """
+        with self._lock:
+            self._alive()
+            try:
+                checking = self.spectral_grid._checks_collectives
+            except InvalidUsageError:  # the handle was finalized, or the grid destroyed directly: nothing to agree on
+                checking = False
+            if checking:
+                self.spectral_grid._agree(_CALLS, self._call_fields("destroy"))
+            self._release()
 
     def __enter__(self) -> FFT:
         """Use the plan in a ``with`` block; leaving it calls ``destroy()``."""
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        """Destroy the plan (collective) unless already destroyed; exceptions propagate."""
+        """Destroy the plan (collective) unless already destroyed (after ``finalize()``: mark it destroyed); exceptions propagate."""
         if self._grids:
-            self._release()
+            self.destroy()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_kind"):  # __init__ raised before the plan was described
+            return "FFT(not created)"
         if not self._grids:
             return f"FFT({self._kind}, gdims={self._gdims}, destroyed)"
         return (

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .._config import GridDescConfig
 from .._cudecomp import CPU_ONLY
 from .._enums import TransposeCommBackend
+from ._gpu import stream_setting
 
 Schedule = Literal["local", "slab-xy", "slab-yz", "pencil"]
 """Which sequence of local FFTs and transposes runs (see the `cudecomp.fft` documentation)."""
@@ -41,7 +41,7 @@ def _streams_slabs(cfg: GridDescConfig, own_gpus: Callable[[], bool]) -> bool:
     """
     pr, pc = (int(v) for v in cfg.pdims)
     backend = TransposeCommBackend(int(cfg.transpose_comm_backend))
-    setting = os.environ.get("CUDECOMP_FFT_STREAM", "").strip()
+    setting = stream_setting()
     if setting == "0" or CPU_ONLY or pr != 1 or pc < 2 or backend != TransposeCommBackend.DIRECT:
         return False
     return setting == "1" or own_gpus()
