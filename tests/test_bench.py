@@ -635,9 +635,20 @@ def test_the_page_shows_each_figure_beside_what_it_was_compared_with() -> None:
     assert history.compared(metrics, {"peer_copy": 395.9}) == (
         "96.1 % of peer copy (396 GB/s); 0.885× raw NCCL all-to-all (12.76 ms); cupy.fft on one GPU 31.7 ms"
     )
+    # Latency-bound cases get no percentage; ratios far from 1 keep three significant digits.
+    assert history.compared({"ms": "0.05", "pct_of_peer_copy": "0.01", "ratio_vs_x": "0.00244"}, {}) == "0.00244× x"
+    assert history.compared({"ms": "1", "wall_s": "380", "steps": "5000"}, {}) == "wall time with start-up 380 s; steps 5000"
     assert history.figure({"ms_per_step": "75"}) == "75 ms per step"
     assert history.figure({"chose": "DIRECT 1x2", "ms": "22500"}) == "22.5 s"
     assert history.compared({"chose": "DIRECT 1x2", "ms": "22500"}, {}) == "chose DIRECT 1x2"
     assert history.compared({"ms": "0.0428", "eager_wall_ms": "0.0428", "dissipation_peak_vs_reference_pct": "-0.01"}, {}) == (
-        "eager calls 42.8 µs; dissipation peak vs reference -0.01 %"
+        "eager calls 42.8 µs; dissipation-rate peak vs the reference DNS -0.01 %"
     )
+
+
+def test_the_record_page_is_the_history_of_the_repository() -> None:
+    """bench/README.md's figures are exactly what bench/history.csv gives (regenerate with --update)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    page, path = os.path.join(root, "bench", "README.md"), os.path.join(root, "bench", "history.csv")
+    assert history.main([path, "--check", page]) == 0
+    assert len(open(page).read().splitlines()) <= 90

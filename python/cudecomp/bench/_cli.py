@@ -16,7 +16,6 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import TransposeCommBackend
 
-from . import history
 from ._baselines import xy_baselines
 from ._common import DTYPES, OPS, Case, Row
 from ._measure import Ceilings, CopyFloor, Session, Xp
@@ -307,6 +306,8 @@ def _output_problem(args: argparse.Namespace) -> str:
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             return f"--{opt} {path}: the directory does not exist"
     if args.record:
+        from . import history  # imported when used: `python -m cudecomp.bench.history` runs it as __main__
+
         problem = history.check_file(args.record)
         if problem:
             return problem
@@ -334,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             plot(rows, args.plot)
         if args.record:
+            from . import history
+
             run_info = history.Run(
                 date=time.strftime("%Y-%m-%d"),
                 commit=args.commit or git_commit(),

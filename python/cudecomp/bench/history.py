@@ -43,14 +43,16 @@ LABELS = {
     "mpi_alltoallw_subarray": "MPI Alltoallw of subarrays (mpi4py-fft's method)",
     "numpy_pack_alltoallv_unpack": "NumPy pack+Alltoallv+unpack",
     "mpi4py_fft_transfer": "mpi4py-fft Pencil.transfer",
-    "mpi4py_fft_pfft": "mpi4py-fft PFFT",
+    "mpi4py_fft_pfft_slab": "mpi4py-fft PFFT (slab)",
+    "mpi4py_fft_pfft_pencil": "mpi4py-fft PFFT (pencil)",
     "cupy_fftn_1gpu": "cupy.fft on one GPU",
     "scipy_fftn_1rank": "scipy.fft on one rank",
     "numpy_fftn_1rank": "numpy.fft on one rank",
     "copy_floor": "copy floor",
     "eager_wall": "eager calls",
     "fft": "the whole forward FFT",
-    "mpi_p2p": "MPI_P2P",
+    "dissipation_peak_vs_reference": "dissipation-rate peak vs the reference DNS",
+    "wall": "wall time with start-up",
 }
 
 
@@ -150,6 +152,11 @@ def fmt_ms(v: float) -> str:
     return f"{v * 1e3:.3g} µs"
 
 
+def fmt_ratio(x: float) -> str:
+    """Format a ratio of times (ours over the baseline's): three decimals near 1, significant digits far from it."""
+    return f"{x:.3f}×" if 0.1 <= x < 10 else f"{x:.3g}×"
+
+
 def _num(v: str) -> float | None:
     try:
         x = float(v)
@@ -184,13 +191,15 @@ def compared(metrics: Mapping[str, str], ceils: Mapping[str, float]) -> str:
     for k, v in metrics.items():
         x = _num(v)
         if k.startswith("pct_of_") and x is not None:
+            if x < 1:  # a latency-bound case: its share of a copy's bandwidth says nothing
+                continue
             name = k[len("pct_of_") :]
             c = f" ({ceils[name]:.0f} GB/s)" if name in ceils else ""
             out.append(f"{x:.1f} % of {label(name)}{c}")
         elif k.startswith("ratio_vs_") and x is not None:
             name = k[len("ratio_vs_") :]
             base = _num(metrics.get(f"{name}_ms", ""))
-            out.append(f"{x:.3g}× {label(name)}" + (f" ({fmt_ms(base)})" if base is not None else ""))
+            out.append(f"{fmt_ratio(x)} {label(name)}" + (f" ({fmt_ms(base)})" if base is not None else ""))
             shown.add(f"{name}_ms")
     for k, v in metrics.items():
         if k in shown or k.startswith(("pct_of_", "ratio_vs_")):
@@ -200,6 +209,8 @@ def compared(metrics: Mapping[str, str], ceils: Mapping[str, float]) -> str:
             out.append(f"{label(k[:-3])} {fmt_ms(x)}")
         elif k.endswith("_pct") and x is not None:
             out.append(f"{label(k[:-4])} {x:+.2g} %")
+        elif k.endswith("_s") and x is not None:
+            out.append(f"{label(k[:-2])} {x:.4g} s")
         else:
             out.append(f"{label(k)} {v}")
     return "; ".join(out) or "—"
