@@ -11,6 +11,7 @@
 #          tests1        the whole test suite on 1 rank
 #          tests         the whole suite on 2 ranks (one GPU each, or sharing one GPU), and on
 #                        every GPU where there are more than 2
+#          shared        the whole suite on 3, 4 and 6 ranks sharing the GPUs there are
 #          sliced        transposes and halos cut into 64-byte slices (every multi-slice path)
 #          unregistered  NCCL without registered workspaces (CUDECOMP_ENABLE_NCCL_UBR=0)
 #          simnodes      2 ranks as 2 simulated nodes, NCCL over sockets on loopback
@@ -24,7 +25,7 @@
 #                        one GPU, with stage costs and both backward orders
 #          tg            Taylor-Green 512^3 from t = 0 to 20, checked against the reference
 #          suites = tests sliced unregistered simnodes fft-orders examples (2 ranks each)
-#          bench  = transposes halo tiny fft tg;  all = tests1 suites bench
+#          bench  = transposes halo tiny fft tg;  all = tests1 suites shared bench
 # Environment: OUT (logs; default .gpu/out), HISTORY (default bench/history.csv), MACHINE
 # and COMMIT (the history's names; default: the benchmark's: e.g. 2xH200, git HEAD),
 # PYTHON (default python3), LAUNCHER (the MPI launcher without its rank count; default:
@@ -48,7 +49,7 @@ DRY_RUN=${DRY_RUN:-0}
 SITE=.gpu/site
 
 # Parts of each group, then the parts asked for, in this order.
-ALL_PARTS="tests1 tests sliced unregistered simnodes fft-orders examples transposes halo tiny fft tg"
+ALL_PARTS="tests1 tests sliced unregistered simnodes fft-orders examples shared transposes halo tiny fft tg"
 SELECTED=" "
 for p in "${PARTS[@]}"; do
     case $p in
@@ -127,6 +128,9 @@ if on fft-orders; then
     for order in rows planes; do
         CUDECOMP_FFT_BACKWARD=$order step "fft-suite-$order" $TWO "${PYTEST[@]}" tests/test_fft.py tests/test_input_ready.py
     done
+fi
+if on shared; then
+    for n in 3 4 6; do [ "$n" -ne "$G" ] && step "tests$n-shared" $n "${PYTEST[@]}" tests; done
 fi
 on examples && CUDECOMP_EXAMPLE_RANKS=2 step examples 0 bash scripts/examples.sh "$(command -v "$PYTHON")" "$LAUNCHER"
 
