@@ -371,7 +371,13 @@ def test_grids_with_empty_pencils_give_skipped_rows(ops: list[str], tmp_path: os
     if MPI.COMM_WORLD.rank == 0:
         rows = json.load(open(path))["rows"]
         n = MPI.COMM_WORLD.size
-        for p in [(r, n // r) for r in range(1, n + 1) if n % r == 0]:
+        grids = [(r, n // r) for r in range(1, n + 1) if n % r == 0]
+        (tune,) = [r for r in rows if r["op"] == "tune"]
+        if all(has_empty_pencil((3, 2, 1), p) for p in grids):
+            assert tune["note"].startswith("skipped: NotSupportedError: autotuning: no valid decomposition"), tune
+        else:
+            assert tune["note"].startswith("autotuner chose"), tune
+        for p in grids:
             mine = [r for r in rows if tuple(r["pdims"]) == p and r["op"] != "tune"]
             assert mine, p
             if has_empty_pencil((3, 2, 1), p):
@@ -652,3 +658,41 @@ def test_the_record_page_is_the_history_of_the_repository() -> None:
     page, path = os.path.join(root, "bench", "README.md"), os.path.join(root, "bench", "history.csv")
     assert history.main([path, "--check", page]) == 0
     assert len(open(page).read().splitlines()) <= 90
+
+
+def test_records_name_each_case_and_leave_skipped_rows_out() -> None:
+    from cudecomp.bench._record import records
+
+    args = bench.parser().parse_args(["--alloc", "library", "--halo", "8", "8", "8"])
+    ceil = {"ceiling_peer_copy_gbps": 395.9}
+    rows = [
+        bench.Row(
+            "xy",
+            (1024,) * 3,
+            (2, 1),
+            "DIRECT",
+            "c128",
+            False,
+            ms=11.05,
+            gbps_per_rank=389.0,
+            pct_of_ceiling=98.2,
+            ceiling="peer_copy",
+            baseline={**ceil, "copy_floor_ms": 4.1, "ratio_vs_copy_floor": 2.7},
+        ),
+        bench.Row("hy", (64, 32, 16), (2, 1), "NCCL", "f64", True, halo=(8, 8, 8), ms=1.5, baseline=ceil),
+        bench.Row("all", (3, 2, 1), (1, 2), "DIRECT", "c128", False, note="skipped: some rank owns no cells"),
+        bench.Row("tune", (3, 2, 1), (0, 0), "", "c128", False, note="skipped: NotSupportedError: no valid decomposition"),
+        bench.Row("tune", (512,) * 3, (1, 2), "DIRECT", "c128", False, ms=22500.0, note="autotuner chose DIRECT on 1x2"),
+    ]
+    got = records(rows, args, {"CUDECOMP_X": "1"})
+    assert got == [
+        ("ceilings", "peer_copy_gbps", 395.9),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "ms", 11.05),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "gbps_per_rank", 389.0),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "pct_of_peer_copy", 98.2),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "copy_floor_ms", 4.1),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "ratio_vs_copy_floor", 2.7),
+        ("hy 64x32x16 f64 2x1 NCCL ac halo=8,8,8 CUDECOMP_X=1", "ms", 1.5),
+        ("tune 512^3 c128 CUDECOMP_X=1", "ms", 22500.0),
+        ("tune 512^3 c128 CUDECOMP_X=1", "chose", "DIRECT 1x2"),
+    ]

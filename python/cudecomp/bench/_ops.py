@@ -33,7 +33,10 @@ def autotune(s: Session, gdims: tuple[int, int, int], dname: str, ac: bool) -> R
     comm = s.comm
     comm.Barrier()
     t0 = time.perf_counter()
-    grid = s.handle.create_grid(cfg, opts)
+    try:
+        grid = s.handle.create_grid(cfg, opts)
+    except cudecomp.CudecompError as e:  # e.g. no process grid without empty pencils: refused on every rank
+        return Row("tune", gdims, (0, 0), "", dname, ac, note=f"skipped: {type(e).__name__}: {e}")
     took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     chosen = grid.config
     row = Row(

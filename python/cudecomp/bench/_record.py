@@ -109,10 +109,12 @@ def records(rows: Sequence[Row], args: argparse.Namespace, env: Mapping[str, str
                 out.append(("ceilings", k[len("ceiling_") :], v))
     for r in rows:
         case = case_name(r, args, env)
+        if r.note.startswith(("skipped", "graph skipped")) or not math.isfinite(r.ms):
+            continue
         if r.op == "tune":
             out += [(case, "ms", r.ms), (case, "chose", f"{r.backend} {r.pdims[0]}x{r.pdims[1]}")]
             continue
-        if r.note or not math.isfinite(r.ms):
+        if r.note:
             continue
         out.append((case, "ms", r.ms))
         if math.isfinite(r.gbps_per_rank):
