@@ -9,6 +9,8 @@ import io
 import json
 import math
 import os
+import shlex
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from mpi4py import MPI
 import cudecomp
 from conftest import requires_data_path
 from cudecomp import bench
+from cudecomp.bench import history
+from cudecomp.fft import schedule_of
 from oracle import nccl_usable
 
 # The columns and JSON keys every earlier version wrote, in order: readers rely on them.
@@ -228,11 +232,13 @@ def test_bad_arguments_are_usage_errors(argv: list[str], capsys: pytest.CaptureF
     with pytest.raises(SystemExit) as e:
         bench.parser().parse_args(argv)
     assert e.value.code == 2
-    assert "error" in capsys.readouterr().err
+    assert ("error" in capsys.readouterr().err) == (MPI.COMM_WORLD.rank == 0)  # once per job, by rank 0
 
 
 @requires_data_path()
-def test_plot_without_matplotlib_fails_before_measuring(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> None:
+def test_plot_without_matplotlib_fails_before_measuring(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
 
     def no_run(args: argparse.Namespace) -> list[bench.Row]:
@@ -241,8 +247,9 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch: pytest.Monk
     monkeypatch.setattr(bench._cli, "run", no_run)  # main looks run up in its own module
     with pytest.raises(SystemExit) as e:  # on every rank
         bench.main(["--plot", os.path.join(shared_dir(tmp_path), "plots"), "--quiet"])
-    assert e.value.code not in (0, None)
-    assert "--plot needs matplotlib" in str(e.value.code)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert ("--plot needs matplotlib" in err) == (MPI.COMM_WORLD.rank == 0)  # written once, by rank 0
 
 
 @requires_data_path()
@@ -252,7 +259,14 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch: pytest.Monk
         (["--progress", "bar"], "--progress bar needs tqdm"),
         (["--pdims", "3x7"], "no process grid"),
         (["--json", "/nonexistent-dir/rows.json"], "does not exist"),
-        (["--graph", "-1"], "--graph must be >= 0"),
+        (["--record", "/nonexistent-dir/history.csv"], "does not exist"),
+        (["--machine", "box"], "give --record FILE too"),
+        (["--fft-stages"], "add fft to --ops"),
+        (["--ops", "fft", "--fft-out", "natural", "--fft-stages"], "use --fft-out transposed or both"),
+        (["--graph", "-1"], "argument --graph: invalid value '-1'"),
+        (["--reps", "0"], "argument --reps: invalid value '0'"),
+        (["--warmup", "x"], "argument --warmup: invalid value 'x'"),
+        (["--halo", "-1", "0", "0"], "argument --halo: invalid value '-1': expected an integer >= 0"),
         pytest.param(
             ["--graph", "4"],
             "--graph needs the GPU variant",
@@ -260,7 +274,9 @@ def test_plot_without_matplotlib_fails_before_measuring(monkeypatch: pytest.Monk
         ),
     ],
 )
-def test_other_problems_fail_before_measuring(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_problems_fail_before_measuring(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "tqdm", None)
 
     def no_run(args: argparse.Namespace) -> list[bench.Row]:
@@ -269,7 +285,124 @@ def test_other_problems_fail_before_measuring(argv: list[str], message: str, mon
     monkeypatch.setattr(bench._cli, "run", no_run)  # main looks run up in its own module
     with pytest.raises(SystemExit) as e:
         bench.main(argv)
-    assert message in str(e.value.code)
+    assert e.value.code == 2  # as argparse's own usage errors
+    err = capsys.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        last = err.strip().splitlines()[-1]
+        assert err.startswith("usage: python -m cudecomp.bench") and last.startswith("python -m cudecomp.bench: error: "), err
+        assert message in last, err
+    else:
+        assert err == ""
+
+
+def test_a_file_that_is_no_history_is_refused(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "notes.csv")
+    with open(path, "w") as f:
+        f.write("a,b\n1,2\n")
+    assert "not a history file" in history.check_file(path)
+    assert history.check_file(os.path.join(str(tmp_path), "new.csv")) == ""
+
+
+def cli(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m cudecomp.bench`` in a fresh process (a singleton MPI job), outside any MPI job's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS"))}
+    cmd = [sys.executable, "-m", "cudecomp.bench", *argv, "--reps", "1", "--warmup", "0", "--quiet"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+serial_only = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="runs the CLI in a process of its own; the serial suite does")
+
+
+@serial_only
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--halo", "-1", "0", "0"], "argument --halo: invalid value '-1': expected an integer >= 0"),
+        (["--halo", "1", "1"], "argument --halo: expected 3 arguments"),
+        (["--reps", "0"], "argument --reps: invalid value '0': expected an integer >= 1"),
+        (["--pdims", "2x2"], "--pdims 2x2: no process grid of 1 ranks"),
+        (["--gdims", "3,2"], "invalid grid '3,2'"),
+        (["--fft-stages"], "--fft-stages times the stages of --ops fft"),
+    ],
+)
+def test_cli_usage_errors_exit_2_with_one_line(argv: list[str], message: str) -> None:
+    r = cli(*argv)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m cudecomp.bench: error: ") and message in last, r.stderr
+
+
+@serial_only
+@requires_data_path()
+def test_cli_skips_halo_rows_whose_extent_exceeds_a_ranks_cells() -> None:
+    r = cli("--gdims", "8^3", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "xy", "halo", "--halo", "9", "1", "1")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    ops = ("xy", "halo", "hx", "hy", "hz")
+    lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.split() and line.split()[0] in ops}
+    assert "skipped: InvalidUsageError: halo_extents[0] = 9 exceeds the 8 cells" in lines["halo"]
+    assert "skipped: InvalidUsageError: halo_extents[0] = 9" in lines["hx"]
+    assert "skipped" not in lines["hy"] and "skipped" not in lines["hz"] and "skipped" not in lines["xy"]
+
+
+@serial_only
+@requires_data_path()
+def test_cli_runs_grids_thinner_than_the_ranks_default_ops() -> None:
+    """A 3x2x1 grid on one rank has no empty pencil: every default operation runs."""
+    r = cli("--gdims", "3,2,1", "--dtypes", "f64", "--backends", "MPI_P2P,DIRECT")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "skipped" not in r.stdout and r.stdout.count("3x2x1") >= 10
+
+
+def has_empty_pencil(gdims: tuple[int, int, int], pdims: tuple[int, int]) -> bool:
+    """Whether some rank owns no cells of a pencil: X-pencils split (y, z), Y-pencils (x, z), Z-pencils (x, y) over (rows, columns)."""
+    x, y, z = gdims
+    r, c = pdims
+    return y < r or z < c or x < r or y < c
+
+
+@requires_data_path()
+@pytest.mark.parametrize("ops", [["xy", "yz", "zy", "yx", "halo"], ["xy"], ["halo"]])
+def test_grids_with_empty_pencils_give_skipped_rows(ops: list[str], tmp_path: os.PathLike[str]) -> None:
+    """On 2 ranks and more 3x2x1 leaves pencils empty on some process grids: their rows are skipped, the rest measured."""
+    path = os.path.join(shared_dir(tmp_path), "empty.json")
+    argv = ["--gdims", "3,2,1", "--dtypes", "f64", "--backends", "MPI_P2P,DIRECT", "--ops", *ops, "--autotune"]
+    assert bench.main([*argv, "--reps", "1", "--warmup", "0", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = json.load(open(path))["rows"]
+        n = MPI.COMM_WORLD.size
+        grids = [(r, n // r) for r in range(1, n + 1) if n % r == 0]
+        (tune,) = [r for r in rows if r["op"] == "tune"]
+        if all(has_empty_pencil((3, 2, 1), p) for p in grids):
+            assert tune["note"].startswith("skipped: NotSupportedError: autotuning: no valid decomposition"), tune
+        else:
+            assert tune["note"].startswith("autotuner chose"), tune
+        for p in grids:
+            mine = [r for r in rows if tuple(r["pdims"]) == p and r["op"] != "tune"]
+            assert mine, p
+            if has_empty_pencil((3, 2, 1), p):
+                assert {r["op"] for r in mine} == {"all"}, mine
+                assert all(r["note"].startswith("skipped: some rank owns no cells of a pencil (3x2x1 over") for r in mine)
+            else:
+                assert not any(r["note"] for r in mine), mine
+                assert {r["op"] for r in mine} >= {"xy"} if "xy" in ops else {"halo", "hx", "hy"}
+    MPI.COMM_WORLD.Barrier()
+
+
+@requires_data_path()
+def test_halo_extent_beyond_a_ranks_cells_skips_those_rows(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(shared_dir(tmp_path), "halo.json")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "halo", "--halo", "9", "1", "1"]
+    assert bench.main([*argv, "--reps", "1", "--warmup", "0", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = json.load(open(path))["rows"]
+        for r in rows:
+            # X is never split in an X-pencil: 9 > 8 cells along x on every grid.
+            if r["op"] in ("halo", "hx"):
+                assert r["note"].startswith("skipped: InvalidUsageError: halo_extents[0] = 9"), r
+            else:
+                assert r["op"] in ("hy", "hz") and not r["note"] and r["ms"] > 0, r
+    MPI.COMM_WORLD.Barrier()
 
 
 class FakeBar:
@@ -382,3 +515,184 @@ def test_work_on_rank_0_alone_fails_on_every_rank() -> None:
     with pytest.raises(ValueError if comm.rank == 0 else RuntimeError, match="no room for the whole array"):
         on_root(comm, fails)
     assert on_root(comm, lambda: comm.rank + 42) == 42
+
+
+@requires_data_path()
+def test_floor_stands_beside_every_distributed_transpose(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(shared_dir(tmp_path), "floor.json")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "xy", "yz", "zy", "yx", "--floor"]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--quiet", "--no-baselines", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
+        assert len(rows) == 4 * len({tuple(r["pdims"]) for r in rows})
+        for r in rows:
+            if r["distributed"]:
+                b = r["baseline"]
+                assert b["copy_floor_ms"] > 0 and math.isclose(b["ratio_vs_copy_floor"], r["ms"] / b["copy_floor_ms"], rel_tol=1e-9)
+            else:
+                assert "copy_floor_ms" not in r["baseline"], r
+        assert any(r["distributed"] for r in rows) == (MPI.COMM_WORLD.size > 1)
+    MPI.COMM_WORLD.Barrier()
+
+
+def test_fft_stages_transform_the_axes_the_pencils_hold() -> None:
+    from cudecomp.bench._ops import FFT_STAGES
+
+    class Info:
+        def __init__(self, order: tuple[int, int, int]) -> None:
+            self.order = order
+
+    # X fastest: array axes (z, y, x); the slab-yz Y-pencil holds y fastest, then z: (x, z, y).
+    assert bench._ops.array_axes(Info((0, 1, 2)), (1, 0)) == (1, 2)  # type: ignore[arg-type]
+    assert bench._ops.array_axes(Info((1, 2, 0)), (2, 1)) == (1, 2)  # type: ignore[arg-type]
+    assert bench._ops.array_axes(Info((2, 0, 1)), (2,)) == (2,)  # type: ignore[arg-type]
+    for name, stages in FFT_STAGES.items():
+        done: set[int] = set()
+        for stage in stages:
+            if isinstance(stage[2], tuple):
+                done |= set(stage[2])
+        assert done == {0, 1, 2}, name  # every axis transformed once
+        assert stages[0][1] == "in" and stages[0][2][-1] == 0, name  # the first stage ends with x (halved by r2c)
+
+
+@requires_data_path()
+def test_fft_stages_follow_the_plans_schedule(tmp_path: os.PathLike[str]) -> None:
+    from cudecomp.bench._ops import FFT_STAGES
+
+    path = os.path.join(shared_dir(tmp_path), "stages.json")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "c128", "--ops", "fft", "--fft-stages", "--backends", "MPI_P2P"]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--quiet", "--no-baselines", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
+        for p in {tuple(r["pdims"]) for r in rows}:
+            for d in ("f64", "c128"):
+                mine = [r for r in rows if tuple(r["pdims"]) == p and r["dtype"] == d]
+                if not mine:
+                    continue  # a skipped plan (empty pencils)
+                fwd = [r for r in mine if r["op"] == "fft"][0]
+                stages = [r for r in mine if r["op"].startswith("stage-")]
+                assert [r["op"] for r in stages] == [f"stage-{s[0]}" for s in FFT_STAGES[schedule_of(p)]]
+                for r in stages:
+                    assert r["ms"] > 0 and r["baseline"]["fft_ms"] == fwd["ms"]
+                    assert math.isclose(r["baseline"]["ratio_vs_fft"], r["ms"] / fwd["ms"], rel_tol=1e-9)
+                    assert r["distributed"] == (r["op"] in ("stage-xy", "stage-yz") and MPI.COMM_WORLD.size > 1)
+    MPI.COMM_WORLD.Barrier()
+
+
+@requires_data_path()
+def test_record_appends_to_the_history_that_makes_the_page(tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    d = shared_dir(tmp_path)
+    path, page = os.path.join(d, "history.csv"), os.path.join(d, "README.md")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "xy", "--reps", "2", "--warmup", "1"]
+    rec = ["--record", path, "--machine", "test box", "--commit", "abc1234", "--quiet"]
+    assert bench.main([*argv, *rec]) == 0
+    assert bench.main([*argv, "--reps", "3", *rec]) == 0  # a second run appends
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        lines = open(path).read().splitlines()
+        assert lines[0] == ",".join(history.FIELDS) and lines.count(lines[0]) == 1
+        h = history.read(path)
+        assert {(x["machine"], x["commit"], x["ranks"]) for x in h} == {("test box", "abc1234", str(comm.size))}
+        commands = list(dict.fromkeys(x["command"] for x in h))
+        assert len(commands) == 2 and all(c.split()[-2:] == ["--reps", r] for c, r in zip(commands, ("2", "3"), strict=True))
+        assert all("--record" not in c and "--quiet" not in c and "--gdims 8^3" in c.replace("'", "") for c in commands)
+        # The settings in force (the suites set CUDECOMP_CHECK_COLLECTIVES=1) lead the command and name the case.
+        env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(("CUDECOMP_", "NCCL_", "NVSHMEM_"))]
+        assert "CUDECOMP_CHECK_COLLECTIVES=1" in env
+        assert shlex.split(commands[0])[: len(env) + 3] == [*env, "python", "-m", "cudecomp.bench"]
+        lib = " ".join(e for e in env if e.startswith("CUDECOMP_"))
+        case = f"xy 8^3 f64 1x{comm.size} MPI_P2P {lib}"
+        ms = [float(x["value"]) for x in h if x["case"] == case and x["metric"] == "ms"]
+        assert len(ms) == 2 and all(v > 0 for v in ms)
+        assert any(x["case"] == "ceilings" and x["metric"] == "host_copy_gbps" for x in h) == cudecomp.CPU_ONLY
+        with open(page, "w") as f:
+            f.write(f"# Figures\n\n{history.BEGIN}\n| test box | `{case}` |\n| other box | `{case}` |\n{history.END}\nend\n")
+        assert history.main([path, "--check", page]) == 1  # not generated yet
+        assert history.main([path, "--update", page]) == 1  # the other box has no run
+        err = capsys.readouterr().err
+        assert f"no run of {case!r} on 'other box'" in err
+        text = open(page).read()
+        row = [line for line in text.splitlines() if line.startswith("| test box")][0]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == history.fmt_ms(ms[1]) and cells[4:] == [h[-1]["date"], "abc1234", "R1"]  # the newest run
+        assert f"- R1: `{history.Run(h[-1]['date'], 'abc1234', 'test box', comm.size, commands[1]).launched()}`" in text
+        assert "| other box | `" + case + "` | not in the history |" in text and text.endswith("end\n")
+        with open(page, "w") as f:
+            f.write(text.replace("| other box | `" + case + "` | not in the history | — | — | — | — |\n", ""))
+        assert history.main([path, "--update", page]) == 0 and history.main([path, "--check", page]) == 0
+        assert history.main([path, "--list"]) == 0
+        assert f"test box | {case} |" in capsys.readouterr().out
+    comm.Barrier()
+
+
+def test_the_page_shows_each_figure_beside_what_it_was_compared_with() -> None:
+    run = history.Run("2026-12-01", "10ee63e", "2xH200", 2, "CUDECOMP_X=1 python -m cudecomp.bench --gdims 1024^3")
+    assert run.launched() == "CUDECOMP_X=1 mpirun -np 2 python -m cudecomp.bench --gdims '1024^3'"
+    assert history.Run("d", "c", "m", 1, "python x.py").launched() == "python x.py"
+    metrics = {
+        "ms": "11.29",
+        "gbps_per_rank": "380",
+        "pct_of_peer_copy": "96.12",
+        "raw_nccl_alltoall_ms": "12.76",
+        "ratio_vs_raw_nccl_alltoall": "0.885",
+        "cupy_fftn_1gpu_ms": "31.7",
+    }
+    assert history.figure(metrics) == "11.29 ms"
+    assert history.compared(metrics, {"peer_copy": 395.9}) == (
+        "96.1 % of peer copy (396 GB/s); 0.885× raw NCCL all-to-all (12.76 ms); cupy.fft on one GPU 31.7 ms"
+    )
+    # Latency-bound cases get no percentage; ratios far from 1 keep three significant digits.
+    assert history.compared({"ms": "0.05", "pct_of_peer_copy": "0.01", "ratio_vs_x": "0.00244"}, {}) == "0.00244× x"
+    assert history.compared({"ms": "1", "wall_s": "380", "steps": "5000"}, {}) == "wall time with start-up 380 s; steps 5000"
+    assert history.figure({"ms_per_step": "75"}) == "75 ms per step"
+    assert history.figure({"chose": "DIRECT 1x2", "ms": "22500"}) == "22.5 s"
+    assert history.compared({"chose": "DIRECT 1x2", "ms": "22500"}, {}) == "chose DIRECT 1x2"
+    assert history.compared({"ms": "0.0428", "eager_wall_ms": "0.0428", "dissipation_peak_vs_reference_pct": "-0.01"}, {}) == (
+        "eager calls 42.8 µs; dissipation-rate peak vs the reference DNS -0.01 %"
+    )
+
+
+def test_the_record_page_is_the_history_of_the_repository() -> None:
+    """bench/README.md's figures are exactly what bench/history.csv gives (regenerate with --update)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    page, path = os.path.join(root, "bench", "README.md"), os.path.join(root, "bench", "history.csv")
+    assert history.main([path, "--check", page]) == 0
+    assert len(open(page).read().splitlines()) <= 90
+
+
+def test_records_name_each_case_and_leave_skipped_rows_out() -> None:
+    from cudecomp.bench._record import records
+
+    args = bench.parser().parse_args(["--alloc", "library", "--halo", "8", "8", "8"])
+    ceil = {"ceiling_peer_copy_gbps": 395.9}
+    rows = [
+        bench.Row(
+            "xy",
+            (1024,) * 3,
+            (2, 1),
+            "DIRECT",
+            "c128",
+            False,
+            ms=11.05,
+            gbps_per_rank=389.0,
+            pct_of_ceiling=98.2,
+            ceiling="peer_copy",
+            baseline={**ceil, "copy_floor_ms": 4.1, "ratio_vs_copy_floor": 2.7},
+        ),
+        bench.Row("hy", (64, 32, 16), (2, 1), "NCCL", "f64", True, halo=(8, 8, 8), ms=1.5, baseline=ceil),
+        bench.Row("all", (3, 2, 1), (1, 2), "DIRECT", "c128", False, note="skipped: some rank owns no cells"),
+        bench.Row("tune", (3, 2, 1), (0, 0), "", "c128", False, note="skipped: NotSupportedError: no valid decomposition"),
+        bench.Row("tune", (512,) * 3, (1, 2), "DIRECT", "c128", False, ms=22500.0, note="autotuner chose DIRECT on 1x2"),
+    ]
+    got = records(rows, args, {"CUDECOMP_X": "1"})
+    assert got == [
+        ("ceilings", "peer_copy_gbps", 395.9),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "ms", 11.05),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "gbps_per_rank", 389.0),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "pct_of_peer_copy", 98.2),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "copy_floor_ms", 4.1),
+        ("xy 1024^3 c128 2x1 DIRECT alloc=library CUDECOMP_X=1", "ratio_vs_copy_floor", 2.7),
+        ("hy 64x32x16 f64 2x1 NCCL ac halo=8,8,8 CUDECOMP_X=1", "ms", 1.5),
+        ("tune 512^3 c128 CUDECOMP_X=1", "ms", 22500.0),
+        ("tune 512^3 c128 CUDECOMP_X=1", "chose", "DIRECT 1x2"),
+    ]

@@ -24,7 +24,11 @@ performs, and NumPy pack -> ``Alltoallv`` -> unpack. ``--ops fft`` times a
 ``cudecomp.fft`` plan's forward and backward transform beside the same transform of the
 whole array on one device (rank 0), measured in the same run. ``--graph N`` (GPU) adds
 rows ``op-graph``: N operations captured into one CUDA graph, the replay's wall clock per
-operation beside N eager calls'. Writes JSON and CSV; ``--plot DIR``
+operation beside N eager calls'. ``--floor`` adds beside distributed transposes the copy
+floor (every rank copying its own pencil once, all at once); ``--fft-stages`` times each
+stage of an FFT plan's forward transform alone. Writes JSON and CSV; ``--record FILE``
+appends every figure to a history file, from which ``cudecomp.bench.history`` makes the
+record page; ``--plot DIR``
 (needs matplotlib) renders heatmaps (backend x process grid) and bandwidth-versus-size
 small multiples. Progress (``--progress``): by default a tqdm bar, only when stderr is a
 terminal and tqdm is installed.

@@ -118,9 +118,11 @@ class XYBaselines:
 
 
 def xy_baselines(s: Session, case: Case) -> dict[str, float]:
-    """Measure the peer baselines of X->Y of ``case`` (collective); empty when X->Y moves no byte off any rank."""
+    """Measure the peer baselines of X->Y of ``case`` (collective); empty when X->Y moves no byte off any rank or a pencil is empty."""
     grid = s.handle.create_grid(config(case.gdims, case.pdims, TransposeCommBackend.MPI_P2P, False))
     try:
+        if s.comm.allreduce(any(grid.get_pencil_info(a).size == 0 for a in (0, 1)), op=MPI.LOR):
+            return {}  # empty pencils: no transpose to compare with (its rows are skipped)
         if not s.comm.allreduce(off_rank_bytes(grid, 0, 1, case.itemsize) > 0, op=MPI.LOR):
             return {}
         bl = XYBaselines(s.xp, s.comm, grid, case.dtype)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +18,10 @@ from cudecomp import TransposeCommBackend
 
 from ._baselines import xy_baselines
 from ._common import DTYPES, OPS, Case, Row
-from ._measure import Ceilings, Session, Xp
+from ._measure import Ceilings, CopyFloor, Session, Xp
 from ._ops import autotune, fft_rows, run_config
 from ._progress import PROGRESS_MODES, Progress, tqdm_class
+from ._record import command_line, machine_label, records, settings
 from ._report import plot, report, write
 
 
@@ -46,6 +49,25 @@ def parse_backends(s: str) -> str:
             names = ", ".join(TransposeCommBackend.__members__)
             raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(bad)}; choose from {names}, or all")
     return s
+
+
+def _int_at_least(least: int, what: str) -> Any:
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            v = least - 1
+        if v < least:
+            raise argparse.ArgumentTypeError(f"invalid value {s!r}: expected {what}")
+        return v
+
+    return parse
+
+
+#: ``--reps``: at least one timed call.
+positive_int = _int_at_least(1, "an integer >= 1")
+#: ``--warmup``, ``--graph``, ``--halo``: counts and extents.
+non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def process_grids(spec: str, n: int) -> list[tuple[int, int]]:
@@ -77,7 +99,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     xp = Xp()  # selects this rank's GPU before the handle binds it
     handle = cudecomp.Handle(comm)
     ceils = Ceilings(xp, comm, args.warmup, args.reps, handle.one_node())
-    s = Session(args, comm, xp, handle, ceils)
+    s = Session(args, comm, xp, handle, ceils, CopyFloor() if args.floor else None)
     backends = args.backends.split(",") if args.backends != "all" else default_backends(xp)
     rows: list[Row] = []
     grids = process_grids(args.pdims, comm.size)
@@ -104,15 +126,25 @@ def run(args: argparse.Namespace) -> list[Row]:
                             progress.done()
     finally:
         progress.close()
+        if s.floor is not None:
+            s.floor.close()
     handle.finalize()
     for r in rows:
         r.baseline = {**r.baseline, **{f"ceiling_{k}_gbps": v for k, v in ceils.run_wide.items()}}
     return rows
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that writes its messages (help, usage errors) on rank 0 only: every rank parses alike."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if MPI.COMM_WORLD.rank == 0:
+            super()._print_message(message, file)
+
+
 def parser() -> argparse.ArgumentParser:
     """Build the command-line parser; every option's help ends with its default."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m cudecomp.bench",
         description=(sys.modules[__package__].__doc__ or "").split("\n\n")[0] or None,
         epilog="Run under MPI, e.g. mpiexec -n 4 python -m cudecomp.bench --gdims 128^3 --pdims all --plot out/",
@@ -168,14 +200,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--halo",
         nargs=3,
-        type=int,
+        type=non_negative_int,
         default=[1, 1, 1],
         metavar=("HX", "HY", "HZ"),
-        help="halo extents for the halo benchmark (default: 1 1 1)",
+        help="halo extents (>= 0) for the halo benchmark; a row whose extent exceeds the cells a rank owns along its "
+        "dimension is skipped with the reason (default: 1 1 1)",
     )
     p.add_argument(
         "--graph",
-        type=int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="GPU: also capture N of each transpose and halo update into a CUDA graph and time its replay against "
@@ -189,14 +222,44 @@ def parser() -> argparse.ArgumentParser:
         "(GridDesc.empty_pencil: on DIRECT grids node-shared host memory or exported device memory, where "
         "transposes then run as single copies) (default: user)",
     )
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: 3)")
-    p.add_argument("--reps", type=int, default=10, help="timed calls; the median is reported (default: 10)")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="beside each distributed transpose, time the copy floor: every rank copying its own input pencil once "
+        "with cudecomp's copy (a 1x1 grid of its own), all ranks at once; baselines copy_floor_ms, ratio_vs_copy_floor "
+        "(default: off)",
+    )
+    p.add_argument(
+        "--fft-stages",
+        action="store_true",
+        help="--ops fft: also time each stage of the transposed-output forward transform alone (its local FFTs and "
+        "transposes, back to back as without streaming; rows stage-*, baseline fft_ms: the whole forward) (default: off)",
+    )
+    p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed calls before timing (default: 3)")
+    p.add_argument("--reps", type=positive_int, default=10, help="timed calls; the median is reported (default: 10)")
     p.add_argument(
         "--no-baselines", dest="baselines", action="store_false", help="skip the peer baselines of distributed X->Y (default: measure them)"
     )
     p.add_argument("--autotune", action="store_true", help="also run the autotuner (grid + backend) and report its choice (default: off)")
     p.add_argument("--json", metavar="FILE", help="write rows as JSON (default: not written)")
     p.add_argument("--csv", metavar="FILE", help="write rows as CSV (default: not written)")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="append every figure to the history file FILE (CSV: date, commit, machine, ranks, command, case, metric, "
+        "value; created if missing); python -m cudecomp.bench.history makes the record page from it (default: not written)",
+    )
+    p.add_argument(
+        "--machine",
+        metavar="NAME",
+        help="--record: the machine's name in the history (default: GPUs and their model on GPUs, e.g. 2xH200; "
+        "the core count on CPUs, e.g. 16-core host)",
+    )
+    p.add_argument(
+        "--commit",
+        metavar="REV",
+        help="--record: the commit measured (default: git rev-parse --short HEAD in the current directory, else unknown)",
+    )
     p.add_argument("--plot", metavar="DIR", help="directory for PNG heatmaps and bandwidth plots; needs matplotlib (default: no plots)")
     p.add_argument(
         "--progress",
@@ -234,8 +297,6 @@ def _output_problem(args: argparse.Namespace) -> str:
             os.makedirs(args.plot, exist_ok=True)
         except OSError as e:
             return f"--plot {args.plot}: cannot create the directory: {e}"
-    if args.graph < 0:
-        return f"--graph must be >= 0 operations, got {args.graph}"
     if args.graph and cudecomp.CPU_ONLY:
         return "--graph needs the GPU variant (CUDA graphs); this is the CPU variant"
     if args.progress == "bar" and not args.quiet and tqdm_class() is None:
@@ -244,21 +305,54 @@ def _output_problem(args: argparse.Namespace) -> str:
         path = getattr(args, opt)
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             return f"--{opt} {path}: the directory does not exist"
+    if args.record:
+        from . import history  # imported when used: `python -m cudecomp.bench.history` runs it as __main__
+
+        problem = history.check_file(args.record)
+        if problem:
+            return problem
+    elif args.machine or args.commit:
+        return "--machine and --commit name what --record writes; give --record FILE too"
+    if args.fft_stages and "fft" not in args.ops:
+        return "--fft-stages times the stages of --ops fft; add fft to --ops"
+    if args.fft_stages and args.fft_out == "natural":
+        return "--fft-stages times the transposed-output forward; use --fft-out transposed or both"
     return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark (all ranks) and report on rank 0."""
-    args = parser().parse_args(argv)
-    if args.reps < 1 or args.warmup < 0:
-        raise SystemExit("--reps must be >= 1 and --warmup >= 0")
-    problem = preflight(args, MPI.COMM_WORLD)
+    """Run the benchmark (all ranks) and report on rank 0; a usage problem exits with status 2 before measuring."""
+    p = parser()
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    problem = preflight(args, comm)
     if problem:
-        raise SystemExit(f"python -m cudecomp.bench: error: {problem}")
+        p.error(problem)  # the same on every rank: usage and error on rank 0, exit status 2
     rows = run(args)
-    if MPI.COMM_WORLD.rank == 0:
+    if comm.rank == 0:
         report(rows)
         write(rows, args)
         if args.plot:
             plot(rows, args.plot)
+        if args.record:
+            from . import history
+
+            run_info = history.Run(
+                date=time.strftime("%Y-%m-%d"),
+                commit=args.commit or git_commit(),
+                machine=args.machine or machine_label(),
+                ranks=comm.size,
+                command=command_line(p, args, os.environ),
+            )
+            n = history.append(args.record, run_info, records(rows, args, settings(os.environ)))
+            print(f"recorded {n} figures in {args.record}")
     return 0
+
+
+def git_commit() -> str:
+    """Return the short hash of the current directory's git checkout, or ``unknown``."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"

@@ -222,6 +222,43 @@ class Ceilings:
         return self.local_name, self._same[sizes]
 
 
+class CopyFloor:
+    """``--floor``: every rank copying its own pencil once, all ranks at once (what no transpose of it can beat).
+
+    A distributed transpose moves every cell of the input pencil once into the output; the
+    same copy within each rank, with cudecomp's own copy (an X->Y transpose of a 1x1 grid
+    of a handle on ``MPI.COMM_SELF``: one dense copy) and at the same time on every rank so
+    that memory bandwidth is shared alike, bounds it from below. Measured per distinct set
+    of per-rank shapes and cached.
+    """
+
+    def __init__(self) -> None:
+        self.handle: cudecomp.Handle | None = None
+        self._ms: dict[tuple[Any, ...], float] = {}
+
+    def ms(self, s: Session, shape: tuple[int, ...], dtype: Any) -> float:
+        """Milliseconds of the floor for this rank's input pencil ``shape`` (collective over ``s.comm``)."""
+        key = tuple(s.comm.allgather((tuple(int(n) for n in shape), np.dtype(dtype).str)))
+        if key not in self._ms:
+            if self.handle is None:
+                self.handle = cudecomp.Handle(MPI.COMM_SELF)
+            cfg = cudecomp.GridDescConfig()
+            cfg.gdims, cfg.pdims = tuple(int(n) for n in reversed(shape)), (1, 1)
+            with self.handle.create_grid(cfg) as grid:
+                src = s.xp.m.ones(grid.get_pencil_info(0).array_shape, dtype)
+                dst = s.xp.m.zeros(grid.get_pencil_info(1).array_shape, dtype)
+                med, _ = s.time(functools.partial(grid.transpose_x_to_y, src, dst))
+                del src, dst
+            self._ms[key] = med * 1e3
+        return self._ms[key]
+
+    def close(self) -> None:
+        """Finalize the handle of the floor's grids."""
+        if self.handle is not None:
+            self.handle.finalize()
+            self.handle = None
+
+
 def mean_gbps(comm: MPI.Comm, nbytes: int, seconds: float) -> float:
     """Mean over ranks of ``nbytes / seconds`` in GB/s (collective)."""
     return comm.allreduce(nbytes / seconds / 1e9, op=MPI.SUM) / comm.size
@@ -229,13 +266,14 @@ def mean_gbps(comm: MPI.Comm, nbytes: int, seconds: float) -> float:
 
 @dataclass(frozen=True)
 class Session:
-    """What every measurement of one run shares: its options, communicator, array backend, handle and ceilings."""
+    """What every measurement of one run shares: its options, communicator, array backend, handle, ceilings and copy floor."""
 
     args: argparse.Namespace
     comm: MPI.Comm
     xp: Xp
     handle: cudecomp.Handle
     ceils: Ceilings
+    floor: CopyFloor | None = None
 
     def time(self, fn: Callable[[], object]) -> tuple[float, float]:
         """(median, min) seconds of ``fn`` after the run's warm-up, over its repetitions (collective)."""

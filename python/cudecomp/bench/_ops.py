@@ -33,7 +33,10 @@ def autotune(s: Session, gdims: tuple[int, int, int], dname: str, ac: bool) -> R
     comm = s.comm
     comm.Barrier()
     t0 = time.perf_counter()
-    grid = s.handle.create_grid(cfg, opts)
+    try:
+        grid = s.handle.create_grid(cfg, opts)
+    except cudecomp.CudecompError as e:  # e.g. no process grid without empty pencils: refused on every rank
+        return Row("tune", gdims, (0, 0), "", dname, ac, note=f"skipped: {type(e).__name__}: {e}")
     took = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     chosen = grid.config
     row = Row(
@@ -80,6 +83,8 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         return [case.row("all", bname, ac, note=f"skipped: {type(e).__name__}: {e}")]
     try:
         infos = [grid.get_pencil_info(a) for a in range(3)]
+        if comm.allreduce(any(i.size == 0 for i in infos), op=MPI.LOR):
+            return [case.row("all", bname, ac, note=f"skipped: {empty_pencils(case)}")]
         if args.alloc == "library":
             # The library's own arrays (on DIRECT grids: node-shared host memory, exported
             # device memory).
@@ -94,7 +99,11 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             name, a, b = OPS[key]
             fn = getattr(grid, name)
             inp, out = bufs[a], bufs[b]
-            med, mn = s.time(functools.partial(fn, inp, out))
+            try:
+                med, mn = s.time(functools.partial(fn, inp, out))
+            except cudecomp.CudecompError as e:  # refused alike on every rank (checked before any exchange)
+                rows.append(case.row(key, bname, ac, note=f"skipped: {type(e).__name__}: {e}"))
+                continue
             off = off_rank_bytes(grid, a, b, case.itemsize)
             distributed = comm.allreduce(off > 0, op=MPI.LOR)
             # A local transpose is compared with a copy of the pencil's bytes.
@@ -104,6 +113,9 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             # only with the same (a local X->Y has none, see xy_baselines).
             if key == "xy" and not ac and distributed and base:
                 row.baseline = with_ratios(base, med)
+            if s.floor is not None and distributed:
+                floor = {"copy_floor_ms": s.floor.ms(s, inp.shape, case.np_dtype)}
+                row.baseline = {**row.baseline, **with_ratios(floor, med)}
             rows.append(row)
         if "halo" in args.ops and any(args.halo):
             rows += halo_rows(s, case, grid, ac, halo_backend)
@@ -114,6 +126,12 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         cfg = config(case.gdims, case.pdims, TransposeCommBackend[bname], ac, halo_backend)
         rows += graph_rows(s, cfg, case.np_dtype, rows)
     return rows
+
+
+def empty_pencils(case: Case) -> str:
+    """Why a configuration with empty pencils is skipped."""
+    g, p = "x".join(map(str, case.gdims)), "x".join(map(str, case.pdims))
+    return f"some rank owns no cells of a pencil ({g} over {p} ranks); transposes and halo updates need every pencil non-empty"
 
 
 def graph_rows(s: Session, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list[Row]) -> list[Row]:
@@ -240,10 +258,13 @@ def halo_rows(s: Session, case: Case, grid: cudecomp.GridDesc, ac: bool, halo_ba
             for d in dims:
                 grid.update_halos_x(data, h, periods, d)
 
-        med, mn = s.time(update)
+        ident = case.row(op, halo_backend.name, ac, halo=(h[0], h[1], h[2]))
+        try:
+            med, mn = s.time(update)
+        except cudecomp.CudecompError as e:  # e.g. an extent beyond a rank's cells: refused alike on every rank
+            return replace(ident, note=f"skipped: {type(e).__name__}: {e}")
         off = sum(faces[d] for d in dims if remote[d])
         distributed = any(remote[d] for d in dims)
-        ident = case.row(op, halo_backend.name, ac, halo=(h[0], h[1], h[2]))
         return s.measured_row(ident, med, mn, off, sum(faces[d] for d in dims), distributed)
 
     ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]
@@ -292,6 +313,7 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
             spec = plan.forward(a)
             back = plan.empty_input()
             calls = (("fft", functools.partial(plan.forward, a, spec)), ("ifft", functools.partial(plan.backward, spec, back)))
+            forward_ms = math.nan
             for op, fn in calls:
                 med, mn = s.time(fn)
                 base = {k[len(op) + 1 :]: v for k, v in one_device.get(key, {}).items() if k.startswith(op + ":")}
@@ -299,6 +321,67 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
                 row.distributed = s.comm.size > 1
                 row.baseline = with_ratios(base, med)
                 rows.append(row)
+                forward_ms = row.ms if op == "fft" else forward_ms
+            del a, spec, back
+            if s.args.fft_stages and transposed:
+                rows += stage_rows(s, case, bname, plan, forward_ms)
         finally:
             plan.destroy()
+    return rows
+
+
+#: The stages of a transposed-output forward FFT per schedule, in order: a local FFT
+#: (name, pencil, global axes transformed; ``in``: the plan's input, into the spectral
+#: X-pencil) or a transpose (name, from pencil, to pencil) of the spectral grid. As in
+#: ``FFT.forward``; the r2c stage halves X, the last of its axes.
+FFT_STAGES: dict[str, list[tuple[str, Any, Any]]] = {
+    "local": [("fft-zyx", "in", (2, 1, 0))],
+    "slab-xy": [("fft-yx", "in", (1, 0)), ("yz", 1, 2), ("fft-z", 2, (2,))],
+    "slab-yz": [("fft-x", "in", (0,)), ("xy", 0, 1), ("fft-zy", 1, (2, 1))],
+    "pencil": [("fft-x", "in", (0,)), ("xy", 0, 1), ("fft-y", 1, (1,)), ("yz", 1, 2), ("fft-z", 2, (2,))],
+}
+
+
+def array_axes(info: cudecomp.PencilInfo, dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Return the axes of a pencil's array (C order: slowest first) that hold the global axes ``dims``, in their order."""
+    return tuple(2 - list(info.order).index(d) for d in dims)
+
+
+def stage_rows(s: Session, case: Case, bname: str, plan: FFT, forward_ms: float) -> list[Row]:
+    """``--fft-stages``: each stage of ``plan``'s forward transform timed alone, back to back (collective).
+
+    Rows ``stage-<name>`` (``stage-fft-yx``, ``stage-yz``, ...) with the whole forward's
+    time as baseline ``fft_ms`` (``ratio_vs_fft``: the stage's share). The stages run on
+    arrays of zeros (a transform of zeros stays zero however often it runs), in place
+    where the plan transforms in place; a streamed plan overlaps what these rows time one
+    after the other.
+    """
+    G = plan.spectral_grid
+    local = plan._local  # the plan's local FFT library, as its own stages use it
+    m = s.xp.m
+    infos = [G.get_pencil_info(a) for a in range(3)]
+    pencils = [m.zeros(i.array_shape, plan.output_dtype) for i in infos]
+    src = plan.zeros_input()
+    r2c = plan.kind == "r2c"
+    rows: list[Row] = []
+    for name, frm, to in FFT_STAGES[plan.schedule]:
+        distributed = False
+        if frm == "in":
+            axes = array_axes(plan.input_info, to)
+            if r2c:
+                fn: Callable[[], object] = functools.partial(local.r2c, src, axes, pencils[0])
+            else:
+                fn = functools.partial(local.c2c, src, axes, False, pencils[0])
+        elif isinstance(to, tuple):
+            axes = tuple(sorted(array_axes(infos[frm], to)))
+            fn = functools.partial(local.c2c, pencils[frm], axes, False, None, True)
+        else:
+            fn = functools.partial(getattr(G, OPS[name][0]), pencils[frm], pencils[to])
+            off = off_rank_bytes(G, frm, to, np.dtype(plan.output_dtype).itemsize)
+            distributed = s.comm.allreduce(off > 0, op=MPI.LOR)
+        med, mn = s.time(fn)
+        row = case.row(f"stage-{name}", bname, False, ms=med * 1e3, ms_min=mn * 1e3, distributed=distributed)
+        row.baseline = with_ratios({"fft_ms": forward_ms}, med)
+        rows.append(row)
+    del pencils, src
     return rows
