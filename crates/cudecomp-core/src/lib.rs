@@ -104,6 +104,7 @@ pub mod config;
 pub mod cuda;
 pub mod engine;
 mod error;
+pub mod fft;
 pub mod geometry;
 pub mod handle;
 pub mod mem;
