@@ -14,6 +14,7 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import TransposeCommBackend
 
+from . import _fft_local
 from ._baselines import xy_baselines
 from ._common import DTYPES, OPS, Case, Row
 from ._measure import Ceilings, Session, Xp
@@ -207,6 +208,7 @@ def parser() -> argparse.ArgumentParser:
         "off (default: auto)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output, the same as --progress off (default: off)")
+    _fft_local.add_arguments(p)
     return p
 
 
@@ -255,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = preflight(args, MPI.COMM_WORLD)
     if problem:
         raise SystemExit(f"python -m cudecomp.bench: error: {problem}")
+    if args.fft_compare:
+        return _fft_local.main(args, process_grids(args.pdims, MPI.COMM_WORLD.size))
     rows = run(args)
     if MPI.COMM_WORLD.rank == 0:
         report(rows)
