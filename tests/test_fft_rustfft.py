@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mpi4py import MPI
+from test_fft import TOL32, TOL64, check_plan, make_plan
 
 import cudecomp
 from oracle import factor_pairs
-from test_fft import TOL32, TOL64, check_plan, make_plan
 
 pytestmark = pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="CPU variant: the core's local FFTs")
 

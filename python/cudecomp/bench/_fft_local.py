@@ -24,10 +24,11 @@ median over all rounds is reported, with ratios against ours (> 1: ours faster).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,13 +36,17 @@ from mpi4py import MPI
 
 import cudecomp
 
+from ..fft import Kind
 from ._common import DTYPES, NP_DTYPES
 
 _COMPLEX = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
 
+Method = tuple[Callable[[], object], Callable[[], object] | None]
+"""A timed call and what runs untimed before each (or None)."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of this mode (the rest are the sweep's: --gdims, --pdims, --dtypes, --reps, ...)."""
+    """Add this mode's options (the rest are the sweep's: --gdims, --pdims, --dtypes, --reps, ...)."""
     p.add_argument(
         "--fft-compare",
         choices=["local", "pfft", "both"],
@@ -70,9 +75,7 @@ def _samples(comm: MPI.Comm, fn: Callable[[], object], warmup: int, reps: int, b
     return out
 
 
-def _interleaved(
-    comm: MPI.Comm, methods: dict[str, tuple[Callable[[], object], Callable[[], object] | None]], args: argparse.Namespace
-) -> dict[str, float]:
+def _interleaved(comm: MPI.Comm, methods: Mapping[str, Method], args: argparse.Namespace) -> dict[str, float]:
     """Median milliseconds per method, the methods alternating round after round."""
     acc: dict[str, list[float]] = {k: [] for k in methods}
     for _ in range(max(1, args.fft_rounds)):
@@ -81,7 +84,10 @@ def _interleaved(
     return {k: float(np.median(v)) for k, v in acc.items()}
 
 
-def _local_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], dname: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _local_rows(
+    comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], dname: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of the local stage on this grid's X-pencils, forward and backward (collective)."""
     from cudecomp.fft._local import _NumpyLocal, _RustLocal, _ScipyLocal
 
     real_dt = np.dtype(NP_DTYPES[DTYPES[dname]])
@@ -95,7 +101,9 @@ def _local_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, 
     n = shape[-1]
     sshape = (*shape[:-1], n // 2 + 1) if r2c else shape
     rng = np.random.default_rng(comm.rank)
-    x = rng.standard_normal(shape).astype(real_dt) if r2c else (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(cdt)
+    x = rng.standard_normal(shape).astype(real_dt)
+    if not r2c:
+        x = (x + 1j * rng.standard_normal(shape)).astype(cdt)
     spec = np.fft.rfft(x, axis=-1).astype(cdt) if r2c else np.fft.fft(x, axis=-1).astype(cdt)
     libs: dict[str, Any] = {"rustfft": _RustLocal(args.fft_norm, 1), "numpy": _NumpyLocal(args.fft_norm)}
     try:
@@ -103,16 +111,16 @@ def _local_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, 
     except ImportError:
         pass
     out_f, out_b = np.empty(sshape, cdt), np.empty(shape, x.dtype)
-    methods: dict[str, dict[str, tuple[Callable[[], object], Callable[[], object] | None]]] = {"forward": {}, "backward": {}}
+    methods: dict[str, dict[str, Method]] = {"forward": {}, "backward": {}}
     for name, L in libs.items():
         if r2c:
-            methods["forward"][name] = (lambda L=L: L.r2c(x, (2,), out_f), None)
-            methods["backward"][name] = (lambda L=L: L.c2r(spec, (2,), (n,), out_b), None)
+            methods["forward"][name] = (functools.partial(L.r2c, x, (2,), out_f), None)
+            methods["backward"][name] = (functools.partial(L.c2r, spec, (2,), (n,), out_b), None)
         else:
-            methods["forward"][name] = (lambda L=L: L.c2c(x, (2,), False, out_f), None)
-            methods["backward"][name] = (lambda L=L: L.c2c(spec, (2,), True, out_b), None)
+            methods["forward"][name] = (functools.partial(L.c2c, x, (2,), False, out_f), None)
+            methods["backward"][name] = (functools.partial(L.c2c, spec, (2,), True, out_b), None)
     try:
-        import pyfftw
+        import pyfftw  # type: ignore[import-not-found]
 
         fi, fo = pyfftw.empty_aligned(shape, x.dtype), pyfftw.empty_aligned(sshape, cdt)
         bi, bo = pyfftw.empty_aligned(sshape, cdt), pyfftw.empty_aligned(shape, x.dtype)
@@ -123,8 +131,8 @@ def _local_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, 
         def refill() -> None:  # FFTW's c2r destroys its input; c2c here is out of place
             bi[...] = spec
 
-        methods["forward"]["pyfftw"] = (lambda: fwd(normalise_idft=False), None)
-        methods["backward"]["pyfftw"] = (lambda: bwd(normalise_idft=False), refill)
+        methods["forward"]["pyfftw"] = (functools.partial(fwd, normalise_idft=False), None)
+        methods["backward"]["pyfftw"] = (functools.partial(bwd, normalise_idft=False), refill)
     except ImportError:
         pass
     rows = []
@@ -146,68 +154,81 @@ def _local_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, 
     return rows
 
 
-def _pfft_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], grids: list[tuple[int, int]], dname: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _pfft_grid(
+    comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], dname: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of cudecomp.fft against mpi4py-fft's PFFT (FFTW) on one process grid, forward and backward (collective)."""
+    from mpi4py_fft import PFFT, newDistArray  # type: ignore[import-not-found]
+
     from cudecomp.fft import FFT
 
+    real_dt = np.dtype(NP_DTYPES[DTYPES[dname]])
+    kind: Kind = "r2c" if real_dt.kind == "f" else "c2c"
+    name = args.backends.split(",")[0] if args.backends != "all" else "DIRECT"
+    backend = cudecomp.TransposeCommBackend[name]
+    rng = np.random.default_rng(comm.rank)
+    base = {"mode": "pfft", "gdims": gdims, "pdims": pdims, "dtype": dname}
+
+    def fill(v: Any) -> None:
+        v[...] = rng.standard_normal(v.shape) if kind == "r2c" else rng.standard_normal(v.shape) + 1j * rng.standard_normal(v.shape)
+
     try:
-        from mpi4py_fft import PFFT, newDistArray
+        plan = FFT(handle, gdims, pdims, kind=kind, dtype=real_dt, norm=args.fft_norm, transposed_out=True, backend=backend)
+    except cudecomp.CudecompError as e:
+        return [{**base, "note": f"skipped: {e}"}]
+    a, spec, back = plan.empty_input(), plan.empty_output(), plan.empty_input()
+    fill(a)
+    with warnings.catch_warnings():  # mpi4py-fft plans on uninitialised arrays (NumPy warns of NaNs)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pf = PFFT(comm, gdims[::-1], axes=(0, 1, 2), dtype=real_dt, grid=(pdims[1], pdims[0]), backend="fftw")
+    u, uh, ub = newDistArray(pf, False), newDistArray(pf, True), newDistArray(pf, False)
+    fill(u)
+    norm_b = args.fft_norm == "backward"
+    pf.forward(u, uh, normalize=False)
+    uh_in = uh.copy()
+    plan.forward(a, spec)
+    spec_in = spec.copy()
+
+    def restore() -> None:  # FFTW's c2r may destroy its input
+        uh[...] = uh_in
+
+    methods: dict[str, Method] = {
+        "cudecomp forward": (functools.partial(plan.forward, a, spec), None),
+        "mpi4py-fft forward": (functools.partial(pf.forward, u, uh, normalize=not norm_b), None),
+        "cudecomp backward": (functools.partial(plan.backward, spec_in, back), None),
+        "mpi4py-fft backward": (functools.partial(pf.backward, uh, ub, normalize=norm_b), restore),
+    }
+    med = _interleaved(comm, methods, args)
+    rows = []
+    for d in ("forward", "backward"):
+        ours, theirs = med[f"cudecomp {d}"], med[f"mpi4py-fft {d}"]
+        rows.append(
+            {
+                **base,
+                "kind": kind,
+                "direction": d,
+                "schedule": plan.schedule,
+                "backend": backend.name,
+                "ms": {"cudecomp": ours, "mpi4py-fft": theirs},
+                "speedup": theirs / ours,
+            }
+        )
+    plan.destroy()
+    pf.destroy()
+    return rows
+
+
+def _pfft_rows(
+    comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], grids: list[tuple[int, int]], dname: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of every grid, then each side's best grid of those (collective)."""
+    try:
+        import mpi4py_fft  # noqa: F401
     except ImportError:
         return [{"mode": "pfft", "gdims": gdims, "dtype": dname, "note": "skipped: mpi4py-fft is not installed"}]
-    real_dt = np.dtype(NP_DTYPES[DTYPES[dname]])
-    kind = "r2c" if real_dt.kind == "f" else "c2c"
-    backend = cudecomp.TransposeCommBackend[args.backends.split(",")[0] if args.backends != "all" else "DIRECT"]
-    shape = gdims[::-1]
-    rng = np.random.default_rng(comm.rank)
     rows: list[dict[str, Any]] = []
     for pdims in grids:
-        try:
-            plan = FFT(handle, gdims, pdims, kind=kind, dtype=real_dt, norm=args.fft_norm, transposed_out=True, backend=backend)
-        except cudecomp.CudecompError as e:
-            rows.append({"mode": "pfft", "gdims": gdims, "pdims": pdims, "dtype": dname, "note": f"skipped: {e}"})
-            continue
-        a = plan.empty_input()
-        a[...] = rng.standard_normal(a.shape).astype(real_dt) if kind == "r2c" else rng.standard_normal(a.shape) + 1j * rng.standard_normal(a.shape)
-        spec, back = plan.empty_output(), plan.empty_input()
-        with warnings.catch_warnings():  # mpi4py-fft plans on uninitialised arrays (NumPy warns of NaNs)
-            warnings.simplefilter("ignore", RuntimeWarning)
-            pf = PFFT(comm, shape, axes=(0, 1, 2), dtype=real_dt, grid=(pdims[1], pdims[0]), backend="fftw")
-        u, uh = newDistArray(pf, False), newDistArray(pf, True)
-        u[...] = rng.standard_normal(u.shape).astype(real_dt) if kind == "r2c" else rng.standard_normal(u.shape) + 1j * rng.standard_normal(u.shape)
-        ub = newDistArray(pf, False)
-        pf.forward(u, uh, normalize=False)
-        uh_in = uh.copy()
-        plan.forward(a, spec)
-        spec_in = spec.copy()
-        norm_b = args.fft_norm == "backward"
-
-        def restore() -> None:  # FFTW's c2r may destroy its input
-            uh[...] = uh_in
-
-        methods = {
-            "cudecomp forward": (lambda: plan.forward(a, spec), None),
-            "mpi4py-fft forward": (lambda: pf.forward(u, uh, normalize=not norm_b), None),
-            "cudecomp backward": (lambda: plan.backward(spec_in, back), None),
-            "mpi4py-fft backward": (lambda: pf.backward(uh, ub, normalize=norm_b), restore),
-        }
-        med = _interleaved(comm, methods, args)
-        for d in ("forward", "backward"):
-            ours, theirs = med[f"cudecomp {d}"], med[f"mpi4py-fft {d}"]
-            rows.append(
-                {
-                    "mode": "pfft",
-                    "gdims": gdims,
-                    "pdims": pdims,
-                    "dtype": dname,
-                    "kind": kind,
-                    "direction": d,
-                    "schedule": plan.schedule,
-                    "backend": backend.name,
-                    "ms": {"cudecomp": ours, "mpi4py-fft": theirs},
-                    "speedup": theirs / ours,
-                }
-            )
-        plan.destroy()
-        pf.destroy()
+        rows += _pfft_grid(comm, handle, gdims, pdims, dname, args)
     for d in ("forward", "backward"):
         mine = [r for r in rows if r.get("direction") == d]
         if mine:
@@ -221,7 +242,7 @@ def _pfft_rows(comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, i
                     "pdims": "best",
                     "best_pdims": {"cudecomp": bo["pdims"], "mpi4py-fft": bt["pdims"]},
                     "dtype": dname,
-                    "kind": kind,
+                    "kind": bo["kind"],
                     "direction": d,
                     "ms": {"cudecomp": ours, "mpi4py-fft": theirs},
                     "speedup": theirs / ours,
@@ -244,9 +265,13 @@ def _print(rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
         if r["mode"] == "local":
             parts = [f"{k} {v:.3f}" + ("" if k == "rustfft" else f" ({r['ratio_vs_rustfft'][k]:.2f}x)") for k, v in r["ms"].items()]
             kind = r["kind"] + ("" if r["kind"] != "c2c" else "+" if r["direction"] == "forward" else "-")
-            print(f"local {g:<14}{_fmt_grid(r['pdims']):<7}{r['dtype']:<6}{kind:<5}{'x'.join(map(str, r['shape'])):<13}" + ", ".join(parts))
+            shape = "x".join(map(str, r["shape"]))
+            print(f"local {g:<14}{_fmt_grid(r['pdims']):<7}{r['dtype']:<6}{kind:<5}{shape:<13}" + ", ".join(parts))
         else:
-            extra = f" (grids: ours {_fmt_grid(r['best_pdims']['cudecomp'])}, theirs {_fmt_grid(r['best_pdims']['mpi4py-fft'])})" if r["pdims"] == "best" else f" ({r['schedule']}, {r['backend']})"
+            if r["pdims"] == "best":
+                extra = f" (grids: ours {_fmt_grid(r['best_pdims']['cudecomp'])}, theirs {_fmt_grid(r['best_pdims']['mpi4py-fft'])})"
+            else:
+                extra = f" ({r['schedule']}, {r['backend']})"
             print(
                 f"pfft  {g:<14}{_fmt_grid(r['pdims']):<7}{r['dtype']:<6}{r['kind']:<5}{r['direction']:<9}"
                 f"cudecomp {r['ms']['cudecomp']:.2f} ms, mpi4py-fft(fftw) {r['ms']['mpi4py-fft']:.2f} ms: {r['speedup']:.2f}x{extra}"

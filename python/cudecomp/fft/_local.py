@@ -268,7 +268,7 @@ _LIBRARIES = ("auto", "rustfft", "scipy", "numpy", "cupy")
 
 
 def _make_local(library: str, norm: str, workers: int | None) -> _Local:
-    """The local FFTs of ``library``: on the CPU variant ``"auto"`` is ``"rustfft"`` (the core's)."""
+    """Return the local FFTs of ``library`` (on the CPU variant ``"auto"`` is ``"rustfft"``, the core's)."""
     if library not in _LIBRARIES:
         raise InvalidUsageError(f"fft_library {library!r}: expected 'auto', 'rustfft', 'scipy', 'numpy' or 'cupy'")
     if not CPU_ONLY:
