@@ -30,6 +30,17 @@ def get_data_type_size(dtype: int) -> int:
 def _compile_kernels(major: int, minor: int) -> int: ...
 def _single_copy_count() -> int: ...
 def _queue_notice(text: str) -> None: ...
+def _local_fft(
+    kind: str,
+    input: Any,
+    output: Any,
+    axes: Sequence[int],
+    inverse: bool = False,
+    scale: float = 1.0,
+    threads: int = 1,
+    overwrite: bool = False,
+) -> None: ...
+def _host_threads(handle: Handle) -> int: ...
 
 Triple = tuple[int, int, int] | list[int] | Any
 """Three non-negative ints in global axis order (X, Y, Z): a tuple, list or NumPy array."""

@@ -109,6 +109,7 @@ mod cuda;
 mod engine;
 mod error;
 mod fields;
+pub mod fft;
 mod geometry;
 mod handle;
 mod mem;

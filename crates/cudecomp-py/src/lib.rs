@@ -11,6 +11,7 @@
 mod args;
 mod array;
 mod errors;
+mod fft;
 mod grid;
 mod handle;
 mod pencil;
@@ -83,6 +84,8 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_compile_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(_single_copy_count, m)?)?;
     m.add_function(wrap_pyfunction!(_queue_notice, m)?)?;
+    m.add_function(wrap_pyfunction!(fft::_local_fft, m)?)?;
+    m.add_function(wrap_pyfunction!(fft::_host_threads, m)?)?;
     #[cfg(not(cpu_only))]
     m.add_class::<variant::DeviceBuffer>()?;
     m.add("CPU_ONLY", variant::CPU_ONLY)?;

@@ -16,6 +16,7 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import TransposeCommBackend
 
+from . import _fft_local
 from ._baselines import xy_baselines
 from ._common import DTYPES, OPS, Case, Row
 from ._measure import Ceilings, CopyFloor, Session, Xp
@@ -270,6 +271,7 @@ def parser() -> argparse.ArgumentParser:
         "off (default: auto)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output, the same as --progress off (default: off)")
+    _fft_local.add_arguments(p)
     return p
 
 
@@ -328,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = preflight(args, comm)
     if problem:
         p.error(problem)  # the same on every rank: usage and error on rank 0, exit status 2
+    if args.fft_compare:
+        return _fft_local.main(args, process_grids(args.pdims, comm.size))
     rows = run(args)
     if comm.rank == 0:
         report(rows)

@@ -4,8 +4,9 @@
 process grid, and runs forward and backward complex-to-complex (``c2c``) or
 real-to-complex / complex-to-real (``r2c``) transforms of this rank's pencils, local
 one-, two- or three-dimensional FFTs along contiguous axes with the global transposes in
-between. The CPU variant transforms NumPy arrays with ``scipy.fft`` (worker threads) when
-SciPy is installed, else with ``numpy.fft``; the GPU variant transforms CuPy arrays with
+between. The CPU variant transforms NumPy arrays with the package's own local FFTs
+(RustFFT in the Rust core, ``fft_library="rustfft"``; ``scipy.fft`` and ``numpy.fft`` on
+request); the GPU variant transforms CuPy arrays with
 cuFFT through CuPy (plans cached by CuPy's plan cache), on the operation's stream (with no
 host synchronisation on the NCCL, NVSHMEM and DIRECT backends).
 

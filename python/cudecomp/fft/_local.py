@@ -1,13 +1,15 @@
-"""Local FFTs: the array library that transforms each rank's pencils (NumPy, SciPy or CuPy)."""
+"""Local FFTs: the library that transforms each rank's pencils (the core's RustFFT, NumPy, SciPy or CuPy)."""
 
 from __future__ import annotations
 
 import inspect
 import math
+import os
 from typing import Any
 
 import numpy as np
 
+from .. import _cudecomp
 from .._cudecomp import CPU_ONLY
 from .._errors import InvalidUsageError
 from ._args import _COMPLEX, _REAL
@@ -81,6 +83,61 @@ class _NumpyLocal(_Local):
         if len(axes) == 1:
             return self._run(np.fft.irfft, a, out, False, _REAL[a.dtype], n=s[0], axis=axes[0])
         return self._run(np.fft.irfftn, a, out, False, _REAL[a.dtype], s=s, axes=axes)
+
+
+def _norm_scale(norm: str, inverse: bool, n: int) -> float:
+    """``numpy.fft``'s factor for a transform over ``n`` points in one direction."""
+    if norm == "ortho":
+        return 1.0 / math.sqrt(max(n, 1))
+    return 1.0 / max(n, 1) if (norm == "backward") == inverse else 1.0
+
+
+class _RustLocal(_Local):
+    """The core's transforms (RustFFT: AVX, SSE or NEON code picked at run time).
+
+    Each stage applies its part of the norm inside the transform (no separate pass),
+    reads its input and writes ``out`` directly (out of place costs no copy), and runs
+    on ``threads`` threads with the GIL released. ``threads`` is resolved by the plan
+    (``None`` until then: one).
+    """
+
+    name = "rustfft"
+
+    def __init__(self, norm: str, threads: int | None) -> None:
+        super().__init__(norm)
+        self.threads = threads
+
+    def _t(self) -> int:
+        return self.threads or 1
+
+    def c2c(self, a: Any, axes: tuple[int, ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        a = np.ascontiguousarray(a)
+        if out is None:
+            out = a if overwrite else np.empty_like(a)
+        scale = _norm_scale(self.norm, inverse, math.prod(a.shape[ax] for ax in axes))
+        _cudecomp._local_fft("c2c", a, out, list(axes), inverse, scale, self._t())
+        return out
+
+    def r2c(self, a: Any, axes: tuple[int, ...], out: Any = None) -> Any:
+        a = np.ascontiguousarray(a)
+        if out is None:
+            shape = list(a.shape)
+            shape[axes[-1]] = shape[axes[-1]] // 2 + 1
+            out = np.empty(shape, _COMPLEX[a.dtype])
+        scale = _norm_scale(self.norm, False, math.prod(a.shape[ax] for ax in axes))
+        _cudecomp._local_fft("r2c", a, out, list(axes), False, scale, self._t())
+        return out
+
+    def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
+        a = np.ascontiguousarray(a)
+        if out is None:
+            shape = list(a.shape)
+            for ax, n in zip(axes, s, strict=True):
+                shape[ax] = n
+            out = np.empty(shape, _REAL[a.dtype])
+        scale = _norm_scale(self.norm, True, math.prod(s))
+        _cudecomp._local_fft("c2r", a, out, list(axes), True, scale, self._t(), overwrite and a.flags.writeable)
+        return out
 
 
 class _ScipyLocal(_Local):
@@ -207,19 +264,26 @@ class _CupyLocal(_Local):
         return 1.0
 
 
+_LIBRARIES = ("auto", "rustfft", "scipy", "numpy", "cupy")
+
+
 def _make_local(library: str, norm: str, workers: int | None) -> _Local:
+    """Return the local FFTs of ``library`` (on the CPU variant ``"auto"`` is ``"rustfft"``, the core's)."""
+    if library not in _LIBRARIES:
+        raise InvalidUsageError(f"fft_library {library!r}: expected 'auto', 'rustfft', 'scipy', 'numpy' or 'cupy'")
     if not CPU_ONLY:
         if library not in ("auto", "cupy"):
             raise InvalidUsageError(f"fft_library {library!r}: the GPU variant transforms with cupy")
         return _CupyLocal(norm)
     if library == "cupy":
         raise InvalidUsageError("fft_library 'cupy' needs the GPU variant")
-    if library in ("auto", "scipy"):
-        try:
-            return _ScipyLocal(norm, workers)
-        except ImportError:
-            if library == "scipy":
-                raise
-    if library not in ("auto", "numpy", "scipy"):
-        raise InvalidUsageError(f"fft_library {library!r}: expected 'auto', 'numpy', 'scipy' or 'cupy'")
+    if library in ("auto", "rustfft"):
+        return _RustLocal(norm, None if workers is None else _threads(workers))
+    if library == "scipy":
+        return _ScipyLocal(norm, workers)
     return _NumpyLocal(norm)
+
+
+def _threads(workers: int) -> int:
+    """Threads of ``workers`` as ``scipy.fft`` counts them (negative: from the CPU count back)."""
+    return workers if workers > 0 else max(1, (os.cpu_count() or 1) + 1 + workers)

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 
 from .._config import GridDescConfig
-from .._cudecomp import GridDesc, Handle, PencilInfo
+from .._cudecomp import CPU_ONLY, GridDesc, Handle, PencilInfo, _host_threads
 from .._cupy import external_stream
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError, NotSupportedError
 from ._args import _REAL, Kind, Norm, _lengths, _parse
 from ._gpu import _SlabStream, _stream_ptr
-from ._local import _into, _make_local
+from ._local import _into, _make_local, _RustLocal
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
 
 # What the ranks' agreements on a plan's transforms and destroy() are called in their
@@ -61,11 +61,17 @@ class FFT:
         config: Optional base configuration whose ``rank_order``,
             ``transpose_comm_backend`` and ``halo_comm_backend`` are used; its
             ``gdims``, ``pdims``, ``gdims_dist`` and memory orders are replaced.
-        fft_library: ``"auto"`` (``scipy.fft`` when SciPy is installed, else
-            ``numpy.fft``; ``cupy`` in the GPU variant), ``"scipy"``, ``"numpy"`` or
-            ``"cupy"``.
-        workers: Worker threads of ``scipy.fft`` (``None``: SciPy's default, one);
-            ignored by the other libraries.
+        fft_library: ``"auto"`` (the CPU variant: ``"rustfft"``; the GPU variant:
+            ``"cupy"``), ``"rustfft"`` (the package's own transforms, RustFFT in the
+            Rust core: SIMD code picked at run time, the norm applied inside the
+            transforms, the GIL released), ``"scipy"`` (``scipy.fft``), ``"numpy"``
+            (``numpy.fft``) or ``"cupy"`` (cuFFT).
+        workers: Threads of the local FFTs: for ``rustfft`` ``None`` means the
+            threads the handle gives each rank for host work (``CUDECOMP_HOST_THREADS``,
+            or this node's cores shared among its ranks: one where every core runs a
+            rank); for ``scipy.fft`` ``None`` means SciPy's default, one. Negative
+            values count back from ``os.cpu_count()`` as in ``scipy.fft``. Ignored by
+            ``numpy`` and ``cupy``.
         autotune_reps: Timed forward + backward pairs per candidate when autotuning.
         comm: The handle's ``mpi4py`` communicator, used only to agree on the
             autotuner's choice; ``None`` means ``MPI.COMM_WORLD``, which is right
@@ -135,6 +141,11 @@ class FFT:
                 handle._agree(what, None, f"{type(e).__name__}: {e}")
             raise
         handle._agree(what, a.agreement_key())
+        if CPU_ONLY:
+            # Collective the first time on a handle, so every rank asks, whatever its library.
+            threads = _host_threads(handle)
+            if isinstance(local, _RustLocal) and local.threads is None:
+                local.threads = threads
         g, p, kind = a.gdims, a.pdims, a.kind
         self._kind: Kind = kind
         self._norm: Norm = a.norm

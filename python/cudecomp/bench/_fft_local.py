@@ -1,0 +1,301 @@
+"""``--fft-compare``: the CPU FFT against FFTW, its local stage and the whole distributed transform.
+
+``local``: every rank transforms its own X-pencil of each ``--gdims`` and ``--pdims`` grid
+along X at once (the batched 1-D stage that starts a forward transform and ends a
+backward one): the core's transforms (``cudecomp.fft``'s ``rustfft``, one thread, with the
+norm's scale, as a plan runs them) against ``pyfftw`` (FFTW, one thread, ``FFTW_MEASURE``,
+out of place, unscaled), ``scipy.fft`` (one worker) and ``numpy.fft``. ``c128`` runs
+c2c, ``f64`` (and ``f32``) r2c forward and c2r backward.
+
+``pfft``: a ``cudecomp.fft`` plan (transposed output, ``--fft-norm``, the first backend
+of ``--backends``, ``empty_input``/``empty_output`` arrays) against mpi4py-fft's ``PFFT``
+with its FFTW backend (``backend="fftw"``, ``FFTW_MEASURE``, one thread; spectral output in
+its own transposed distribution; forward unscaled and backward scaled once, as
+``norm="backward"``), each on the same process grid: ``pdims = (P_rows, P_cols)`` splits
+Y over ``P_rows`` and Z over ``P_cols``, which is mpi4py-fft's ``grid=(P_cols, P_rows)``
+over the axes (Z, Y) of the array ``a[z, y, x]``. After the grids of ``--pdims``, a row
+``best`` per side: its fastest grid of those.
+
+Times: the methods alternate ``--fft-rounds`` times; each round times ``--reps`` calls
+after ``--warmup``, every call's time the slowest rank's (a barrier before each); the
+median over all rounds is reported, with ratios against ours (> 1: ours faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+import cudecomp
+
+from ..fft import Kind
+from ._common import DTYPES, NP_DTYPES
+
+_COMPLEX = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
+
+Method = tuple[Callable[[], object], Callable[[], object] | None]
+"""A timed call and what runs untimed before each (or None)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add this mode's options (the rest are the sweep's: --gdims, --pdims, --dtypes, --reps, ...)."""
+    p.add_argument(
+        "--fft-compare",
+        choices=["local", "pfft", "both"],
+        default=None,
+        help="instead of the sweep, compare the CPU FFT with FFTW: local = each rank's batched FFT along X "
+        "(rustfft vs pyfftw FFTW_MEASURE vs scipy vs numpy), pfft = the whole distributed transform vs mpi4py-fft's "
+        "PFFT with backend='fftw' on the same process grids (default: off)",
+    )
+    p.add_argument("--fft-rounds", type=int, default=3, help="--fft-compare: rounds the methods alternate (default: 3)")
+
+
+def _samples(comm: MPI.Comm, fn: Callable[[], object], warmup: int, reps: int, before: Callable[[], object] | None = None) -> list[float]:
+    """Slowest rank's milliseconds of each of ``reps`` calls after ``warmup`` (``before`` runs untimed before each)."""
+    for _ in range(warmup):
+        if before:
+            before()
+        fn()
+    out = []
+    for _ in range(reps):
+        if before:
+            before()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        out.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX) * 1e3)
+    return out
+
+
+def _interleaved(comm: MPI.Comm, methods: Mapping[str, Method], args: argparse.Namespace) -> dict[str, float]:
+    """Median milliseconds per method, the methods alternating round after round."""
+    acc: dict[str, list[float]] = {k: [] for k in methods}
+    for _ in range(max(1, args.fft_rounds)):
+        for k, (fn, before) in methods.items():
+            acc[k] += _samples(comm, fn, args.warmup, args.reps, before)
+    return {k: float(np.median(v)) for k, v in acc.items()}
+
+
+def _local_rows(
+    comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], dname: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of the local stage on this grid's X-pencils, forward and backward (collective)."""
+    from cudecomp.fft._local import _NumpyLocal, _RustLocal, _ScipyLocal
+
+    real_dt = np.dtype(NP_DTYPES[DTYPES[dname]])
+    r2c = real_dt.kind == "f"
+    cdt = np.dtype(_COMPLEX[real_dt]) if r2c else real_dt
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, pdims
+    grid = handle.create_grid(cfg)
+    shape = tuple(grid.get_pencil_info(0).array_shape)
+    grid.destroy()
+    n = shape[-1]
+    sshape = (*shape[:-1], n // 2 + 1) if r2c else shape
+    rng = np.random.default_rng(comm.rank)
+    x = rng.standard_normal(shape).astype(real_dt)
+    if not r2c:
+        x = (x + 1j * rng.standard_normal(shape)).astype(cdt)
+    spec = np.fft.rfft(x, axis=-1).astype(cdt) if r2c else np.fft.fft(x, axis=-1).astype(cdt)
+    libs: dict[str, Any] = {"rustfft": _RustLocal(args.fft_norm, 1), "numpy": _NumpyLocal(args.fft_norm)}
+    try:
+        libs["scipy"] = _ScipyLocal(args.fft_norm, 1)
+    except ImportError:
+        pass
+    out_f, out_b = np.empty(sshape, cdt), np.empty(shape, x.dtype)
+    methods: dict[str, dict[str, Method]] = {"forward": {}, "backward": {}}
+    for name, L in libs.items():
+        if r2c:
+            methods["forward"][name] = (functools.partial(L.r2c, x, (2,), out_f), None)
+            methods["backward"][name] = (functools.partial(L.c2r, spec, (2,), (n,), out_b), None)
+        else:
+            methods["forward"][name] = (functools.partial(L.c2c, x, (2,), False, out_f), None)
+            methods["backward"][name] = (functools.partial(L.c2c, spec, (2,), True, out_b), None)
+    try:
+        import pyfftw  # type: ignore[import-not-found]
+
+        fi, fo = pyfftw.empty_aligned(shape, x.dtype), pyfftw.empty_aligned(sshape, cdt)
+        bi, bo = pyfftw.empty_aligned(sshape, cdt), pyfftw.empty_aligned(shape, x.dtype)
+        fwd = pyfftw.FFTW(fi, fo, axes=(2,), direction="FFTW_FORWARD", flags=("FFTW_MEASURE",), threads=1)
+        bwd = pyfftw.FFTW(bi, bo, axes=(2,), direction="FFTW_BACKWARD", flags=("FFTW_MEASURE",), threads=1)
+        fi[...] = x
+
+        def refill() -> None:  # FFTW's c2r destroys its input; c2c here is out of place
+            bi[...] = spec
+
+        methods["forward"]["pyfftw"] = (functools.partial(fwd, normalise_idft=False), None)
+        methods["backward"]["pyfftw"] = (functools.partial(bwd, normalise_idft=False), refill)
+    except ImportError:
+        pass
+    rows = []
+    for direction, ms in methods.items():
+        med = _interleaved(comm, ms, args)
+        rows.append(
+            {
+                "mode": "local",
+                "gdims": gdims,
+                "pdims": pdims,
+                "dtype": dname,
+                "kind": ("r2c" if direction == "forward" else "c2r") if r2c else "c2c",
+                "direction": direction,
+                "shape": shape,
+                "ms": med,
+                "ratio_vs_rustfft": {k: v / med["rustfft"] for k, v in med.items()},
+            }
+        )
+    return rows
+
+
+def _pfft_grid(
+    comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], dname: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of cudecomp.fft against mpi4py-fft's PFFT (FFTW) on one process grid, forward and backward (collective)."""
+    from mpi4py_fft import PFFT, newDistArray  # type: ignore[import-not-found]
+
+    from cudecomp.fft import FFT
+
+    real_dt = np.dtype(NP_DTYPES[DTYPES[dname]])
+    kind: Kind = "r2c" if real_dt.kind == "f" else "c2c"
+    name = args.backends.split(",")[0] if args.backends != "all" else "DIRECT"
+    backend = cudecomp.TransposeCommBackend[name]
+    rng = np.random.default_rng(comm.rank)
+    base = {"mode": "pfft", "gdims": gdims, "pdims": pdims, "dtype": dname}
+
+    def fill(v: Any) -> None:
+        v[...] = rng.standard_normal(v.shape) if kind == "r2c" else rng.standard_normal(v.shape) + 1j * rng.standard_normal(v.shape)
+
+    try:
+        plan = FFT(handle, gdims, pdims, kind=kind, dtype=real_dt, norm=args.fft_norm, transposed_out=True, backend=backend)
+    except cudecomp.CudecompError as e:
+        return [{**base, "note": f"skipped: {e}"}]
+    a, spec, back = plan.empty_input(), plan.empty_output(), plan.empty_input()
+    fill(a)
+    with warnings.catch_warnings():  # mpi4py-fft plans on uninitialised arrays (NumPy warns of NaNs)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pf = PFFT(comm, gdims[::-1], axes=(0, 1, 2), dtype=real_dt, grid=(pdims[1], pdims[0]), backend="fftw")
+    u, uh, ub = newDistArray(pf, False), newDistArray(pf, True), newDistArray(pf, False)
+    fill(u)
+    norm_b = args.fft_norm == "backward"
+    pf.forward(u, uh, normalize=False)
+    uh_in = uh.copy()
+    plan.forward(a, spec)
+    spec_in = spec.copy()
+
+    def restore() -> None:  # FFTW's c2r may destroy its input
+        uh[...] = uh_in
+
+    methods: dict[str, Method] = {
+        "cudecomp forward": (functools.partial(plan.forward, a, spec), None),
+        "mpi4py-fft forward": (functools.partial(pf.forward, u, uh, normalize=not norm_b), None),
+        "cudecomp backward": (functools.partial(plan.backward, spec_in, back), None),
+        "mpi4py-fft backward": (functools.partial(pf.backward, uh, ub, normalize=norm_b), restore),
+    }
+    med = _interleaved(comm, methods, args)
+    rows = []
+    for d in ("forward", "backward"):
+        ours, theirs = med[f"cudecomp {d}"], med[f"mpi4py-fft {d}"]
+        rows.append(
+            {
+                **base,
+                "kind": kind,
+                "direction": d,
+                "schedule": plan.schedule,
+                "backend": backend.name,
+                "ms": {"cudecomp": ours, "mpi4py-fft": theirs},
+                "speedup": theirs / ours,
+            }
+        )
+    plan.destroy()
+    pf.destroy()
+    return rows
+
+
+def _pfft_rows(
+    comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], grids: list[tuple[int, int]], dname: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of every grid, then each side's best grid of those (collective)."""
+    try:
+        import mpi4py_fft  # noqa: F401
+    except ImportError:
+        return [{"mode": "pfft", "gdims": gdims, "dtype": dname, "note": "skipped: mpi4py-fft is not installed"}]
+    rows: list[dict[str, Any]] = []
+    for pdims in grids:
+        rows += _pfft_grid(comm, handle, gdims, pdims, dname, args)
+    for d in ("forward", "backward"):
+        mine = [r for r in rows if r.get("direction") == d]
+        if mine:
+            bo = min(mine, key=lambda r: r["ms"]["cudecomp"])
+            bt = min(mine, key=lambda r: r["ms"]["mpi4py-fft"])
+            ours, theirs = bo["ms"]["cudecomp"], bt["ms"]["mpi4py-fft"]
+            rows.append(
+                {
+                    "mode": "pfft",
+                    "gdims": gdims,
+                    "pdims": "best",
+                    "best_pdims": {"cudecomp": bo["pdims"], "mpi4py-fft": bt["pdims"]},
+                    "dtype": dname,
+                    "kind": bo["kind"],
+                    "direction": d,
+                    "ms": {"cudecomp": ours, "mpi4py-fft": theirs},
+                    "speedup": theirs / ours,
+                }
+            )
+    return rows
+
+
+def _fmt_grid(p: Any) -> str:
+    return p if isinstance(p, str) else f"{p[0]}x{p[1]}"
+
+
+def _print(rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
+    print(f"# --fft-compare, {comm.size} ranks; ms = median of the slowest rank's time per call; x = other/ours (> 1: ours faster)")
+    for r in rows:
+        g = "x".join(map(str, r["gdims"]))
+        if "note" in r:
+            print(f"{r['mode']:<6}{g:<14}{_fmt_grid(r.get('pdims', '-')):<7}{r['dtype']:<6}{r['note']}")
+            continue
+        if r["mode"] == "local":
+            parts = [f"{k} {v:.3f}" + ("" if k == "rustfft" else f" ({r['ratio_vs_rustfft'][k]:.2f}x)") for k, v in r["ms"].items()]
+            kind = r["kind"] + ("" if r["kind"] != "c2c" else "+" if r["direction"] == "forward" else "-")
+            shape = "x".join(map(str, r["shape"]))
+            print(f"local {g:<14}{_fmt_grid(r['pdims']):<7}{r['dtype']:<6}{kind:<5}{shape:<13}" + ", ".join(parts))
+        else:
+            if r["pdims"] == "best":
+                extra = f" (grids: ours {_fmt_grid(r['best_pdims']['cudecomp'])}, theirs {_fmt_grid(r['best_pdims']['mpi4py-fft'])})"
+            else:
+                extra = f" ({r['schedule']}, {r['backend']})"
+            print(
+                f"pfft  {g:<14}{_fmt_grid(r['pdims']):<7}{r['dtype']:<6}{r['kind']:<5}{r['direction']:<9}"
+                f"cudecomp {r['ms']['cudecomp']:.2f} ms, mpi4py-fft(fftw) {r['ms']['mpi4py-fft']:.2f} ms: {r['speedup']:.2f}x{extra}"
+            )
+
+
+def main(args: argparse.Namespace, grids: list[tuple[int, int]]) -> int:
+    """Run the comparison (collective); rank 0 prints it and writes ``--json``."""
+    comm = MPI.COMM_WORLD
+    if not cudecomp.CPU_ONLY:
+        raise SystemExit("--fft-compare compares the CPU variant's FFT; this is the GPU variant")
+    rows: list[dict[str, Any]] = []
+    with cudecomp.Handle(comm) as handle:
+        for gdims in args.gdims:
+            for dname in args.dtypes:
+                if args.fft_compare in ("local", "both"):
+                    for pdims in grids:
+                        rows += _local_rows(comm, handle, gdims, pdims, dname, args)
+                if args.fft_compare in ("pfft", "both"):
+                    rows += _pfft_rows(comm, handle, gdims, grids, dname, args)
+    if comm.rank == 0:
+        _print(rows, comm)
+        if args.json:
+            meta = {"ranks": comm.size, "cudecomp": cudecomp.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+            with open(args.json, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1, default=lambda o: list(o) if isinstance(o, tuple) else str(o))
+    return 0
