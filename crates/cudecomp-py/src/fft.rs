@@ -2,8 +2,8 @@
 //! `cudecomp.fft` runs per rank with ``fft_library="rustfft"`` (the CPU variant's
 //! default).
 
-use cudecomp_core::DataType;
 use cudecomp_core::fft::{self, Complex, Float, Options};
+use cudecomp_core::DataType;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
