@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import gpu_available, requires_data_path
+from conftest import gpu_available, handle_with, requires_data_path
 from cudecomp.fft import FFT, schedule_of
 from oracle import device, factor_pairs, to_host, xp
 
@@ -358,12 +358,12 @@ def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
     # An argument that fails on one rank: it raises its own error, the others name it.
     with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed before"):
         FFT(handle, (6, 6, 6), PDIMS[0], kind="C2C" if last else "c2c")  # type: ignore[arg-type]
-    # Streaming settings decide collective steps: they must agree as well.
+    # Streaming settings decide collective steps: the ranks agree on them when a handle is
+    # made.
     for var, mine, theirs in (("CUDECOMP_FFT_CHUNKS", "3", "4"), ("CUDECOMP_FFT_BACKWARD", "planes", "rows")):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv(var, mine if last else theirs)
-            with pytest.raises(cudecomp.InvalidUsageError, match="differ across ranks"):
-                FFT(handle, (6, 6, 6), PDIMS[0])
+        with pytest.raises(cudecomp.InvalidUsageError, match=f"differ across ranks: .*{var} is"):
+            with handle_with(**{var: mine if last else theirs}):
+                pass
     with FFT(handle, (6, 6, 6), PDIMS[0]) as plan:
         assert plan.forward(plan.zeros_input()).shape == plan.output_info.array_shape
 
@@ -446,8 +446,6 @@ def test_out_without_cupy_plan_lookup(handle: cudecomp.Handle, kind: str, norm: 
 @pytest.mark.parametrize("nz", [10, 40])  # 40 = 8 x 5: the FFT along Z on cudecomp.fft._zfft (10: cuFFT)
 @pytest.mark.parametrize("order", ["rows", "planes"])  # the backward's (CUDECOMP_FFT_BACKWARD)
 def test_streamed_slabs(
-    handle: cudecomp.Handle,
-    monkeypatch: pytest.MonkeyPatch,
     kind: str,
     transposed: bool,
     chunks: str,
@@ -459,12 +457,20 @@ def test_streamed_slabs(
     """GPU slab-xy on DIRECT: 2-D FFTs streamed slab by slab into the exchange (X-fastest Z-pencils)."""
     from cudecomp import _cudecomp as ext
 
-    monkeypatch.setenv("CUDECOMP_FFT_CHUNKS", chunks)
-    monkeypatch.setenv("CUDECOMP_FFT_BACKWARD", order)
-    monkeypatch.setenv("CUDECOMP_FFT_STREAM", "1")  # also where the ranks share a GPU
-    monkeypatch.delenv("CUDECOMP_SINGLE_COPY", raising=False)
-    if shared:  # the plan's small buffers exported too: the copy engine's single copies run
-        monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    settings = {
+        "CUDECOMP_FFT_CHUNKS": chunks,
+        "CUDECOMP_FFT_BACKWARD": order,
+        "CUDECOMP_FFT_STREAM": "1",  # also where the ranks share a GPU
+        "CUDECOMP_SINGLE_COPY": None,
+        # The plan's small buffers exported too: the copy engine's single copies run.
+        "CUDECOMP_SHARED_ARRAY_MIN_BYTES": "0" if shared else None,
+    }
+    with handle_with(**settings) as h:
+        streamed_slab_case(h, kind, transposed, shared, norm, nz, ext)
+
+
+def streamed_slab_case(handle: cudecomp.Handle, kind: str, transposed: bool, shared: bool, norm: str, nz: int, ext: Any) -> None:
+    """One case of :func:`test_streamed_slabs` on ``handle``."""
     gdims = (128, 24, nz)  # chunks of whole (Y, X) rows of >= 4 KiB on up to 6 ranks (r2c: 65 columns)
     plan = make_plan(
         handle, gdims, (1, COMM.size), kind=kind, norm=norm, transposed_out=transposed, backend=cudecomp.TransposeCommBackend.DIRECT
@@ -539,9 +545,14 @@ def test_strided_fft_kernel(dtype: type) -> None:  # pragma: no cover - GPU
 
 @pytest.mark.skipif(cudecomp.CPU_ONLY or COMM.size < 2 or not gpu_available(), reason="GPU slab-xy plans on DIRECT, with peers")
 @pytest.mark.parametrize("setting", ["", "0"])
-def test_streaming_follows_the_gpus(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+def test_streaming_follows_the_gpus(setting: str) -> None:
     """By default slabs stream only where each rank has a GPU of its own; ``0`` never."""
-    monkeypatch.setenv("CUDECOMP_FFT_STREAM", setting)
+    with handle_with(CUDECOMP_FFT_STREAM=setting) as handle:
+        streaming_case(handle, setting)
+
+
+def streaming_case(handle: cudecomp.Handle, setting: str) -> None:
+    """One case of :func:`test_streaming_follows_the_gpus` on ``handle``."""
     plan = make_plan(handle, (16, 8, 8), (1, COMM.size), transposed_out=True, backend=cudecomp.TransposeCommBackend.DIRECT)
     if plan is None:
         return

@@ -20,7 +20,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import gpu_available, requires_data_path
+from conftest import gpu_available, handle_with, requires_data_path
 from cudecomp import TransposeCommBackend
 from cudecomp.fft import FFT
 from oracle import device, factor_pairs, to_host, xp
@@ -92,11 +92,10 @@ def handle_works(handle: cudecomp.Handle) -> None:
 
 
 @pytest.fixture
-def checking_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Grids (and so plans) created inside the test run without the checking mode."""
-    monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "0")
-    yield
-    monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "1")
+def unchecked() -> Iterator[cudecomp.Handle]:
+    """A handle (so grids and plans) without the checking mode, read when it is made."""
+    with handle_with(CUDECOMP_CHECK_COLLECTIVES="0") as h:
+        yield h
 
 
 def run_threads(targets: list[Callable[[], None]]) -> None:
@@ -119,7 +118,7 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
 @pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
 def test_one_plan_from_two_threads(
     handle: cudecomp.Handle,
-    monkeypatch: pytest.MonkeyPatch,
+    unchecked: cudecomp.Handle,
     checking: bool,
     backend: TransposeCommBackend,
     kind: str,
@@ -128,9 +127,7 @@ def test_one_plan_from_two_threads(
     # Two threads calling the same transform of one plan with the same data: the calls
     # take turns, so every result is the single-threaded one (they shared the plan's
     # scratch arrays and interleaved their transposes: wrong numbers, hangs at 3-4 ranks).
-    monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "1" if checking else "0")
-    plan = FFT(handle, THREADS_GDIMS, pdims, kind=kind, backend=backend)
-    monkeypatch.setenv("CUDECOMP_CHECK_COLLECTIVES", "1")
+    plan = FFT(handle if checking else unchecked, THREADS_GDIMS, pdims, kind=kind, backend=backend)
     a, spec = pair(plan)
     back = plan.backward(spec)
     errors: list[BaseException] = []
@@ -294,10 +291,10 @@ def test_argument_error_on_every_rank(
 
 
 @several
-def test_unchecked_argument_error_exchanges_nothing(handle: cudecomp.Handle, checking_off: None) -> None:
+def test_unchecked_argument_error_exchanges_nothing(unchecked: cudecomp.Handle) -> None:
     # Without the checking mode a failing rank raises at once and exchanges nothing: were
     # it to join an agreement, it would wait there while the others run the next forward.
-    with FFT(handle, GDIMS, PDIMS[-1], kind="r2c") as plan:
+    with FFT(unchecked, GDIMS, PDIMS[-1], kind="r2c") as plan:
         a, spec = pair(plan)
         if RANK == 0:
             with pytest.raises(Invalid, match="shape"):
@@ -403,13 +400,10 @@ def test_same_meaning_agrees(handle: cudecomp.Handle, name: str, first: dict[str
     [("CUDECOMP_FFT_BACKWARD", None, "rows"), ("CUDECOMP_FFT_CHUNKS", None, "8"), ("CUDECOMP_FFT_STREAM", None, "auto")],
     ids=["backward", "chunks", "stream"],
 )
-def test_same_settings_agree(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch, var: str, first: str | None, last: str) -> None:
-    # Unset and the value the plan reads when unset mean the same.
-    if RANK == LAST:
-        monkeypatch.setenv(var, last)
-    elif first is None:
-        monkeypatch.delenv(var, raising=False)
-    with FFT(handle, GDIMS, PDIMS[-1]) as plan:
+def test_same_settings_agree(var: str, first: str | None, last: str) -> None:
+    # Unset and the value the plan reads when unset mean the same; the ranks agree on
+    # them when the handle is made.
+    with handle_with(**{var: last if RANK == LAST else first}) as handle, FFT(handle, GDIMS, PDIMS[-1]) as plan:
         still_works(plan)
 
 
@@ -465,11 +459,11 @@ def test_differing_arguments_are_named(
 
 
 @several
-def test_differing_settings_are_named(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CUDECOMP_FFT_CHUNKS", "4" if RANK == LAST else "3")
+def test_differing_settings_are_named(handle: cudecomp.Handle) -> None:
+    # Refused where the handle is made, on every rank, naming the variable and both values.
     with pytest.raises(Invalid, match=f"CUDECOMP_FFT_CHUNKS is 3 on rank 0 and 4 on rank {LAST}"):
-        FFT(handle, GDIMS, PDIMS[-1])
-    monkeypatch.delenv("CUDECOMP_FFT_CHUNKS")
+        with handle_with(CUDECOMP_FFT_CHUNKS="4" if RANK == LAST else "3"):
+            pass
     handle_works(handle)
 
 
@@ -532,14 +526,13 @@ def plan_input_like(kind: str) -> Any:
 
 
 @pytest.mark.skipif(not cudecomp.CPU_ONLY or NRANKS > 1, reason="CPU variant, one rank (forks a child)")
-def test_forked_child_shares_library_arrays(handle: cudecomp.Handle, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forked_child_shares_library_arrays() -> None:
     # What fft.md and cpu.md say: a DIRECT plan's library arrays (node-shared memory from
-    # CUDECOMP_SHARED_ARRAY_MIN_BYTES on) are shared with a child made by fork, NumPy
-    # arrays are copied.
+    # CUDECOMP_SHARED_ARRAY_MIN_BYTES on, a setting read when the handle is made) are
+    # shared with a child made by fork, NumPy arrays are copied.
     import os
 
-    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "1")
-    with FFT(handle, GDIMS, (1, 1), backend=TransposeCommBackend.DIRECT) as plan:
+    with handle_with(CUDECOMP_SHARED_ARRAY_MIN_BYTES="1") as handle, FFT(handle, GDIMS, (1, 1), backend=TransposeCommBackend.DIRECT) as plan:
         shared, private = plan.zeros_input(), np.zeros(plan.input_info.array_shape, plan.input_dtype)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child

@@ -161,6 +161,13 @@ class Handle:
     @property
     def nranks(self) -> int:
         """Number of ranks in the handle's communicator."""
+    @property
+    def _fft_settings(self) -> dict[str, Any]:
+        """The settings of the distributed FFTs (``CUDECOMP_FFT_*``, read with every other
+        setting when the handle was created): a dict with ``stream`` (``None``: where every
+        rank has a GPU of its own; ``True``, ``False``), ``chunks`` (slabs a streamed plan
+        cuts each direction into) and ``backward`` (``"rows"`` or ``"planes"``).
+        """
     def one_node(self) -> bool:
         """Whether every rank of the handle runs on one node (collective).
 

@@ -46,17 +46,29 @@ impl FftBackward {
     }
 }
 
+/// Default of [`FftSettings::chunks`].
+pub const FFT_CHUNKS: usize = 8;
+
 /// Settings of the distributed FFTs of the Python package (`cudecomp.fft`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FftSettings {
-    /// `CUDECOMP_FFT_STREAM`: whether slab-xy plans on DIRECT stream their slabs (`None`:
-    /// where every rank has a GPU of its own).
+    /// `CUDECOMP_FFT_STREAM` (`0`, `1` or `auto`): whether slab-xy plans on DIRECT stream
+    /// their slabs (`None`, `auto`: where every rank has a GPU of its own).
     pub stream: Option<bool>,
-    /// `CUDECOMP_FFT_CHUNKS`: slabs a streamed plan cuts each direction into (`None`: the
-    /// plan's default).
-    pub chunks: Option<usize>,
+    /// `CUDECOMP_FFT_CHUNKS`: slabs a streamed plan cuts each direction into.
+    pub chunks: usize,
     /// `CUDECOMP_FFT_BACKWARD`.
     pub backward: FftBackward,
+}
+
+impl Default for FftSettings {
+    fn default() -> Self {
+        FftSettings {
+            stream: None,
+            chunks: FFT_CHUNKS,
+            backward: FftBackward::Rows,
+        }
+    }
 }
 
 /// Settings of the performance report (`CUDECOMP_ENABLE_PERFORMANCE_REPORT=1`).
@@ -397,12 +409,17 @@ impl Settings {
                 p_col_range: r.range("CUDECOMP_AUTOTUNE_P_COL_RANGE")?,
             },
             fft: FftSettings {
-                stream: r.flag("CUDECOMP_FFT_STREAM")?,
-                chunks: r.number(
-                    "CUDECOMP_FFT_CHUNKS",
-                    1..=usize::MAX,
-                    "a positive number of slabs",
-                )?,
+                stream: match r.text("CUDECOMP_FFT_STREAM").as_deref() {
+                    None | Some("auto") => None,
+                    Some(_) => r.flag("CUDECOMP_FFT_STREAM")?,
+                },
+                chunks: r
+                    .number(
+                        "CUDECOMP_FFT_CHUNKS",
+                        1..=usize::MAX,
+                        "a positive number of slabs",
+                    )?
+                    .unwrap_or(FFT_CHUNKS),
                 backward,
             },
             libraries: LibraryOverrides {
@@ -421,27 +438,43 @@ impl Settings {
     /// which the ranks settle among themselves (none registers unless all do).
     pub fn agreed_fields(&self) -> Fields {
         let a = &self.autotune;
-        Fields::new()
-            .with("CUDECOMP_CHECK_COLLECTIVES", self.check_collectives)
-            .with("CUDECOMP_PIPELINE_SLICE_BYTES", self.pipeline_slice_bytes)
-            .with("CUDECOMP_SINGLE_COPY", self.single_copy)
-            .with("CUDECOMP_MPI_CUDA_AWARE", self.mpi_cuda_aware)
-            .with(
-                "CUDECOMP_USE_COL_MAJOR_RANK_ORDER",
-                self.col_major_rank_order,
-            )
-            .with("CUDECOMP_SIMULATE_NODES", self.nodes.simulate_nodes)
-            .with("CUDECOMP_ENABLE_PERFORMANCE_REPORT", &self.perf)
-            .with(
-                "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
-                &a.transpose_backends,
-            )
-            .with("CUDECOMP_AUTOTUNE_HALO_BACKENDS", &a.halo_backends)
-            .with("CUDECOMP_AUTOTUNE_P_ROW_RANGE", a.p_row_range)
-            .with("CUDECOMP_AUTOTUNE_P_COL_RANGE", a.p_col_range)
-            .with("CUDECOMP_FFT_STREAM", self.fft.stream)
-            .with("CUDECOMP_FFT_CHUNKS", self.fft.chunks)
-            .with("CUDECOMP_FFT_BACKWARD", self.fft.backward)
+        let mut f = Fields::new();
+        let mut add = |name: &str, text: String| f.push(name, text);
+        add(
+            "CUDECOMP_CHECK_COLLECTIVES",
+            shown(&Some(self.check_collectives)),
+        );
+        add(
+            "CUDECOMP_PIPELINE_SLICE_BYTES",
+            shown(&self.pipeline_slice_bytes),
+        );
+        add("CUDECOMP_SINGLE_COPY", format!("{:?}", self.single_copy));
+        add("CUDECOMP_MPI_CUDA_AWARE", shown(&self.mpi_cuda_aware));
+        add(
+            "CUDECOMP_USE_COL_MAJOR_RANK_ORDER",
+            shown(&Some(self.col_major_rank_order)),
+        );
+        add("CUDECOMP_SIMULATE_NODES", shown(&self.nodes.simulate_nodes));
+        add("CUDECOMP_ENABLE_PERFORMANCE_REPORT", shown(&self.perf));
+        add(
+            "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
+            shown(&a.transpose_backends),
+        );
+        add("CUDECOMP_AUTOTUNE_HALO_BACKENDS", shown(&a.halo_backends));
+        add("CUDECOMP_AUTOTUNE_P_ROW_RANGE", shown(&a.p_row_range));
+        add("CUDECOMP_AUTOTUNE_P_COL_RANGE", shown(&a.p_col_range));
+        add("CUDECOMP_FFT_STREAM", shown(&self.fft.stream));
+        add("CUDECOMP_FFT_CHUNKS", self.fft.chunks.to_string());
+        add("CUDECOMP_FFT_BACKWARD", self.fft.backward.name().to_owned());
+        f
+    }
+}
+
+/// A setting's value for messages: `unset`, or the value.
+fn shown<T: std::fmt::Debug>(v: &Option<T>) -> String {
+    match v {
+        None => "unset".to_owned(),
+        Some(x) => format!("{x:?}"),
     }
 }
 
@@ -530,7 +563,7 @@ mod tests {
             ("CUDECOMP_ENABLE_PERFORMANCE_REPORT", "on"),
             ("CUDECOMP_AUTOTUNE_HALO_BACKENDS", "MPI,FAST"),
             ("CUDECOMP_AUTOTUNE_P_ROW_RANGE", "4,2"),
-            ("CUDECOMP_FFT_STREAM", "auto"),
+            ("CUDECOMP_FFT_STREAM", "sometimes"),
             ("CUDECOMP_FFT_CHUNKS", "0"),
             ("CUDECOMP_FFT_BACKWARD", "columns"),
         ] {

@@ -6,6 +6,7 @@ use cudecomp_core as core;
 use cudecomp_core::{Fields, MpiDescription, Settings};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
 use crate::errors::{invalid, log_lines, warn_notices, warn_resource, IntoPy};
@@ -107,6 +108,21 @@ impl Handle {
     #[getter]
     fn nranks(&self) -> usize {
         self.nranks
+    }
+
+    /// The settings of the distributed FFTs (``CUDECOMP_FFT_*``, read with every other
+    /// setting when the handle was created): a dict with ``stream`` (``None``: where every
+    /// rank has a GPU of its own; ``True``, ``False``), ``chunks`` (slabs a streamed plan
+    /// cuts each direction into) and ``backward`` (``"rows"`` or ``"planes"``).
+    #[getter]
+    fn _fft_settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let h = self.live(py)?;
+        let f = &h.settings().fft;
+        let d = PyDict::new(py);
+        d.set_item("stream", f.stream)?;
+        d.set_item("chunks", f.chunks)?;
+        d.set_item("backward", f.backward.name())?;
+        Ok(d)
     }
 
     /// Whether every rank of the handle runs on one node (collective).

@@ -12,7 +12,6 @@ from .._alloc import numpy_dtype
 from .._config import GridDescConfig, _check_elements
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError
-from ._gpu import backward_order, chunks_setting, stream_setting
 
 Kind = Literal["c2c", "r2c"]
 """Transform kind: ``"c2c"`` (complex to complex) or ``"r2c"`` (real to complex; backward is complex to real)."""
@@ -114,9 +113,8 @@ class _PlanArgs:
         the plan uses is compared: of ``config`` its rank order and halo backend (its
         transpose backend is ``backend``'s value when ``backend`` is ``None``; the other
         fields are replaced), and ``autotune_reps`` only where a search runs. The streaming
-        settings (``CUDECOMP_FFT_STREAM``, ``CUDECOMP_FFT_CHUNKS``,
-        ``CUDECOMP_FFT_BACKWARD``) are part of it, as the values the plan reads: they
-        decide collective steps too.
+        settings (``CUDECOMP_FFT_*``) decide collective steps too: the ranks agreed on them
+        when the handle was created.
         """
         base = self.config if self.config is not None else GridDescConfig()
         names = [(b if b is not None else TransposeCommBackend(int(base.transpose_comm_backend))).name for b in self.backends]
@@ -132,9 +130,6 @@ class _PlanArgs:
             ("config.rank_order", base.rank_order.name),
             ("config.halo_comm_backend", base.halo_comm_backend.name),
             ("autotune_reps", str(self.autotune_reps) if search else "unused (no search)"),
-            ("CUDECOMP_FFT_STREAM", stream_setting()),
-            ("CUDECOMP_FFT_CHUNKS", str(chunks_setting())),
-            ("CUDECOMP_FFT_BACKWARD", backward_order()),
         ]
 
 

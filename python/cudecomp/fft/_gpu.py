@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,38 +10,33 @@ import numpy as np
 from .._cudecomp import GridDesc
 from ._zfft import StridedFFT
 
-# Slabs the local FFTs of a streamed transform are cut into (the exchange of one overlaps
-# the FFTs of the next); `CUDECOMP_FFT_CHUNKS` overrides.
-_STREAM_CHUNKS = 8
 
-# How a streamed backward transform overlaps its exchange (`CUDECOMP_FFT_BACKWARD`):
-# "rows", the inverse FFTs along Z in slabs of Y rows, each sent while the next is
-# transformed, then the 2-D inverse FFTs; "planes", the FFT along Z whole, then the
-# exchange landing in slabs of Z planes, each 2-D inverse FFT as its slab lands. Both do
-# the same work; which overlaps more on two GPUs is not measured yet (bench/RESULTS.md),
-# so the default is the one measured.
-_BACKWARD_ORDERS = ("rows", "planes")
+@dataclass(frozen=True)
+class FftSettings:
+    """A handle's settings of the distributed FFTs (``CUDECOMP_FFT_*``, read by the core with
+    every other setting when the handle was created, and agreed across its ranks).
 
+    ``backward`` is how a streamed backward transform overlaps its exchange: ``"rows"``,
+    the inverse FFTs along Z in slabs of Y rows, each sent while the next is transformed,
+    then the 2-D inverse FFTs; ``"planes"``, the FFT along Z whole, then the exchange
+    landing in slabs of Z planes, each 2-D inverse FFT as its slab lands. Both do the same
+    work; which overlaps more on two GPUs is not measured yet, so the default is the one
+    measured.
+    """
 
-def backward_order() -> str:
-    """Return the streamed backward's order, ``CUDECOMP_FFT_BACKWARD`` (``rows`` unless it names another)."""
-    v = os.environ.get("CUDECOMP_FFT_BACKWARD", "").strip()
-    return v if v in _BACKWARD_ORDERS else _BACKWARD_ORDERS[0]
+    stream: str
+    """``"0"`` (off), ``"1"`` (on) or ``"auto"`` (where every rank has a GPU of its own)."""
+    chunks: int
+    """Slabs a streamed plan cuts each direction into."""
+    backward: str
+    """``"rows"`` or ``"planes"``."""
 
-
-def chunks_setting() -> int:
-    """Return the slab count of streamed transforms, ``CUDECOMP_FFT_CHUNKS`` (at least 1; the default where it is no integer)."""
-    try:
-        chunks = int(os.environ.get("CUDECOMP_FFT_CHUNKS", _STREAM_CHUNKS))
-    except ValueError:
-        chunks = _STREAM_CHUNKS
-    return max(1, chunks)
-
-
-def stream_setting() -> str:
-    """Return ``CUDECOMP_FFT_STREAM`` as it is read: ``"0"`` (off), ``"1"`` (on) or ``"auto"`` (anything else)."""
-    v = os.environ.get("CUDECOMP_FFT_STREAM", "").strip()
-    return v if v in ("0", "1") else "auto"
+    @classmethod
+    def of(cls, handle: Any) -> FftSettings:
+        """The settings of ``handle``."""
+        s = handle._fft_settings
+        stream = {None: "auto", True: "1", False: "0"}[s["stream"]]
+        return cls(stream=stream, chunks=int(s["chunks"]), backward=str(s["backward"]))
 
 
 def _stream_ptr(stream: Any) -> int:
@@ -98,8 +93,9 @@ class _SlabStream:
         self.events: list[Any] = []
         self.kernel = StridedFFT()
         self.own: tuple[int, int] | None = None
-        self.chunks = chunks_setting()
-        self.order = backward_order()
+        settings = FftSettings.of(grid.handle)
+        self.chunks = settings.chunks
+        self.order = settings.backward
         # The end of the plan's previous call and the stream it ran on (see `begin`).
         self.done: Any = None
         self.done_on: int | None = None

@@ -18,7 +18,7 @@ from .._cupy import external_stream
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError, NotSupportedError
 from ._args import _REAL, Kind, Norm, _lengths, _parse
-from ._gpu import _SlabStream, _stream_ptr
+from ._gpu import FftSettings, _SlabStream, _stream_ptr
 from ._local import _into, _make_local, _RustLocal
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
 
@@ -200,7 +200,7 @@ class FFT:
         if backend is not None:
             cfg.transpose_comm_backend = backend
         if streams is None:
-            streams = _streams_slabs(cfg, self._own_gpus)
+            streams = _streams_slabs(cfg, FftSettings.of(self._handle), self._own_gpus)
         cfg.transpose_mem_order = _STREAMED_ORDER if streams else _MEM_ORDER[schedule_of(pdims)]
         return cfg, streams
 

@@ -8,7 +8,7 @@ from typing import Literal
 from .._config import GridDescConfig
 from .._cudecomp import CPU_ONLY
 from .._enums import TransposeCommBackend
-from ._gpu import stream_setting
+from ._gpu import FftSettings
 
 Schedule = Literal["local", "slab-xy", "slab-yz", "pencil"]
 """Which sequence of local FFTs and transposes runs (see the `cudecomp.fft` documentation)."""
@@ -31,17 +31,17 @@ _MEM_ORDER: dict[str, tuple[tuple[int, int, int], ...]] = {
 _STREAMED_ORDER = ((0, 1, 2), (0, 1, 2), (0, 1, 2))
 
 
-def _streams_slabs(cfg: GridDescConfig, own_gpus: Callable[[], bool]) -> bool:
+def _streams_slabs(cfg: GridDescConfig, settings: FftSettings, own_gpus: Callable[[], bool]) -> bool:
     """Whether a plan on grid configuration ``cfg`` streams its slabs.
 
     GPU variant, slab-xy, DIRECT, and each rank on a GPU of its own (``own_gpus``, asked
     last: collective) unless ``CUDECOMP_FFT_STREAM=1`` asks for it anyway; ``0`` turns it
     off. Ranks sharing a GPU gain nothing from it (the copy engine and SMs are the same
-    ones) and were measured slower with it.
+    ones).
     """
     pr, pc = (int(v) for v in cfg.pdims)
     backend = TransposeCommBackend(int(cfg.transpose_comm_backend))
-    setting = stream_setting()
+    setting = settings.stream
     if setting == "0" or CPU_ONLY or pr != 1 or pc < 2 or backend != TransposeCommBackend.DIRECT:
         return False
     return setting == "1" or own_gpus()
