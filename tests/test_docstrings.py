@@ -1,10 +1,11 @@
-"""The extension's run-time docstrings (``help()``) say what the stub says.
+"""The stub's docstrings are the extension's, generated from the Rust doc comments.
 
-``python/cudecomp/_cudecomp.pyi`` is what the documentation site shows; the docstrings
-Python sees at run time come from the Rust doc comments in ``crates/cudecomp-py/src``.
-Every class, public method and property of the extension, every dunder the stub
-documents and every documented module function must carry the stub's docstring, compared
-after ``inspect.cleandoc`` on both sides. Run as a script, it prints the mismatches.
+``python/cudecomp/_cudecomp.pyi`` is what the documentation site shows; its docstrings are
+written by ``scripts/stubs.py`` from the run-time docstrings, which PyO3 makes from the
+Rust doc comments in ``crates/cudecomp-py/src``. These tests check that regenerating
+changes nothing, and that every class, public method and property of the extension, every
+dunder the stub documents and every documented module function is in the stub with the
+extension's docstring. Run as a script, it prints the mismatches.
 """
 
 from __future__ import annotations
@@ -79,6 +80,17 @@ def function_mismatches() -> list[str]:
         f = getattr(_cudecomp, name, None)
         found.append(f"{name}: in the stub, not in the extension" if f is None else diff(name, inspect.getdoc(f), doc))
     return [f for f in found if f]
+
+
+def test_regenerating_the_stub_changes_nothing() -> None:
+    sys.path.insert(0, os.path.join(os.path.dirname(STUB), "..", "..", "scripts"))
+    try:
+        import stubs
+    finally:
+        sys.path.pop(0)
+    with open(STUB) as f:
+        text = f.read()
+    assert stubs.regenerate(text, _cudecomp) == text, "run python scripts/stubs.py"
 
 
 def test_stub_lists_the_classes() -> None:

@@ -532,7 +532,8 @@ def test_forked_child_shares_library_arrays() -> None:
     # shared with a child made by fork, NumPy arrays are copied.
     import os
 
-    with handle_with(CUDECOMP_SHARED_ARRAY_MIN_BYTES="1") as handle, FFT(handle, GDIMS, (1, 1), backend=TransposeCommBackend.DIRECT) as plan:
+    direct = TransposeCommBackend.DIRECT
+    with handle_with(CUDECOMP_SHARED_ARRAY_MIN_BYTES="1") as handle, FFT(handle, GDIMS, (1, 1), backend=direct) as plan:
         shared, private = plan.zeros_input(), np.zeros(plan.input_info.array_shape, plan.input_dtype)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child

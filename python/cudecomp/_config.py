@@ -314,7 +314,7 @@ class GridDescConfig(_Struct):
 
     @classmethod
     def _from_export(cls, values: dict[str, Any]) -> GridDescConfig:
-        """A configuration holding what ``_export`` gives (the core's resolved configuration)."""
+        """Return a configuration holding what ``_export`` gives (the core's resolved configuration)."""
         cfg = cls()
         cfg.gdims[...] = values["gdims"]
         cfg.gdims_dist[...] = values["gdims_dist"]

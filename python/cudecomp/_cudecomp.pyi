@@ -163,8 +163,9 @@ class Handle:
         """Number of ranks in the handle's communicator."""
     @property
     def _fft_settings(self) -> dict[str, Any]:
-        """The settings of the distributed FFTs (``CUDECOMP_FFT_*``, read with every other
-        setting when the handle was created): a dict with ``stream`` (``None``: where every
+        """The settings of the distributed FFTs (``CUDECOMP_FFT_*``).
+
+        Read with every other setting when the handle was created: a dict with ``stream`` (``None``: where every
         rank has a GPU of its own; ``True``, ``False``), ``chunks`` (slabs a streamed plan
         cuts each direction into) and ``backward`` (``"rows"`` or ``"planes"``).
         """

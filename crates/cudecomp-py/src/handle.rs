@@ -110,8 +110,9 @@ impl Handle {
         self.nranks
     }
 
-    /// The settings of the distributed FFTs (``CUDECOMP_FFT_*``, read with every other
-    /// setting when the handle was created): a dict with ``stream`` (``None``: where every
+    /// The settings of the distributed FFTs (``CUDECOMP_FFT_*``).
+    ///
+    /// Read with every other setting when the handle was created: a dict with ``stream`` (``None``: where every
     /// rank has a GPU of its own; ``True``, ``False``), ``chunks`` (slabs a streamed plan
     /// cuts each direction into) and ``backward`` (``"rows"`` or ``"planes"``).
     #[getter]

@@ -120,7 +120,7 @@ def _local_rows(
             methods["forward"][name] = (functools.partial(L.c2c, x, (2,), False, out_f), None)
             methods["backward"][name] = (functools.partial(L.c2c, spec, (2,), True, out_b), None)
     try:
-        import pyfftw  # type: ignore[import-not-found]
+        import pyfftw  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         fi, fo = pyfftw.empty_aligned(shape, x.dtype), pyfftw.empty_aligned(sshape, cdt)
         bi, bo = pyfftw.empty_aligned(sshape, cdt), pyfftw.empty_aligned(shape, x.dtype)
@@ -158,7 +158,7 @@ def _pfft_grid(
     comm: MPI.Comm, handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], dname: str, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     """Rows of cudecomp.fft against mpi4py-fft's PFFT (FFTW) on one process grid, forward and backward (collective)."""
-    from mpi4py_fft import PFFT, newDistArray  # type: ignore[import-not-found]
+    from mpi4py_fft import PFFT, newDistArray  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
     from cudecomp.fft import FFT
 

@@ -13,10 +13,10 @@ from ._zfft import StridedFFT
 
 @dataclass(frozen=True)
 class FftSettings:
-    """A handle's settings of the distributed FFTs (``CUDECOMP_FFT_*``, read by the core with
-    every other setting when the handle was created, and agreed across its ranks).
+    """A handle's settings of the distributed FFTs (``CUDECOMP_FFT_*``).
 
-    ``backward`` is how a streamed backward transform overlaps its exchange: ``"rows"``,
+    The core reads them with every other setting when the handle is created, and the
+    ranks agree on them. ``backward`` is how a streamed backward transform overlaps its exchange: ``"rows"``,
     the inverse FFTs along Z in slabs of Y rows, each sent while the next is transformed,
     then the 2-D inverse FFTs; ``"planes"``, the FFT along Z whole, then the exchange
     landing in slabs of Z planes, each 2-D inverse FFT as its slab lands. Both do the same
@@ -33,7 +33,7 @@ class FftSettings:
 
     @classmethod
     def of(cls, handle: Any) -> FftSettings:
-        """The settings of ``handle``."""
+        """Return the settings of ``handle``."""
         s = handle._fft_settings
         stream = {None: "auto", True: "1", False: "0"}[s["stream"]]
         return cls(stream=stream, chunks=int(s["chunks"]), backward=str(s["backward"]))
