@@ -32,7 +32,7 @@ NRANKS = COMM.size
 RANK = COMM.rank
 LAST = NRANKS - 1
 PDIMS = factor_pairs(NRANKS)
-GDIMS = (8, 6, 6)  # every process grid of 1-4 ranks leaves every pencil non-empty
+GDIMS = (12, 6, 6)  # every process grid of 1-6 ranks leaves every pencil non-empty (r2c: 7 spectral X)
 THREADS_GDIMS = (16, 12, 12)  # calls long enough for two threads' calls to overlap
 Invalid = cudecomp.InvalidUsageError
 BACKENDS = [TransposeCommBackend.MPI_P2P, TransposeCommBackend.DIRECT]
@@ -420,7 +420,7 @@ def differing() -> list[tuple[str, dict[str, Any], dict[str, Any], str]]:
         ("kind", {}, {"kind": "r2c"}, "kind is c2c on rank 0 and r2c"),
         ("norm", {}, {"norm": "ortho"}, "norm is backward on rank 0 and ortho"),
         ("transposed_out", {}, {"transposed_out": True}, "transposed_out is False on rank 0 and True"),
-        ("gdims", {}, {"gdims": (8, 6, 7)}, "gdims is (8, 6, 6) on rank 0 and (8, 6, 7)"),
+        ("gdims", {}, {"gdims": (12, 6, 7)}, "gdims is (12, 6, 6) on rank 0 and (12, 6, 7)"),
         ("pdims", {"pdims": p0}, {"pdims": p1}, f"pdims is {p0} on rank 0 and {p1}"),
         ("pdims auto", {"pdims": None}, {"pdims": p1}, f"pdims is None (autotuned) on rank 0 and {p1}"),
         ("dtype", {}, {"dtype": np.complex64}, "dtype is complex128 on rank 0 and complex64"),
