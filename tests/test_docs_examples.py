@@ -1,8 +1,9 @@
 """The documentation's example programs (docs/snippets) and the README's example run as shown.
 
 They are complete programs written for 4 ranks and NumPy arrays: they run under
-``mpiexec -n 4`` with the CPU variant and skip otherwise. The GPU example is only
-compiled here (it needs CuPy and GPUs).
+``mpiexec -n 4`` with the CPU variant and skip otherwise. The GPU examples run where the
+GPU variant has a GPU for every rank (one rank on one GPU, too), and are compiled
+everywhere.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
+from conftest import gpu_available
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SNIPPETS = os.path.join(ROOT, "docs", "snippets")
@@ -43,6 +45,22 @@ def test_gpu_example_compiles(name: str) -> None:
     path = os.path.join(SNIPPETS, name)
     with open(path) as f:
         compile(f.read(), path, "exec")
+
+
+def _gpu_per_rank() -> bool:
+    """Whether the GPU variant runs here with a GPU for every rank (what NCCL needs)."""
+    if cudecomp.CPU_ONLY or not gpu_available():
+        return False
+    with cudecomp.Handle(MPI.COMM_WORLD) as h:
+        return MPI.COMM_WORLD.size == 1 or h.one_gpu_per_rank()
+
+
+@pytest.mark.parametrize("name", GPU_EXAMPLES)
+def test_gpu_example_runs(name: str) -> None:
+    if not _gpu_per_rank():
+        pytest.skip("the GPU examples need the GPU variant and a GPU for every rank")
+    runpy.run_path(os.path.join(SNIPPETS, name), run_name="__main__")
+    MPI.COMM_WORLD.Barrier()
 
 
 def readme_blocks() -> list[str]:

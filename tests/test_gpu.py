@@ -148,6 +148,15 @@ class DLPackOnly:
         return self._arr.__dlpack_device__()
 
 
+class LegacyDLPack(DLPackOnly):
+    """A DLPack exporter older than DLPack 1.0: its capsules say nothing about writing."""
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        if "max_version" in kwargs:
+            raise TypeError("max_version")
+        return self._arr.__dlpack__(*args, **kwargs)
+
+
 @needs_gpu
 def test_dlpack_inputs(grid: cudecomp.GridDesc) -> None:
     import cupy as cp
@@ -155,8 +164,13 @@ def test_dlpack_inputs(grid: cudecomp.GridDesc) -> None:
     x, y, want = pencils(grid)
     grid.transpose_x_to_y(DLPackOnly(x), y)
     assert np.array_equal(cp.asnumpy(y), want)
+    # A DLPack 1.0 export says whether it may be written (CuPy's are writable): an output.
+    y[...] = 0
+    grid.transpose_x_to_y(x, DLPackOnly(y))
+    assert np.array_equal(cp.asnumpy(y), want)
+    # An older export says nothing: refused as an output, on every rank.
     with pytest.raises(cudecomp.InvalidUsageError, match="DLPack"):
-        grid.transpose_x_to_y(x, DLPackOnly(y))
+        grid.transpose_x_to_y(x, LegacyDLPack(y))
     with pytest.raises(TypeError):  # NumPy exports DLPack too, on the host
         grid.transpose_x_to_y(DLPackOnly(x.get()), y)
     check_works(grid)
