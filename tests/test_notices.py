@@ -1,7 +1,7 @@
 """The library's advice reaches the user as ``RuntimeWarning`` at ``create_grid``, once.
 
 The advice itself (e.g. NVSHMEM started on a rank bound to one core, checked in Rust and on
-the GPU machine, bench/RESULTS.md) is queued wherever the library finds it; this checks the
+the GPU machine) is queued wherever the library finds it; this checks the
 way out: the next grid creation warns, each text once per process."""
 
 from __future__ import annotations

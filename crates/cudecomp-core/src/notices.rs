@@ -36,9 +36,9 @@ pub fn cores_allowed() -> usize {
 }
 
 /// The advice for a rank that starts NVSHMEM while allowed `cores` CPU cores: `None` from
-/// two on. Measured on 2×H200 with Open MPI's default one-core binding: every backend of
-/// the process 2.3× slower in about half the runs (NVSHMEM's proxy thread polls on the
-/// core the library's host thread needs).
+/// two on. With Open MPI's default one-core binding every backend of the process slows
+/// down in many runs: NVSHMEM's proxy thread polls on the core the library's host thread
+/// needs (figures: the benchmark record).
 pub fn nvshmem_binding(cores: usize) -> Option<String> {
     (cores < 2).then(|| format!(
         "NVSHMEM started on a rank bound to {cores} CPU core: NVSHMEM's proxy thread polls on the core the library's host thread needs, which can make every transfer of the process (all backends) up to 2.4x slower; give each rank at least two cores (Open MPI: mpirun --bind-to none, or --map-by slot:PE=2; Slurm: --cpus-per-task=2)"

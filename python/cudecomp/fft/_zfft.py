@@ -1,12 +1,11 @@
 """A GPU FFT along the slowest axis of an array whose other axes are contiguous, with a scale fused.
 
 The X-fastest Z-pencil of the streamed slab-xy schedule transforms along Z with a stride
-of a whole plane between consecutive elements. cuFFT's strided plan takes 6.3 ms for the
-8 GiB of complex128 of one rank's half of 1024^3 on an H200 (a copy: 4.0 ms), and cannot
-fuse the norm's scale without JIT callbacks, which the cuFFT of CUDA 13.0 rejects, so a
-scaled transform costs a second pass (10.2 ms in all; bench/RESULTS.md). This kernel
-reads and writes the array once, scale included (6.5-7.0 ms in place, 5.7-5.9 out of
-place or in slabs of rows): a block takes a few
+of a whole plane between consecutive elements. cuFFT's strided plan is well short of a
+copy's speed there, and cannot fuse the norm's scale without JIT callbacks, which the
+cuFFT of CUDA 13.0 rejects, so a scaled transform costs a second pass. This kernel
+reads and writes the array once, scale included, near a copy's time (figures: the
+benchmark record): a block takes a few
 neighbouring columns (one element of every Z plane each), so every load and store of a
 warp covers 128-byte stretches of rows, and transforms them as ``N = R * S`` (the
 four-step split): ``S`` threads per column each do an ``R``-point DFT in registers over
@@ -18,9 +17,8 @@ double precision on the host, so results match cuFFT's accuracy.
 
 Rows of the input may be read from, and rows of the output written to, a second array
 (``a_rows``, ``out_rows``): the streamed transforms' own cells stay in the Y-pencil, so
-the exchange need not copy them into the Z-pencil (``own_cells=False``). Out of place,
-with half the rows in the Y-pencil, it takes 6.3 ms there unscaled (cuFFT on the
-Z-pencil alone: 5.9 ms, after a 2.7 ms copy of those rows). Lengths from 16 to 1024
+the exchange need not copy them into the Z-pencil (``own_cells=False``), which saves
+the copy of those rows that cuFFT on the Z-pencil alone would need. Lengths from 16 to 1024
 made of factors 2, 3 and 5 that split into two factors of at most 32 take this path
 (``supported``); others stay with cuFFT.
 """
@@ -231,9 +229,9 @@ class StridedFFT:
 
     ``columns`` per block: by default 128 bytes of each row (8 complex128 or 16
     complex64). Narrower blocks read rows in stretches too short for the memory (64-byte
-    stretches: 1.8 times a copy's time on an H200), and wider ones need more shared
+    stretches were measured far slower than a copy), and wider ones need more shared
     memory than a block has; two blocks of 8 columns sharing their tiles through
-    distributed shared memory were measured slower (bench/RESULTS.md). On GPUs with
+    distributed shared memory were measured slower. On GPUs with
     less shared memory per block (V100: 96 KiB) the columns are halved until the tile
     fits, and lengths whose tile fits nowhere stay with cuFFT (``takes``).
     """

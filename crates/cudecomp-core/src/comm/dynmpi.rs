@@ -499,9 +499,7 @@ pub const MPI_LIB_ENV: &str = "CUDECOMP_MPI_LIB";
 fn default_libraries() -> [&'static str; 2] {
     const OMPI: &str = "libmpi.so.40";
     const MPICH: &str = "libmpi.so.12";
-    let mpich_launcher = std::env::var_os("PMI_RANK").is_some()
-        && std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none();
-    if mpich_launcher {
+    if crate::settings::mpich_launcher() {
         [MPICH, OMPI]
     } else {
         [OMPI, MPICH]
@@ -537,9 +535,9 @@ impl MpiSession {
     /// first of `libmpi.so.40` (Open MPI) and `libmpi.so.12` (MPICH ABI) that loads, and
     /// initialises MPI (`MPI_THREAD_MULTIPLE` requested) unless it already is.
     pub fn init() -> Result<MpiSession> {
-        match std::env::var(MPI_LIB_ENV) {
-            Ok(path) if !path.trim().is_empty() => MpiSession::init_library(path.trim()),
-            _ => {
+        match crate::settings::mpi_library() {
+            Some(path) => MpiSession::init_library(&path),
+            None => {
                 let mut errors = Vec::new();
                 for name in default_libraries() {
                     match MpiSession::init_library(name) {

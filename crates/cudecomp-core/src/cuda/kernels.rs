@@ -333,7 +333,7 @@ impl Mover for DeviceMover<'_> {
         let mut ds: [i64; 3] = order.map(|g| c.dst_strides[g]);
         // Beside NCCL, copies keep to half the SMs, in blocks of 1024 threads (256 along the
         // row, 4 rows) to keep enough loads in flight: a copy on all SMs stretches the NCCL
-        // exchange beside it far more than it gains (measured: bench/RESULTS.md).
+        // exchange beside it far more than it gains (measured; see the benchmark record).
         let background = self.background.load(Ordering::Relaxed);
         let rows: i64 = if background { 4 } else { 1 };
         let (f, grid, block) = if tiled {

@@ -177,7 +177,7 @@ impl Nccl {
 /// Device memory from `ncclMemAlloc`, registered with a communicator: NCCL then moves
 /// point-to-point messages between registered buffers of GPUs joined by NVLink without
 /// staging them through its own buffers, and with fewer SMs (measured with
-/// `bench/probes/nccl_register.py`: bench/RESULTS.md). Deregistered and freed on drop,
+/// `bench/probes/nccl_register.py`). Deregistered and freed on drop,
 /// which must precede [`Nccl::destroy`].
 pub struct RegisteredAlloc {
     nccl: Arc<Nccl>,

@@ -108,7 +108,7 @@ impl HaloRun<'_> {
         let p = self.plan;
         let e = self.elem as i64;
         // Dense faces go whole: with no packing to overlap, slices only add copies and
-        // signals; packed faces gain from slices (measured: bench/RESULTS.md).
+        // signals; packed faces gain from slices (measured; see the benchmark record).
         let n = if p.faces_dense() {
             1
         } else {

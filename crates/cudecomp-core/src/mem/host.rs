@@ -238,7 +238,7 @@ unsafe fn kernel<T: Copy>(src: *const u8, dst: *mut u8, c: &Copy3, stream: bool)
 }
 
 /// Rows shorter than a cache line are copied through the cache even in streaming mode.
-/// Short rows still stream well when they fill whole lines (measured: bench/RESULTS.md).
+/// Short rows still stream well when they fill whole lines (measured; see the benchmark record).
 const STREAM_MIN_ROW: i64 = 64;
 
 /// Copies `n` bytes with stores that bypass the cache (no read-for-ownership of the
