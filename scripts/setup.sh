@@ -10,7 +10,8 @@ BASE_PKGS=(numpy scipy pytest==9.2.0 pytest-timeout==2.4.0 mpi4py==4.1.2 maturin
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-log() { printf '\n==> %s\n' "$*"; }
+# log MESSAGE: a step's heading, with the seconds since the script started.
+log() { printf '\n==> [%4d s] %s\n' "$SECONDS" "$*"; }
 
 # make_venv NAME [FAMILY]: a venv under .venv/NAME with an MPI family (default NAME) from PyPI.
 make_venv() {

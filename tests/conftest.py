@@ -1,5 +1,18 @@
-"""Shared fixtures. Under mpiexec every rank runs every test; a failure on one rank
-aborts the whole job so that the others never wait forever in a collective."""
+"""Shared fixtures and the test matrix.
+
+Which tests run where (markers registered in pyproject.toml):
+
+- unmarked tests do not depend on the rank count: they run in the serial pass alone
+  (``pytest tests``) and are deselected under ``mpiexec -n N`` with N > 1;
+- ``@pytest.mark.mpi`` marks rank-sensitive tests (exchanges, halos, agreement,
+  autotuning, FFT schedules): they run serially and under every rank count;
+  ``mpi(min_ranks=k)`` skips them below ``k`` ranks, ``mpi(ranks=(…))`` runs them at those
+  counts only;
+- ``@pytest.mark.gpu`` tests skip without the GPU variant and a GPU;
+- ``@pytest.mark.slow`` marks the slowest few (``-m "not slow"`` for a quick pass).
+
+Under mpiexec every rank runs the same tests; a failure on one rank aborts the whole job
+so that the others never wait forever in a collective."""
 
 from __future__ import annotations
 
@@ -57,6 +70,42 @@ def pytest_configure(config: pytest.Config) -> None:
     if MPI.COMM_WORLD.size > 1 and not config.option.basetemp:
         job = MPI.COMM_WORLD.bcast(os.getpid())
         config.option.basetemp = os.path.join(tempfile.gettempdir(), f"cudecomp-pytest-{job}-rank{MPI.COMM_WORLD.rank}")
+
+
+def _runs_here(item: pytest.Item, nranks: int) -> bool | str:
+    """True where ``item`` runs on ``nranks`` ranks, False where it is deselected, or the
+    reason it is skipped (rank-sensitive tests seen in the serial pass, to be run under MPI)."""
+    mark = item.get_closest_marker("mpi")
+    if mark is None:
+        return nranks == 1
+    lo, ranks = mark.kwargs.get("min_ranks", 1), mark.kwargs.get("ranks")
+    if nranks >= lo and (ranks is None or nranks in ranks):
+        return True
+    if nranks == 1:
+        counts = ", ".join(map(str, ranks)) if ranks is not None else f"{lo} or more"
+        return f"rank-sensitive: runs under mpiexec on {counts} ranks"
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    nranks = MPI.COMM_WORLD.size
+    gpu = None
+    kept, dropped = [], []
+    for item in items:
+        verdict = _runs_here(item, nranks)
+        if verdict is False:
+            dropped.append(item)
+            continue
+        if isinstance(verdict, str):
+            item.add_marker(pytest.mark.skip(reason=verdict))
+        if item.get_closest_marker("gpu") is not None:
+            gpu = gpu_available() if gpu is None else gpu
+            if not gpu:
+                item.add_marker(pytest.mark.skip(reason="needs the GPU variant and a GPU"))
+        kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.hookimpl(hookwrapper=True)

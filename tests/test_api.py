@@ -226,6 +226,7 @@ def test_options_field_errors(field: str, value: object, exc: type[Exception]) -
 # ---------------------------------------------------------------- handle and grid lifecycle
 
 
+@pytest.mark.mpi
 @requires_data_path()
 def test_handle_properties_and_context_manager(comm: MPI.Comm) -> None:
     with cudecomp.Handle(comm) as h:
@@ -246,6 +247,7 @@ def test_handle_argument_errors(comm: MPI.Comm) -> None:
         cudecomp.Handle(MPI.COMM_NULL)
 
 
+@pytest.mark.mpi
 @requires_data_path()
 def test_handle_on_sub_communicator(comm: MPI.Comm) -> None:
     sub = comm.Split(comm.rank % 2, comm.rank)
@@ -274,6 +276,7 @@ def test_create_grid_writes_back_resolved_values(handle: cudecomp.Handle) -> Non
     g.destroy()
 
 
+@pytest.mark.mpi
 @requires_data_path()
 def test_use_after_destroy_and_finalize(comm: MPI.Comm) -> None:
     handle = cudecomp.Handle(comm)
@@ -354,6 +357,7 @@ def quick_options(**kw: object) -> cudecomp.GridDescAutotuneOptions:
     return o
 
 
+@pytest.mark.mpi
 def test_autotune_process_grid(handle: cudecomp.Handle, capfd: pytest.CaptureFixture[str]) -> None:
     cfg = base_config()
     cfg.pdims = (0, 0)
@@ -368,6 +372,7 @@ def test_autotune_process_grid(handle: cudecomp.Handle, capfd: pytest.CaptureFix
     still_works(handle)
 
 
+@pytest.mark.mpi
 def test_autotune_backends_and_halo_mode(handle: cudecomp.Handle) -> None:
     cfg = base_config()
     g = handle.create_grid(cfg, quick_options(autotune_transpose_backend=True, autotune_halo_backend=True, halo_extents=(1, 1, 1)))
@@ -381,6 +386,7 @@ def test_autotune_backends_and_halo_mode(handle: cudecomp.Handle) -> None:
     g.destroy()
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "spec, expect",
     [
@@ -398,6 +404,7 @@ def test_autotune_backend_filter(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch
     assert cfg.transpose_comm_backend is TransposeCommBackend[expect]
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize(
     "var, value",
     [
@@ -417,6 +424,7 @@ def test_autotune_filter_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch,
         still_works(h)
 
 
+@pytest.mark.mpi
 def test_autotune_filter_leaving_no_grid(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDECOMP_AUTOTUNE_P_COL_RANGE", "1000,2000")
     with cudecomp.Handle(comm) as h:
@@ -427,6 +435,7 @@ def test_autotune_filter_leaving_no_grid(comm: MPI.Comm, monkeypatch: pytest.Mon
         still_works(h)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("value", ["0", "-4096", "32MiB"])
 def test_pipeline_slice_bytes_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", value)
@@ -437,6 +446,7 @@ def test_pipeline_slice_bytes_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyP
         still_works(h)
 
 
+@pytest.mark.mpi
 def test_empty_settings_mean_unset(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
     """A variable set to nothing (``VAR=``) leaves its default, as if unset."""
     for var in ("CUDECOMP_PIPELINE_SLICE_BYTES", "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", "CUDECOMP_SINGLE_COPY"):
@@ -445,7 +455,7 @@ def test_empty_settings_mean_unset(comm: MPI.Comm, monkeypatch: pytest.MonkeyPat
         still_works(h)
 
 
-@pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
+@pytest.mark.mpi(min_ranks=2)
 @pytest.mark.parametrize("other", ["65536", "bogus"])
 def test_pipeline_slice_bytes_must_agree(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", other if comm.rank == 1 else "4096")
@@ -459,6 +469,7 @@ def test_pipeline_slice_bytes_must_agree(comm: MPI.Comm, monkeypatch: pytest.Mon
         still_works(h)
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="host copy threads are the CPU variant's")
 @pytest.mark.parametrize("bad", ["0", "four", "-2"])
 def test_host_threads_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
@@ -471,6 +482,7 @@ def test_host_threads_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, ba
         still_works(h)
 
 
+@pytest.mark.mpi
 def test_autotune_no_valid_grid(handle: cudecomp.Handle) -> None:
     if NRANKS == 1:
         pytest.skip("one rank always has a valid grid")
@@ -482,7 +494,7 @@ def test_autotune_no_valid_grid(handle: cudecomp.Handle) -> None:
     still_works(handle)
 
 
-@pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
+@pytest.mark.mpi(min_ranks=2)
 def test_mismatched_configs_raise_on_every_rank(handle: cudecomp.Handle, comm: MPI.Comm) -> None:
     cfg = base_config()
     if comm.rank == 1:
@@ -497,6 +509,7 @@ def test_mismatched_configs_raise_on_every_rank(handle: cudecomp.Handle, comm: M
 # ---------------------------------------------------------------- queries
 
 
+@pytest.mark.mpi
 def test_pencil_info_fields(grid: cudecomp.GridDesc) -> None:
     info = grid.get_pencil_info(1, (1, 2, 0), (0, 0, 3))
     assert info.halo_extents == (1, 2, 0) and info.padding == (0, 0, 3)
@@ -528,6 +541,7 @@ def test_pencil_info_errors(handle: cudecomp.Handle, grid: cudecomp.GridDesc, ar
     still_works(handle)
 
 
+@pytest.mark.mpi
 def test_workspace_sizes(grid: cudecomp.GridDesc, handle: cudecomp.Handle) -> None:
     assert grid.get_transpose_workspace_size() > 0
     assert grid.get_halo_workspace_size(0, (1, 1, 1)) >= 0
@@ -538,6 +552,7 @@ def test_workspace_sizes(grid: cudecomp.GridDesc, handle: cudecomp.Handle) -> No
     still_works(handle)
 
 
+@pytest.mark.mpi
 def test_shifted_rank(grid: cudecomp.GridDesc, handle: cudecomp.Handle, comm: MPI.Comm) -> None:
     assert grid.get_shifted_rank(0, 0, 0, False) == comm.rank
     assert grid.get_shifted_rank(0, 0, 1, False) == -1
@@ -556,6 +571,7 @@ def test_shifted_rank(grid: cudecomp.GridDesc, handle: cudecomp.Handle, comm: MP
     still_works(handle)
 
 
+@pytest.mark.mpi
 @requires_cpu_variant()
 def test_malloc_and_free(handle: cudecomp.Handle, grid: cudecomp.GridDesc, comm: MPI.Comm) -> None:
     buf = handle.malloc(grid, 1024)
@@ -651,6 +667,7 @@ def test_transpose_argument_errors(
     assert np.array_equal(grid.transpose_x_to_y(x, y), make(grid.get_pencil_info(1), GDIMS, DataType.DOUBLE))
 
 
+@pytest.mark.mpi
 @requires_cpu_variant()
 def test_empty_pencil_transposes_not_supported(handle: cudecomp.Handle, comm: MPI.Comm) -> None:
     cfg = base_config()
@@ -669,5 +686,10 @@ def test_empty_pencil_transposes_not_supported(handle: cudecomp.Handle, comm: MP
 @requires_cpu_variant()
 def test_streams_are_accepted_and_ignored(grid: cudecomp.GridDesc) -> None:
     x, y = pencils(grid)
+    ix, iy = grid.get_pencil_info(0), grid.get_pencil_info(1)
     for s in (None, 0, 7):
-        grid.transpose_x_to_y(x, y, stream=s)
+        y[...] = -1.0
+        assert grid.transpose_x_to_y(x, y, stream=s) is y
+        assert np.array_equal(y, make(iy, GDIMS, DataType.DOUBLE)), f"stream={s}"
+        assert np.array_equal(x, make(ix, GDIMS, DataType.DOUBLE)), f"stream={s}: input changed"
+

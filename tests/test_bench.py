@@ -47,6 +47,11 @@ LEGACY_FIELDS = [
 
 has_matplotlib = importlib.util.find_spec("matplotlib") is not None
 
+# Runs of the CLI whose rows depend on the rank count (process grids, empty pencils, work
+# on rank 0 alone): one rank, a pair, and four (a 2x2 grid). The exchanges themselves are
+# the engine suites' to check at every rank count.
+collective = pytest.mark.mpi(ranks=(1, 2, 4))
+
 
 def shared_dir(tmp: os.PathLike[str]) -> str:
     """Rank 0's temporary directory, on every rank (it is the one that writes)."""
@@ -67,6 +72,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     comm.Barrier()
 
 
+@collective
 @requires_data_path()
 def test_bench_smoke(measured: dict[str, Any] | None) -> None:
     if measured is None:
@@ -81,6 +87,7 @@ def test_bench_smoke(measured: dict[str, Any] | None) -> None:
     assert tuned[0]["backend"] in {b.name for b in cudecomp.TransposeCommBackend}
 
 
+@collective
 @requires_data_path()
 def test_json_and_csv_keep_every_earlier_field(measured: dict[str, Any] | None) -> None:
     if measured is None:
@@ -100,6 +107,7 @@ def expected_distributed(op: str, pdims: list[int]) -> bool:
     return {"xy": pdims[0], "yx": pdims[0], "yz": pdims[1], "zy": pdims[1], "hx": 1, "hy": pdims[0], "hz": pdims[1]}[op] > 1
 
 
+@collective
 @requires_data_path()
 def test_each_percentage_uses_the_ceiling_of_its_kind(measured: dict[str, Any] | None) -> None:
     if measured is None:
@@ -128,6 +136,7 @@ def test_each_percentage_uses_the_ceiling_of_its_kind(measured: dict[str, Any] |
         assert math.isclose(r["pct_of_ceiling"], 100 * r["gbps_per_rank"] / r["ceiling_gbps"], rel_tol=1e-9)
 
 
+@collective
 @requires_data_path()
 def test_baselines_only_beside_distributed_x_to_y(measured: dict[str, Any] | None) -> None:
     if measured is None:
@@ -145,6 +154,7 @@ def test_baselines_only_beside_distributed_x_to_y(measured: dict[str, Any] | Non
     assert not any(r["op"] == "xy" and r["pdims"][0] == 1 and r["distributed"] for r in rows)
 
 
+@collective
 @requires_data_path()
 def test_graph_rows_time_replays_beside_eager_calls(tmp_path: os.PathLike[str]) -> None:
     """GPU: ``--graph`` adds an ``op-graph`` row per capturable row; DIRECT's distributed ones say why they were skipped."""
@@ -170,6 +180,7 @@ def test_graph_rows_time_replays_beside_eager_calls(tmp_path: os.PathLike[str]) 
     MPI.COMM_WORLD.Barrier()
 
 
+@collective
 @requires_data_path()
 def test_fft_op_times_forward_and_backward_beside_one_device(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(shared_dir(tmp_path), "fft.json")
@@ -197,6 +208,7 @@ def test_fft_op_times_forward_and_backward_beside_one_device(tmp_path: os.PathLi
     MPI.COMM_WORLD.Barrier()
 
 
+@collective
 @requires_data_path()
 def test_library_arrays_run_single_copies(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """``--alloc library`` times transposes between ``empty_pencil`` arrays (single copies with DIRECT)."""
@@ -325,6 +337,7 @@ serial_only = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @serial_only
 @pytest.mark.parametrize(
     "argv, message",
@@ -345,6 +358,7 @@ def test_cli_usage_errors_exit_2_with_one_line(argv: list[str], message: str) ->
     assert last.startswith("python -m cudecomp.bench: error: ") and message in last, r.stderr
 
 
+@pytest.mark.slow
 @serial_only
 @requires_data_path()
 def test_cli_skips_halo_rows_whose_extent_exceeds_a_ranks_cells() -> None:
@@ -357,6 +371,7 @@ def test_cli_skips_halo_rows_whose_extent_exceeds_a_ranks_cells() -> None:
     assert "skipped" not in lines["hy"] and "skipped" not in lines["hz"] and "skipped" not in lines["xy"]
 
 
+@pytest.mark.slow
 @serial_only
 @requires_data_path()
 def test_cli_runs_grids_thinner_than_the_ranks_default_ops() -> None:
@@ -373,6 +388,7 @@ def has_empty_pencil(gdims: tuple[int, int, int], pdims: tuple[int, int]) -> boo
     return y < r or z < c or x < r or y < c
 
 
+@collective
 @requires_data_path()
 @pytest.mark.parametrize("ops", [["xy", "yz", "zy", "yx", "halo"], ["xy"], ["halo"]])
 def test_grids_with_empty_pencils_give_skipped_rows(ops: list[str], tmp_path: os.PathLike[str]) -> None:
@@ -401,6 +417,7 @@ def test_grids_with_empty_pencils_give_skipped_rows(ops: list[str], tmp_path: os
     MPI.COMM_WORLD.Barrier()
 
 
+@collective
 @requires_data_path()
 def test_halo_extent_beyond_a_ranks_cells_skips_those_rows(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(shared_dir(tmp_path), "halo.json")
@@ -480,6 +497,7 @@ def test_progress_without_tqdm_or_as_lines_writes_no_carriage_return(monkeypatch
     assert tty.getvalue() == ""
 
 
+@pytest.mark.slow
 @requires_data_path()
 def test_cli_writes_no_progress_bar_into_a_pipe(capfd: pytest.CaptureFixture[str]) -> None:
     argv = ["--gdims", "8^3", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "xy", "--reps", "1", "--warmup", "0"]
@@ -515,6 +533,7 @@ def test_plot_renders_heatmaps_and_small_multiples(tmp_path: os.PathLike[str]) -
     MPI.COMM_WORLD.Barrier()
 
 
+@collective
 def test_work_on_rank_0_alone_fails_on_every_rank() -> None:
     """What rank 0 measures alone (ceilings, the one-device FFT) reaches every rank, and so does its failure."""
     from cudecomp.bench._measure import on_root
@@ -529,6 +548,7 @@ def test_work_on_rank_0_alone_fails_on_every_rank() -> None:
     assert on_root(comm, lambda: comm.rank + 42) == 42
 
 
+@collective
 @requires_data_path()
 def test_floor_stands_beside_every_distributed_transpose(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(shared_dir(tmp_path), "floor.json")
@@ -567,6 +587,7 @@ def test_fft_stages_transform_the_axes_the_pencils_hold() -> None:
         assert stages[0][1] == "in" and stages[0][2][-1] == 0, name  # the first stage ends with x (halved by r2c)
 
 
+@collective
 @requires_data_path()
 def test_fft_stages_follow_the_plans_schedule(tmp_path: os.PathLike[str]) -> None:
     from cudecomp.bench._ops import FFT_STAGES

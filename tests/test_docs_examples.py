@@ -56,6 +56,8 @@ def _gpu_per_rank() -> bool:
 
 
 @pytest.mark.parametrize("name", GPU_EXAMPLES)
+@pytest.mark.gpu
+@pytest.mark.mpi(ranks=(1, 2))
 def test_gpu_example_runs(name: str) -> None:
     if not _gpu_per_rank():
         pytest.skip("the GPU examples need the GPU variant and a GPU for every rank")
@@ -80,19 +82,21 @@ def test_readme_examples_compile() -> None:
         compile(block, "README.md", "exec")
 
 
-needs_4_cpu_ranks = pytest.mark.skipif(
-    not cudecomp.CPU_ONLY or MPI.COMM_WORLD.size != 4, reason="the examples use NumPy arrays (CPU variant) on 4 ranks"
-)
+# The CPU examples use NumPy arrays (CPU variant) and are written for 4 ranks.
+on_4_ranks = pytest.mark.mpi(ranks=(4,))
+numpy_arrays = pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the examples use NumPy arrays (CPU variant)")
 
 
 @pytest.mark.parametrize("name", CPU_EXAMPLES)
-@needs_4_cpu_ranks
+@on_4_ranks
+@numpy_arrays
 def test_cpu_example_runs(name: str) -> None:
     runpy.run_path(os.path.join(SNIPPETS, name), run_name="__main__")
     MPI.COMM_WORLD.Barrier()
 
 
-@needs_4_cpu_ranks
+@on_4_ranks
+@numpy_arrays
 def test_readme_example_runs() -> None:
     exec(compile(readme_example(), "README.md", "exec"), {"__name__": "__main__"})
     MPI.COMM_WORLD.Barrier()

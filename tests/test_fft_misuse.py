@@ -25,7 +25,7 @@ from cudecomp import TransposeCommBackend
 from cudecomp.fft import FFT
 from oracle import device, factor_pairs, to_host, xp
 
-pytestmark = requires_data_path()
+pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 COMM = MPI.COMM_WORLD
 NRANKS = COMM.size

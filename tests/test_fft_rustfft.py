@@ -11,12 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mpi4py import MPI
-from test_fft import TOL32, TOL64, check_plan, make_plan
 
 import cudecomp
-from oracle import factor_pairs
+from oracle import TOL32, TOL64, check_plan, factor_pairs, make_plan
 
-pytestmark = pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="CPU variant: the core's local FFTs")
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="CPU variant: the core's local FFTs")]
 
 PDIMS = factor_pairs(MPI.COMM_WORLD.size)
 GDIMS = [(2, 3, 5), (1, 4, 6), (16, 12, 10), (13, 2, 7), (30, 8, 9), (8, 16, 4)]

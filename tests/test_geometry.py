@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import cudecomp
 
-pytestmark = pytest.mark.skipif(MPI.COMM_WORLD.size != 4, reason="golden tables are for 4 ranks")
+pytestmark = pytest.mark.mpi(ranks=(4,))  # the golden tables are for 4 ranks
 
 # axis -> rank -> (shape, lo, hi, size); gdims (9,10,11), pdims 2x2, halo (1,2,1), padding (1,0,2).
 GOLDEN = {

@@ -17,7 +17,7 @@ from oracle import factor_pairs, make
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (9, 10, 11)
-needs_gpu = pytest.mark.skipif(not gpu_available(), reason="needs the GPU variant, CuPy and a CUDA device")
+needs_gpu = pytest.mark.gpu
 
 
 @pytest.mark.skipif(cudecomp.CPU_ONLY or gpu_available(), reason="checks the GPU variant on a machine without a GPU")
@@ -123,6 +123,7 @@ def test_cai_versions_and_opaque_storage(grid: cudecomp.GridDesc) -> None:
 
 
 @needs_gpu
+@pytest.mark.mpi(min_ranks=2)  # ranks sharing a GPU
 def test_nvshmem_refused_on_shared_gpus(handle: cudecomp.Handle) -> None:
     from oracle import nccl_usable
 
@@ -226,6 +227,7 @@ def test_device_mismatch(handle: cudecomp.Handle, grid: cudecomp.GridDesc) -> No
 
 
 @needs_gpu
+@pytest.mark.mpi
 def test_malloc_workspace(handle: cudecomp.Handle, grid: cudecomp.GridDesc) -> None:
     import cupy as cp
 
@@ -280,7 +282,7 @@ def check_four_transposes(grid: cudecomp.GridDesc, gdims: tuple[int, int, int], 
 
 
 @needs_gpu
-@pytest.mark.skipif(NRANKS < 2, reason="a distributed NCCL pipeline needs several ranks")
+@pytest.mark.mpi(min_ranks=2)  # a distributed NCCL pipeline
 @pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.DOUBLE_COMPLEX], ids=["f64", "c128"])
 def test_nccl_long_rows(handle: cudecomp.Handle, dtype: DataType) -> None:
     """NCCL pipelines over rows of several KiB (float64 moved as 16-byte cells): every
@@ -291,7 +293,7 @@ def test_nccl_long_rows(handle: cudecomp.Handle, dtype: DataType) -> None:
 
 
 @needs_gpu
-@pytest.mark.skipif(NRANKS < 2, reason="a distributed NCCL pipeline needs several ranks")
+@pytest.mark.mpi(min_ranks=2)  # a distributed NCCL pipeline
 @pytest.mark.parametrize("rank0", ["0", "1"], ids=["rank0-off", "all-on"])
 def test_nccl_registration_agreed(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, rank0: str) -> None:
     """NCCL transposes through registered workspaces (``CUDECOMP_ENABLE_NCCL_UBR``): right

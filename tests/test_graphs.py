@@ -27,7 +27,11 @@ GDIMS = (12, 10, 9)
 HALO = (1, 1, 1)
 LOCAL_ONLY = "within one rank nothing is exchanged, and every backend's local copies are captured"
 
-pytestmark = pytest.mark.skipif(not (gpu_available() and nccl_usable()), reason="needs the GPU variant with one GPU per rank (NCCL)")
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (gpu_available() and nccl_usable()), reason="needs the GPU variant with one GPU per rank (NCCL)"),
+]
 
 
 def config(t: TransposeCommBackend, h: HaloCommBackend, pdims: tuple[int, int], gdims: tuple[int, int, int] = GDIMS) -> Any:

@@ -8,7 +8,6 @@ their initial value.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -17,36 +16,16 @@ from mpi4py import MPI
 import cudecomp
 from conftest import requires_data_path
 from cudecomp import DataType, HaloCommBackend, RankOrder
-from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, SENTINEL, device, factor_pairs, make, to_host, variant_halo_backends, xp
+from oracle import ALL_CONTIGUOUS, device, factor_pairs, make, to_host, variant_halo_backends, xp
+from oracle import halo_expected as expected
 
-pytestmark = requires_data_path()
+pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (12, 13, 14)
 HALO = (1, 2, 1)
 BACKENDS = variant_halo_backends()
 UPDATE = ("update_halos_x", "update_halos_y", "update_halos_z")
-
-
-def expected(info: cudecomp.PencilInfo, gdims: Sequence[int], periods: Sequence[bool], dtype: DataType) -> np.ndarray:
-    k, j, i = np.indices(info.array_shape, dtype=np.int64)
-    pos = (i, j, k)
-    valid = np.ones(info.array_shape, dtype=bool)
-    g: list[np.ndarray] = [np.empty(0)] * 3
-    for p in range(3):
-        ax = info.order[p]
-        c = pos[p] + info.lo[p] - info.halo_extents[ax]
-        valid &= pos[p] < info.shape[p] - info.padding[ax]
-        outside = (c < 0) | (c >= gdims[ax])
-        if periods[ax]:
-            c = c % gdims[ax]
-        else:
-            valid &= ~outside
-        g[ax] = c
-    idx = (g[0] + gdims[0] * (g[1] + gdims[1] * g[2]))[valid]
-    out = np.full(info.array_shape, SENTINEL, dtype=NUMPY_DTYPES[dtype])
-    out[valid] = idx - 1j * idx if np.iscomplexobj(out) else idx
-    return out
 
 
 def config(pdims: tuple[int, int], backend: HaloCommBackend, **kw: object) -> cudecomp.GridDescConfig:

@@ -26,7 +26,7 @@ from cudecomp import DataType, TransposeCommBackend
 from cudecomp import _cudecomp as ext
 from oracle import make, nccl_usable
 
-pytestmark = requires_data_path()
+pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 NRANKS = MPI.COMM_WORLD.size
 GPU = not cudecomp.CPU_ONLY

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
-from test_halo import expected as expected_halo
 
 import cudecomp
 from conftest import gpu_available, handle_with
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from cudecomp import _cudecomp as ext
 from oracle import ALL_CONTIGUOUS, factor_pairs, make
+from oracle import halo_expected as expected_halo
 
 NRANKS = MPI.COMM_WORLD.size
 GPU = not cudecomp.CPU_ONLY
@@ -40,7 +40,7 @@ LAYOUTS = [
     {"input_padding": (2, 0, 1), "output_halo_extents": (0, 2, 1)},
 ]
 
-pytestmark = pytest.mark.skipif(GPU and not gpu_available(), reason="GPU variant without a usable GPU")
+pytestmark = [pytest.mark.mpi, pytest.mark.skipif(GPU and not gpu_available(), reason="GPU variant without a usable GPU")]
 
 
 #: Small test arrays are node-shared too (the default keeps arrays under 1 MiB private).

@@ -20,6 +20,8 @@ from oracle import factor_pairs
 
 NRANKS = MPI.COMM_WORLD.size
 
+pytestmark = pytest.mark.mpi  # grids are made and dropped collectively
+
 
 def config() -> cudecomp.GridDescConfig:
     cfg = cudecomp.GridDescConfig()

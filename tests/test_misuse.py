@@ -24,7 +24,7 @@ from conftest import requires_cpu_variant
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from oracle import factor_pairs, make
 
-pytestmark = requires_cpu_variant()
+pytestmark = [pytest.mark.mpi, requires_cpu_variant()]
 
 COMM = MPI.COMM_WORLD
 NRANKS = COMM.size

@@ -16,7 +16,7 @@ from conftest import requires_data_path
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from oracle import device, factor_pairs, make, to_host
 
-pytestmark = requires_data_path()
+pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 COMM = MPI.COMM_WORLD
 NRANKS = COMM.size

@@ -15,12 +15,16 @@ from mpi4py import MPI
 
 import cudecomp
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
-from oracle import factor_pairs, make, nvshmem_usable
+from oracle import factor_pairs, halo_expected, make, nvshmem_usable
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (12, 10, 9)
 
-pytestmark = pytest.mark.skipif(cudecomp.CPU_ONLY or not nvshmem_usable(), reason="needs NVSHMEM (GPU variant, one GPU per rank)")
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.gpu,
+    pytest.mark.skipif(cudecomp.CPU_ONLY or not nvshmem_usable(), reason="needs NVSHMEM (GPU variant, one GPU per rank)"),
+]
 
 
 def config(t: TransposeCommBackend, h: HaloCommBackend, gdims: tuple[int, int, int] = GDIMS) -> Any:
@@ -41,10 +45,10 @@ def round_trip(g: cudecomp.GridDesc, gdims: tuple[int, int, int] = GDIMS) -> Non
     back = g.transpose_y_to_x(g.transpose_z_to_y(z))
     assert np.array_equal(back.get(), x.get())
     h = g.get_pencil_info(0, (1, 1, 1))
-    arr = cp.zeros(h.array_shape)
+    arr = cp.asarray(make(h, gdims, DataType.DOUBLE))
     for dim in range(3):
         g.update_halos_x(arr, (1, 1, 1), (True, True, True), dim)
-    cp.cuda.get_current_stream().synchronize()
+    assert np.array_equal(arr.get(), halo_expected(h, gdims, (True, True, True), DataType.DOUBLE))
 
 
 @pytest.mark.parametrize("t", [TransposeCommBackend.NVSHMEM, TransposeCommBackend.NVSHMEM_PL, TransposeCommBackend.NVSHMEM_SM])
@@ -171,9 +175,7 @@ def test_symmetric_malloc_serves_as_the_workspace(handle: cudecomp.Handle, t: Tr
         arr = cp.asarray(make(info, GDIMS, DataType.DOUBLE))
         for dim in range(3):
             g.update_halos_x(arr, (1, 1, 1), (True, True, True), dim, work=hw)
-        from test_halo import expected
-
-        assert np.array_equal(arr.get(), expected(info, GDIMS, (True, True, True), DataType.DOUBLE))
+        assert np.array_equal(arr.get(), halo_expected(info, GDIMS, (True, True, True), DataType.DOUBLE))
         handle.free(g, buf)
         with pytest.raises(cudecomp.InvalidUsageError, match="freed"):
             handle.free(g, buf)

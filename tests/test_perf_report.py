@@ -14,7 +14,7 @@ from conftest import requires_data_path
 from cudecomp import DataType
 from oracle import device, factor_pairs, make, variant_transpose_backends, xp
 
-pytestmark = requires_data_path()
+pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 
 @pytest.mark.parametrize("backend", variant_transpose_backends(), ids=lambda b: b.name)

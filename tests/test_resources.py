@@ -55,6 +55,7 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.mpi
 def test_direct_leaves_nothing_in_dev_shm(handle: cudecomp.Handle) -> None:
     before = shm_names()
     for n in (8, 16, 24):  # each size grows the shared workspaces
@@ -76,7 +77,7 @@ def cycle(handle: cudecomp.Handle) -> None:
         g.transpose_x_to_y(np.zeros(ia.array_shape))
 
 
-@pytest.mark.skipif(NRANKS > 2, reason="leaks do not depend on the rank count; 1 and 2 ranks keep the suite fast")
+@pytest.mark.mpi(ranks=(1, 2))  # leaks do not depend on the rank count beyond peers or none
 def test_grid_cycles_are_flat(handle: cudecomp.Handle) -> None:
     for _ in range(50):  # warm up allocators and the workspaces
         cycle(handle)
@@ -90,7 +91,7 @@ def test_grid_cycles_are_flat(handle: cudecomp.Handle) -> None:
     assert shm_names() <= shm
 
 
-@pytest.mark.skipif(NRANKS > 2, reason="leaks do not depend on the rank count; 1 and 2 ranks keep the suite fast")
+@pytest.mark.mpi(ranks=(1, 2))  # leaks do not depend on the rank count beyond peers or none
 def test_handle_cycles_are_flat() -> None:
     def one() -> None:
         with cudecomp.Handle(COMM) as h:
@@ -121,7 +122,7 @@ def launcher() -> list[str] | None:
     return [path] if path else None
 
 
-@pytest.mark.skipif(NRANKS > 1, reason="starts its own MPI job; one rank is enough")
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_rank_leaves_nothing(sig: signal.Signals) -> None:
     """A 2-rank job growing DIRECT workspaces in a loop; one rank is killed mid-run."""

@@ -16,7 +16,7 @@ from conftest import requires_cpu_variant
 from cudecomp import DataType, HaloCommBackend, TransposeCommBackend
 from oracle import factor_pairs, make
 
-pytestmark = requires_cpu_variant()
+pytestmark = [pytest.mark.mpi, requires_cpu_variant()]
 
 GDIMS = (12, 10, 9)
 PDIMS = factor_pairs(MPI.COMM_WORLD.size)[-1]

@@ -19,7 +19,7 @@ from conftest import handle_with, requires_cpu_variant, requires_data_path
 from cudecomp import DataType, RankOrder, TransposeCommBackend
 from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
 
-pytestmark = requires_data_path()
+pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 OPS = [("transpose_x_to_y", 0, 1), ("transpose_y_to_z", 1, 2), ("transpose_z_to_y", 2, 1), ("transpose_y_to_x", 1, 0)]
 BACKENDS = variant_transpose_backends()
@@ -219,7 +219,15 @@ def test_fixed(handle: cudecomp.Handle, case: Case) -> None:
     run_case(handle, case)
 
 
-@pytest.mark.parametrize("case", random_cases(220, seed=1), ids=lambda c: f"{c.gdims}-{c.pdims}-{c.backend.name}")
+# The random sweep's 220 cases are spread over the rank counts scripts/test.sh runs (the
+# serial pass and 2, 3, 4 and 6 ranks), drawn afresh for each count.
+SWEEP_CASES = 220
+SWEEP_RANK_COUNTS = (1, 2, 3, 4, 6)
+
+
+@pytest.mark.parametrize(
+    "case", random_cases(SWEEP_CASES // len(SWEEP_RANK_COUNTS), seed=1), ids=lambda c: f"{c.gdims}-{c.pdims}-{c.backend.name}"
+)
 def test_random_sweep(handle: cudecomp.Handle, case: Case) -> None:
     run_case(handle, case)
 
