@@ -43,6 +43,8 @@ def runtime_doc(ext: Any, path: list[str]) -> str | None:
             if name not in vars(obj):
                 return None
             obj = vars(obj)[name]
+            # A static method's own docstring, not the staticmethod type's.
+            obj = getattr(obj, "__func__", obj)
         elif hasattr(obj, name):
             obj = getattr(obj, name)
         else:

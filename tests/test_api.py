@@ -387,6 +387,7 @@ def test_autotune_backends_and_halo_mode(handle: cudecomp.Handle) -> None:
 
 
 @pytest.mark.mpi
+@requires_data_path()
 @pytest.mark.parametrize(
     "spec, expect",
     [
@@ -405,6 +406,7 @@ def test_autotune_backend_filter(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.mpi
+@requires_data_path()
 @pytest.mark.parametrize(
     "var, value",
     [
@@ -425,6 +427,7 @@ def test_autotune_filter_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.mpi
+@requires_data_path()
 def test_autotune_filter_leaving_no_grid(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDECOMP_AUTOTUNE_P_COL_RANGE", "1000,2000")
     with cudecomp.Handle(comm) as h:
@@ -436,6 +439,7 @@ def test_autotune_filter_leaving_no_grid(comm: MPI.Comm, monkeypatch: pytest.Mon
 
 
 @pytest.mark.mpi
+@requires_data_path()
 @pytest.mark.parametrize("value", ["0", "-4096", "32MiB"])
 def test_pipeline_slice_bytes_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", value)
@@ -447,6 +451,7 @@ def test_pipeline_slice_bytes_errors(comm: MPI.Comm, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.mpi
+@requires_data_path()
 def test_empty_settings_mean_unset(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch) -> None:
     """A variable set to nothing (``VAR=``) leaves its default, as if unset."""
     for var in ("CUDECOMP_PIPELINE_SLICE_BYTES", "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS", "CUDECOMP_SINGLE_COPY"):
@@ -456,6 +461,7 @@ def test_empty_settings_mean_unset(comm: MPI.Comm, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.mpi(min_ranks=2)
+@requires_data_path()
 @pytest.mark.parametrize("other", ["65536", "bogus"])
 def test_pipeline_slice_bytes_must_agree(comm: MPI.Comm, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
     monkeypatch.setenv("CUDECOMP_PIPELINE_SLICE_BYTES", other if comm.rank == 1 else "4096")

@@ -26,6 +26,7 @@ CPU_EXAMPLES = [
     "layout.py",
     "halos.py",
     "gather.py",
+    "redistribute.py",
     "workspaces.py",
     "library_arrays.py",
     "autotune.py",

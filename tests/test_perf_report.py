@@ -76,3 +76,29 @@ def test_report_summary_and_csv(
         rows = [ln for ln in open(halo[0]) if not ln.startswith("#")][1:]
         assert len(rows) == 4 * comm.size  # DETAIL=2: every rank's ring of 4 samples
     comm.Barrier()
+
+
+def test_redistributions_report_their_runs(tmp_path: os.PathLike[str], capfd: pytest.CaptureFixture[str]) -> None:
+    """A redistribution's runs are timed and its destroy() logs them (operation Redistribute)."""
+    from conftest import handle_with
+
+    comm = MPI.COMM_WORLD
+    out = comm.bcast(str(tmp_path) if comm.rank == 0 else None)
+    with handle_with(
+        CUDECOMP_ENABLE_PERFORMANCE_REPORT="1", CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES="1", CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR=out
+    ) as handle:
+        cfg = cudecomp.GridDescConfig()
+        cfg.gdims, cfg.pdims = (8, 9, 10), factor_pairs(comm.size)[-1]
+        with handle.create_grid(cfg) as grid:
+            gdims = cfg.gdims
+            root = cudecomp.BoxLayout.whole(gdims) if comm.rank == 0 else cudecomp.BoxLayout.empty()
+            r = handle.create_redistribution(grid.pencil(2), root)
+            x = device(make(r.input_info, gdims, DataType.DOUBLE))
+            for _ in range(3):
+                r.run(x)
+            r.destroy()
+    text = capfd.readouterr().out
+    if comm.rank == 0:
+        assert "CUDECOMP: Redistribution:" in text and "Redistribute,D," in text, text
+        assert glob.glob(os.path.join(out, "cudecomp-perf-report-transpose-aggregated-redistribution*-gdims_8x9x10.csv"))
+    comm.Barrier()

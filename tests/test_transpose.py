@@ -21,7 +21,14 @@ from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, device, factor_pairs, interior,
 
 pytestmark = [pytest.mark.mpi, requires_data_path()]
 
-OPS = [("transpose_x_to_y", 0, 1), ("transpose_y_to_z", 1, 2), ("transpose_z_to_y", 2, 1), ("transpose_y_to_x", 1, 0)]
+OPS = [
+    ("transpose_x_to_y", 0, 1),
+    ("transpose_y_to_z", 1, 2),
+    ("transpose_z_to_y", 2, 1),
+    ("transpose_y_to_x", 1, 0),
+    ("transpose_x_to_z", 0, 2),
+    ("transpose_z_to_x", 2, 0),
+]
 BACKENDS = variant_transpose_backends()
 DTYPES = list(NUMPY_DTYPES)
 NRANKS = MPI.COMM_WORLD.size

@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import _cudecomp, fft
 from ._autotune import AutotuneResult, AutotuneTrial
 from ._config import GridDescAutotuneOptions, GridDescConfig
-from ._cudecomp import GridDesc, Handle, PencilInfo
+from ._cudecomp import BoxLayout, GridDesc, Handle, PencilInfo, PencilLayout, Redistribution
 from ._enums import AutotuneGridMode, DataType, HaloCommBackend, RankOrder, Result, TransposeCommBackend
 from ._errors import (
     CudaError,
@@ -65,6 +65,7 @@ __all__ = [
     "AutotuneGridMode",
     "AutotuneResult",
     "AutotuneTrial",
+    "BoxLayout",
     "CudaError",
     "CudecompError",
     "DataType",
@@ -80,7 +81,9 @@ __all__ = [
     "NotSupportedError",
     "NvshmemError",
     "PencilInfo",
+    "PencilLayout",
     "RankOrder",
+    "Redistribution",
     "Result",
     "TransposeCommBackend",
     "__version__",

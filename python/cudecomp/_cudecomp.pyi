@@ -10,7 +10,7 @@ from typing import Any
 
 from ._autotune import AutotuneResult
 from ._config import GridDescAutotuneOptions, GridDescConfig
-from ._enums import DataType
+from ._enums import DataType, TransposeCommBackend
 
 CPU_ONLY: bool
 """True when this extension is the CPU variant."""
@@ -198,6 +198,34 @@ class Handle:
         Destroy the handle's grids first. Any later use of the handle, or a second
         ``finalize()``, raises ``InvalidUsageError``.
         """
+    def create_redistribution(
+        self, src: PencilLayout | BoxLayout, dst: PencilLayout | BoxLayout, *, backend: TransposeCommBackend | None = None
+    ) -> Redistribution:
+        """Make a redistribution from ``src`` to ``dst`` (collective).
+
+        Each side is a pencil of one of this handle's grids (``GridDesc.pencil(axis,
+        halo_extents, padding)``) or this rank's box (``BoxLayout``); the grids may differ
+        in process grid, backends, layout and rank order, not in ``gdims``. For two box
+        sides the global grid is the smallest from the origin that holds every box.
+
+        Args:
+            src: The layout the data is in.
+            dst: The layout it is moved to.
+            backend: The ``TransposeCommBackend`` that moves it; ``None``: the source
+                grid's transpose backend, else the destination grid's, else ``MPI_P2P``.
+
+        Returns:
+            The ``Redistribution``, to run as often as needed and destroy collectively.
+
+        Raises:
+            InvalidUsageError: On every rank: layouts that do not cover the global grid
+                exactly once (a gap, an overlap, a box outside it), grids of different
+                ``gdims`` or of another handle, or ranks passing different grids, axes,
+                halos, padding or backends.
+            NotSupportedError: A backend this variant or machine cannot run.
+            TypeError: A side that is neither a ``PencilLayout`` nor a ``BoxLayout``.
+        """
+
     def create_grid(self, config: GridDescConfig, autotune_options: GridDescAutotuneOptions | None = None) -> GridDesc:
         """Create a grid descriptor (collective).
 
@@ -335,6 +363,23 @@ class GridDesc:
         Raises:
             InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
         """
+    def pencil(self, axis: int, halo_extents: Triple | None = None, padding: Triple | None = None) -> PencilLayout:
+        """Return the ``axis``-pencil of this grid as one side of a redistribution (local).
+
+        Args:
+            axis: 0, 1 or 2 (X-, Y- or Z-pencil).
+            halo_extents: Halo cells on both sides of each global axis (``None``: none).
+            padding: Padding cells after each global axis (``None``: none).
+
+        Returns:
+            A ``PencilLayout`` for
+            [`Handle.create_redistribution`][cudecomp.Handle.create_redistribution]: its
+            arrays have the shape ``get_pencil_info(axis, halo_extents, padding).array_shape``.
+
+        Raises:
+            InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
+        """
+
     def empty_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
         """Allocate an uninitialised array of this rank's ``axis``-pencil.
 
@@ -820,6 +865,222 @@ class GridDesc:
             TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
                 a list as an array, a host array in the GPU variant).
         """
+    def transpose_x_to_z(
+        self,
+        input: Any,
+        out: Any | None = None,
+        *,
+        work: Any | None = None,
+        dtype: DataType | None = None,
+        input_halo_extents: Triple | None = None,
+        output_halo_extents: Triple | None = None,
+        input_padding: Triple | None = None,
+        output_padding: Triple | None = None,
+        stream: Stream = None,
+        input_ready: Sequence[tuple[Any, int]] | None = None,
+        input_ready_axis: int | None = None,
+        output_ready: Sequence[tuple[Any, int]] | None = None,
+        output_ready_axis: int | None = None,
+        own_cells: bool = True,
+    ) -> Any:
+        """Global transpose from X-pencils to Z-pencils in one exchange over the whole process grid (collective; not in upstream cuDecomp).
+
+        Every owned cell of the Z-pencil receives the value the X-pencils hold for the
+        same global point, bit for bit. Only the owned interior of ``out`` is written:
+        its halo and padding cells keep their contents, and so does the whole input
+        (unless in place).
+
+        Args:
+            input: The X-pencil: a C-contiguous 3-D array of shape
+                ``get_pencil_info(0, input_halo_extents, input_padding).array_shape``
+                (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                Only its interior is read.
+            out: The Z-pencil, writable, of shape
+                ``get_pencil_info(2, output_halo_extents, output_padding).array_shape``.
+                ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                the current device, from CuPy's memory pool on the operation's stream,
+                in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                An allocated output's halo and padding cells are uninitialised.
+                In place: pass an ``out`` that starts at the same address as ``input``
+                (two views of one buffer large enough for the larger pencil); partial
+                overlap raises ``InvalidUsageError``.
+            work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                on first use, grown when an operation needs more, reused, never shrunk).
+                Otherwise a writable C-contiguous array of the variant's kind, any
+                shape and element type, disjoint from the data, of at least
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                registered workspace, run in the handle's own workspace and do not use
+                an explicit one (its size is checked all the same).
+            dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                from the arrays (float32, float64, complex64, complex128). An explicit
+                value must agree with the arrays and converts nothing; opaque storage
+                (NumPy ``V<n>``) requires one of the same element size.
+            input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                input's layout; ``None`` means none.
+            output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+            input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                input's layout.
+            output_padding: Padding cells of the output's layout (X, Y, Z).
+            stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                current stream for CuPy inputs, else the default stream 0; an int
+                handle; an object with ``__cuda_stream__``; or an object with an int
+                ``ptr``). The CPU variant accepts and ignores it.
+            input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                int handles), ``n`` not decreasing: the input's first ``n`` cells
+                along ``input_ready_axis`` (halo cells counted) are written once
+                ``event`` has completed. The transpose may then run on a stream that
+                does not wait for the writer and move each step as soon as its event
+                completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                the peers by the copy engine while the writer produces the next;
+                other backends wait for all the events first). Events must be
+                recorded before the call. ``None`` (default): the stream alone
+                orders the input. The CPU variant refuses events.
+            input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ``input_ready`` run along; ``None``: the input's slowest axis in
+                memory.
+            output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                the transpose records each ``event`` on its stream once the
+                output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                counted) are written, so that work on another stream that waits
+                for it can start on them while the rest lands (DIRECT between
+                ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                step by step, and each event follows its step, or, with more than
+                15 steps, the group of steps it falls in; other backends record
+                every event at the end). Cells past the last ``n`` are written
+                when the operation is done on its stream. The CPU variant refuses
+                events.
+            output_ready_axis: The global axis the steps of ``output_ready`` run
+                along; ``None``: the output's slowest axis in memory.
+            own_cells: ``False`` leaves the cells that stay on this rank (those in
+                both this rank's input and output pencils) unwritten in ``out``:
+                only cells from other ranks land there, and the caller reads its
+                own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                them). Out of place only. Each rank may choose for itself.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                overlap (``own_cells=False`` in place among them) or workspace size,
+                a released grid or handle, or MPI already
+                finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                the ranks run different operations or one rank's arguments are wrong.
+            NotSupportedError: A pencil of this transpose is empty on some rank.
+            TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                a list as an array, a host array in the GPU variant).
+        """
+
+    def transpose_z_to_x(
+        self,
+        input: Any,
+        out: Any | None = None,
+        *,
+        work: Any | None = None,
+        dtype: DataType | None = None,
+        input_halo_extents: Triple | None = None,
+        output_halo_extents: Triple | None = None,
+        input_padding: Triple | None = None,
+        output_padding: Triple | None = None,
+        stream: Stream = None,
+        input_ready: Sequence[tuple[Any, int]] | None = None,
+        input_ready_axis: int | None = None,
+        output_ready: Sequence[tuple[Any, int]] | None = None,
+        output_ready_axis: int | None = None,
+        own_cells: bool = True,
+    ) -> Any:
+        """Global transpose from Z-pencils to X-pencils in one exchange over the whole process grid (collective; not in upstream cuDecomp).
+
+        Every owned cell of the X-pencil receives the value the Z-pencils hold for the
+        same global point, bit for bit. Only the owned interior of ``out`` is written:
+        its halo and padding cells keep their contents, and so does the whole input
+        (unless in place).
+
+        Args:
+            input: The Z-pencil: a C-contiguous 3-D array of shape
+                ``get_pencil_info(2, input_halo_extents, input_padding).array_shape``
+                (a native-byte-order NumPy array in the CPU variant, an object exposing
+                ``__cuda_array_interface__`` on the handle's device in the GPU variant).
+                Only its interior is read.
+            out: The X-pencil, writable, of shape
+                ``get_pencil_info(0, output_halo_extents, output_padding).array_shape``.
+                ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
+                the current device, from CuPy's memory pool on the operation's stream,
+                in the GPU variant (only for CuPy inputs; other inputs need ``out``).
+                An allocated output's halo and padding cells are uninitialised.
+                In place: pass an ``out`` that starts at the same address as ``input``
+                (two views of one buffer large enough for the larger pencil); partial
+                overlap raises ``InvalidUsageError``.
+            work: Workspace. ``None`` uses the handle's automatic workspace (allocated
+                on first use, grown when an operation needs more, reused, never shrunk).
+                Otherwise a writable C-contiguous array of the variant's kind, any
+                shape and element type, disjoint from the data, of at least
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                for example from ``Handle.malloc``. DIRECT, and NCCL through its
+                registered workspace, run in the handle's own workspace and do not use
+                an explicit one (its size is checked all the same).
+            dtype: The element type, a ``cudecomp.DataType`` member; ``None`` infers it
+                from the arrays (float32, float64, complex64, complex128). An explicit
+                value must agree with the arrays and converts nothing; opaque storage
+                (NumPy ``V<n>``) requires one of the same element size.
+            input_halo_extents: Halo cells on each side of each axis (X, Y, Z) of the
+                input's layout; ``None`` means none.
+            output_halo_extents: Halo cells of the output's layout (X, Y, Z).
+            input_padding: Padding cells at the end of each axis (X, Y, Z) of the
+                input's layout.
+            output_padding: Padding cells of the output's layout (X, Y, Z).
+            stream: GPU variant: the CUDA stream to order the work on (``None``: CuPy's
+                current stream for CuPy inputs, else the default stream 0; an int
+                handle; an object with ``__cuda_stream__``; or an object with an int
+                ``ptr``). The CPU variant accepts and ignores it.
+            input_ready: GPU variant: ``(event, n)`` pairs (CuPy or PyTorch events, or
+                int handles), ``n`` not decreasing: the input's first ``n`` cells
+                along ``input_ready_axis`` (halo cells counted) are written once
+                ``event`` has completed. The transpose may then run on a stream that
+                does not wait for the writer and move each step as soon as its event
+                completes (DIRECT between ``empty_pencil`` arrays: each step goes to
+                the peers by the copy engine while the writer produces the next;
+                other backends wait for all the events first). Events must be
+                recorded before the call. ``None`` (default): the stream alone
+                orders the input. The CPU variant refuses events.
+            input_ready_axis: The global axis (0 X, 1 Y, 2 Z) the steps of
+                ``input_ready`` run along; ``None``: the input's slowest axis in
+                memory.
+            output_ready: GPU variant: ``(event, n)`` pairs, ``n`` not decreasing:
+                the transpose records each ``event`` on its stream once the
+                output's first ``n`` cells along ``output_ready_axis`` (halo cells
+                counted) are written, so that work on another stream that waits
+                for it can start on them while the rest lands (DIRECT between
+                ``empty_pencil`` arrays: the copy engine writes every peer's cells
+                step by step, and each event follows its step, or, with more than
+                15 steps, the group of steps it falls in; other backends record
+                every event at the end). Cells past the last ``n`` are written
+                when the operation is done on its stream. The CPU variant refuses
+                events.
+            output_ready_axis: The global axis the steps of ``output_ready`` run
+                along; ``None``: the output's slowest axis in memory.
+            own_cells: ``False`` leaves the cells that stay on this rank (those in
+                both this rank's input and output pencils) unwritten in ``out``:
+                only cells from other ranks land there, and the caller reads its
+                own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
+                them). Out of place only. Each rank may choose for itself.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, byte order, writability,
+                overlap (``own_cells=False`` in place among them) or workspace size,
+                a released grid or handle, or MPI already
+                finalized. With ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when
+                the ranks run different operations or one rank's arguments are wrong.
+            NotSupportedError: A pencil of this transpose is empty on some rank.
+            TypeError: Arguments of the wrong Python type (a NumPy dtype as ``dtype``,
+                a list as an array, a host array in the GPU variant).
+        """
+
     def update_halos_x(
         self,
         input: Any,
@@ -973,6 +1234,121 @@ class GridDesc:
                 one rank's wrong arguments).
             NotSupportedError: The Z-pencil is empty on some rank.
         """
+
+class PencilLayout:
+    """One side of a redistribution: a pencil of a grid, with its halos and padding.
+
+    Made by [`GridDesc.pencil`][cudecomp.GridDesc.pencil]; it keeps its grid alive.
+    """
+
+    @property
+    def grid(self) -> GridDesc:
+        """The grid descriptor."""
+    @property
+    def axis(self) -> int:
+        """The pencil axis: 0 (X), 1 (Y) or 2 (Z)."""
+    @property
+    def halo_extents(self) -> tuple[int, int, int]:
+        """Halo cells on each side of each global axis (X, Y, Z)."""
+    @property
+    def padding(self) -> tuple[int, int, int]:
+        """Padding cells after the end of each global axis (X, Y, Z)."""
+
+class BoxLayout:
+    """One side of a redistribution: this rank's box of the global grid.
+
+    The cells ``lo[i]..=hi[i]`` along each global axis (X, Y, Z), both ends inclusive as in
+    ``PencilInfo``, stored as a C-contiguous array of shape ``(nz, ny, nx)`` (X fastest),
+    without halos. Each rank gives its own box; together they must cover the global grid,
+    each cell once. A box with ``hi[i] < lo[i]`` along some axis holds no cells (its array
+    has shape ``(0, 0, 0)``): gathering to one rank is the layout where that rank's box is
+    the whole grid and every other rank's is empty.
+
+    Args:
+        lo: The first cell along X, Y, Z (non-negative ints).
+        hi: The last cell along X, Y, Z (inclusive).
+    """
+
+    def __init__(self, lo: Triple, hi: Triple) -> None: ...
+    @staticmethod
+    def empty() -> BoxLayout:
+        """Return a box with no cells (this rank holds nothing on this side)."""
+    @staticmethod
+    def whole(gdims: Triple) -> BoxLayout:
+        """Return the whole grid of ``gdims`` cells along X, Y, Z (this rank holds it all)."""
+    @property
+    def lo(self) -> tuple[int, int, int]:
+        """The first cell along X, Y, Z."""
+    @property
+    def hi(self) -> tuple[int, int, int]:
+        """The last cell along X, Y, Z (inclusive)."""
+    @property
+    def array_shape(self) -> tuple[int, int, int]:
+        """The C-contiguous array shape ``(nz, ny, nx)`` of the box (empty: ``(0, 0, 0)``)."""
+
+class Redistribution:
+    """A global array moved from one decomposition to another, in one exchange.
+
+    Made by [`Handle.create_redistribution`][cudecomp.Handle.create_redistribution]
+    (collective) once, run as often as needed. Each side is a pencil of one of the
+    handle's grids (``GridDesc.pencil(axis, halo_extents, padding)``: any process grid,
+    pencil axis, memory order, halos and padding; the grids may differ in everything but
+    ``gdims``) or a box per rank (``BoxLayout``: bricks, or gather to and scatter from one
+    rank). Every cell of the source's interior lands in the destination's, bit for bit;
+    the destination's halo and padding cells are left as they are. It runs on the engine
+    and backends of the transposes (the source grid's transpose backend unless
+    ``backend`` says otherwise), with ``stream``, ``out``, ``work`` and the checking mode
+    as they do. Release it with ``destroy()`` on every rank (or use it as a context
+    manager) before finalizing its handle.
+    """
+
+    def run(
+        self, input: Any, out: Any | None = None, *, work: Any | None = None, dtype: DataType | None = None, stream: Stream = None
+    ) -> Any:
+        """Move ``input`` (this rank's source array) into the destination layout (collective).
+
+        Args:
+            input: This rank's source array: C-contiguous, of shape
+                ``input_info.array_shape`` (NumPy in the CPU variant, a CUDA array on the
+                handle's device in the GPU variant). Only its interior is read.
+            out: The destination array, writable, of shape ``output_info.array_shape``;
+                ``None`` allocates it (as the transposes do). In place: an ``out`` that
+                starts at the address of ``input`` and holds both arrays.
+            work: Workspace: ``None`` (the handle's), or a writable array of at least
+                ``get_workspace_size() * get_data_type_size(dtype)`` bytes, disjoint from
+                the data.
+            dtype: A ``cudecomp.DataType`` member, or ``None`` to infer it from the arrays.
+            stream: GPU variant: the CUDA stream (same forms as for the transposes);
+                ignored by the CPU variant.
+
+        Returns:
+            ``out``, or the newly allocated output.
+
+        Raises:
+            InvalidUsageError: Wrong shape, dtype, contiguity, writability, overlap or
+                workspace size, a destroyed object or finalized handle; with
+                ``CUDECOMP_CHECK_COLLECTIVES=1``, also on every rank when one rank's
+                arguments are wrong.
+            TypeError: Arguments of the wrong Python type.
+        """
+    @property
+    def input_info(self) -> PencilInfo:
+        """The source array of this rank: shape, position, halos and padding."""
+    @property
+    def output_info(self) -> PencilInfo:
+        """The destination array of this rank."""
+    @property
+    def gdims(self) -> tuple[int, int, int]:
+        """Global extents along X, Y, Z."""
+    @property
+    def backend(self) -> int:
+        """The transpose backend that runs it (a ``TransposeCommBackend`` value)."""
+    def get_workspace_size(self) -> int:
+        """Workspace a run needs, in elements of its dtype (the same on every rank)."""
+    def destroy(self) -> None:
+        """Release it (collective). Any later use raises ``InvalidUsageError``."""
+    def __enter__(self) -> Redistribution: ...
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool: ...
 
 class DeviceBuffer:
     """Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes)."""

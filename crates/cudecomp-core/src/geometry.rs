@@ -42,6 +42,8 @@ pub enum CommAxis {
     Col = 0,
     /// Ranks sharing a row coordinate (size `pdims[1]`); Y↔Z transposes.
     Row = 1,
+    /// Every rank of the grid; X↔Z transposes.
+    All = 2,
 }
 
 /// A global-coordinate box: `lo` inclusive start and `len` extent per global axis.
@@ -111,6 +113,19 @@ impl PencilInfo {
     /// Position of global axis `g` in the memory order (0 = fastest).
     pub fn position(&self, g: Axis) -> usize {
         self.order.iter().position(|&a| a == g).unwrap_or(0)
+    }
+
+    /// A dense array of the cells of `b` with X fastest: no halos, no padding.
+    pub fn of_box(b: &Box3) -> PencilInfo {
+        PencilInfo {
+            shape: b.len,
+            lo: b.lo,
+            hi: std::array::from_fn(|g| b.lo[g] + b.len[g] - 1),
+            order: [0, 1, 2],
+            halo_extents: [0; 3],
+            padding: [0; 3],
+            size: b.volume(),
+        }
     }
 
     /// The C-contiguous array shape that holds this pencil (the reverse of `shape`).
@@ -212,6 +227,9 @@ impl Grid {
     /// Global ranks of `rank`'s sub-communicator along `comm`, ordered by coordinate
     /// (which is also global-rank order).
     pub fn comm_members(&self, comm: CommAxis, rank: usize) -> Vec<usize> {
+        if comm == CommAxis::All {
+            return (0..self.nranks()).collect();
+        }
         let c = self.coords(rank);
         let n = self.pdims[comm as usize];
         (0..n)
@@ -392,11 +410,14 @@ impl Grid {
     pub fn transpose_workspace_size(&self) -> Result<i64> {
         let [mx, my, mz] = self.max_pencil_sizes()?;
         // Each term is below 2^60: no overflow.
+        // Upstream's four transposes, then X↔Z.
         Ok([
             align(mx) + my,
             align(my) + mx,
             align(my) + mz,
             align(mz) + my,
+            align(mx) + mz,
+            align(mz) + mx,
         ]
         .into_iter()
         .max()

@@ -128,8 +128,10 @@ pub use cuda::{EventRef, Stream};
 pub use engine::{Exec, ReadyMark, Steps, TransposeSteps};
 pub use error::{Error, Result};
 pub use fields::Fields;
-pub use geometry::{Axis, Grid, PencilInfo};
-pub use handle::grid::{Array, TransposeOp};
+pub use geometry::{Axis, Box3, Grid, PencilInfo};
+pub use handle::grid::TransposeOp;
+pub use handle::redistribution::{Distribution, Redistribution};
+pub use handle::runner::Array;
 pub use handle::{
     CudaLibraries, DeviceBuffer, GridDesc, Handle, LibraryArray, Memory, MAX_HOST_THREADS,
 };

@@ -17,7 +17,7 @@ use crate::comm::{allgather_bytes, Communicator, Request, Transport};
 use crate::config::DataType;
 use crate::cuda::{Event, Stream};
 use crate::geometry::Grid;
-use crate::plan::{HaloPlan, HaloSpec, TransposePlan};
+use crate::plan::{Direction, HaloPlan, HaloSpec, TransposePlan};
 use crate::settings::PerfSettings;
 use crate::Result;
 
@@ -179,7 +179,10 @@ pub fn triple<T: std::fmt::Display>(v: &[T]) -> String {
 pub fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: bool) -> SampleKey {
     SampleKey {
         kind: "transpose",
-        operation: plan.direction.report_name().into(),
+        operation: plan
+            .direction
+            .map_or("Redistribute", Direction::report_name)
+            .into(),
         fields: vec![
             dtype.short_name().into(),
             triple(&plan.input.halo_extents),
@@ -224,6 +227,52 @@ pub fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
     plan.face as f64 * elem as f64 * real as f64
 }
 
+/// What a report's summary and files say of the object it measured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heading {
+    /// The summary's section title.
+    pub title: String,
+    /// `(label, value)` lines of the summary, and of each CSV file's header.
+    pub lines: Vec<(String, String)>,
+    /// What the CSV files' names carry after the kind and the table.
+    pub file_stem: String,
+}
+
+impl Heading {
+    /// A grid descriptor's: its backends, process grid, global extents and memory order,
+    /// as upstream's report gives them.
+    pub fn of_grid(grid: &Grid) -> Heading {
+        let order: String = grid
+            .orders
+            .iter()
+            .flatten()
+            .map(|d| d.to_string())
+            .collect();
+        let [gx, gy, gz] = grid.gdims;
+        let [pr, pc] = grid.pdims;
+        Heading {
+            title: "Grid configuration".into(),
+            lines: vec![
+                (
+                    "transpose backend".into(),
+                    grid.transpose_backend.display_name().into(),
+                ),
+                (
+                    "halo backend".into(),
+                    grid.halo_backend.display_name().into(),
+                ),
+                ("process grid".into(), format!("{pr} x {pc}")),
+                ("global dims".into(), format!("{gx} x {gy} x {gz}")),
+                ("memory order".into(), format!("{:?}", grid.orders)),
+            ],
+            file_stem: format!(
+                "tcomm_{}-hcomm_{}-pdims_{pr}x{pc}-gdims_{gx}x{gy}x{gz}-memorder_{order}",
+                grid.transpose_backend as i32, grid.halo_backend as i32,
+            ),
+        }
+    }
+}
+
 impl PerfReport {
     /// An empty report.
     pub fn new(settings: PerfSettings) -> PerfReport {
@@ -253,7 +302,7 @@ impl PerfReport {
 
     /// Collective: the summary (on rank 0; `None` elsewhere), after writing the CSV files
     /// if asked.
-    pub fn finish(&self, grid: &Grid, comm: &dyn Communicator) -> Result<Option<String>> {
+    pub fn finish(&self, heading: &Heading, comm: &dyn Communicator) -> Result<Option<String>> {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         // One line per key and sample: key \t rank \t index \t total \t comm \t bytes.
         let mut mine = String::new();
@@ -298,9 +347,9 @@ impl PerfReport {
             }
         }
         if let Some(dir) = &self.settings.write_dir {
-            self.write_csv(grid, dir, &agg)?;
+            self.write_csv(heading, dir, &agg)?;
         }
-        Ok(Some(self.summary(grid, &agg)))
+        Ok(Some(self.summary(heading, &agg)))
     }
 
     fn means(samples: &[(usize, usize, f64, f64, f64)]) -> (usize, f64, f64, f64) {
@@ -322,31 +371,13 @@ impl PerfReport {
         (count, t, c, b)
     }
 
-    fn summary(&self, grid: &Grid, agg: &Gathered) -> String {
+    fn summary(&self, heading: &Heading, agg: &Gathered) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "CUDECOMP: ===== Performance Summary =====");
-        let _ = writeln!(out, "CUDECOMP: Grid configuration:");
-        let _ = writeln!(
-            out,
-            "CUDECOMP:   transpose backend: {}",
-            grid.transpose_backend.display_name()
-        );
-        let _ = writeln!(
-            out,
-            "CUDECOMP:   halo backend: {}",
-            grid.halo_backend.display_name()
-        );
-        let _ = writeln!(
-            out,
-            "CUDECOMP:   process grid: {} x {}",
-            grid.pdims[0], grid.pdims[1]
-        );
-        let _ = writeln!(
-            out,
-            "CUDECOMP:   global dims: {} x {} x {}",
-            grid.gdims[0], grid.gdims[1], grid.gdims[2]
-        );
-        let _ = writeln!(out, "CUDECOMP:   memory order: {:?}", grid.orders);
+        let _ = writeln!(out, "CUDECOMP: {}:", heading.title);
+        for (label, value) in &heading.lines {
+            let _ = writeln!(out, "CUDECOMP:   {label}: {value}");
+        }
         let _ = writeln!(
             out,
             "CUDECOMP: averages over up to {} samples per rank after {} warm-up samples, then over ranks",
@@ -381,26 +412,14 @@ impl PerfReport {
         out
     }
 
-    fn file_name(&self, grid: &Grid, kind: &str, what: &str) -> String {
-        let order: String = grid
-            .orders
-            .iter()
-            .flatten()
-            .map(|d| d.to_string())
-            .collect();
+    fn file_name(heading: &Heading, kind: &str, what: &str) -> String {
         format!(
-            "cudecomp-perf-report-{kind}-{what}-tcomm_{}-hcomm_{}-pdims_{}x{}-gdims_{}x{}x{}-memorder_{order}.csv",
-            grid.transpose_backend as i32,
-            grid.halo_backend as i32,
-            grid.pdims[0],
-            grid.pdims[1],
-            grid.gdims[0],
-            grid.gdims[1],
-            grid.gdims[2],
+            "cudecomp-perf-report-{kind}-{what}-{}.csv",
+            heading.file_stem
         )
     }
 
-    fn write_csv(&self, grid: &Grid, dir: &PathBuf, agg: &Gathered) -> Result<()> {
+    fn write_csv(&self, heading: &Heading, dir: &PathBuf, agg: &Gathered) -> Result<()> {
         let io = |e: std::io::Error| {
             crate::Error::InvalidUsage(format!(
                 "CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR {}: {e}",
@@ -408,17 +427,11 @@ impl PerfReport {
             ))
         };
         std::fs::create_dir_all(dir).map_err(io)?;
-        let header = format!(
-            "# transpose backend: {}\n# halo backend: {}\n# pdims: {}x{}\n# gdims: {}x{}x{}\n# memory order: {:?}\n",
-            grid.transpose_backend.display_name(),
-            grid.halo_backend.display_name(),
-            grid.pdims[0],
-            grid.pdims[1],
-            grid.gdims[0],
-            grid.gdims[1],
-            grid.gdims[2],
-            grid.orders
-        );
+        let header: String = heading
+            .lines
+            .iter()
+            .map(|(label, value)| format!("# {label}: {value}\n"))
+            .collect();
         for kind in ["transpose", "halo"] {
             let rows: Vec<_> = agg.iter().filter(|((k, _, _), _)| k == kind).collect();
             if rows.is_empty() {
@@ -436,7 +449,8 @@ impl PerfReport {
                 let bw = if c > 0.0 { b * 1e-6 / c } else { 0.0 };
                 let _ = writeln!(text, "{op},{fields},{n},{t},{c},{},{bw}", t - c);
             }
-            std::fs::write(dir.join(self.file_name(grid, kind, "aggregated")), text).map_err(io)?;
+            std::fs::write(dir.join(Self::file_name(heading, kind, "aggregated")), text)
+                .map_err(io)?;
             if self.settings.detail > 0 {
                 let mut text = format!(
                     "{header}{cols},rank,sample,total_ms,{comm}_ms,local_ms,{comm}_BW_GBps\n"
@@ -450,7 +464,7 @@ impl PerfReport {
                         let _ = writeln!(text, "{op},{fields},{r},{i},{t},{c},{},{bw}", t - c);
                     }
                 }
-                std::fs::write(dir.join(self.file_name(grid, kind, "samples")), text)
+                std::fs::write(dir.join(Self::file_name(heading, kind, "samples")), text)
                     .map_err(io)?;
             }
         }

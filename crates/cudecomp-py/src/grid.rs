@@ -18,6 +18,7 @@ use crate::array::{resolve_dtype, ArrayArg};
 use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
 use crate::handle::Handle;
 use crate::pencil::PencilInfo;
+use crate::redistribution::PencilLayout;
 use crate::variant;
 
 /// One decomposition of a 3-D grid over the ranks of a handle.
@@ -402,14 +403,14 @@ impl GridDesc {
 }
 
 /// Parses the optional `work` argument (any shape, writable).
-fn work_arg(py: Python<'_>, w: Option<&Bound<'_, PyAny>>) -> PyResult<Option<ArrayArg>> {
+pub(crate) fn work_arg(py: Python<'_>, w: Option<&Bound<'_, PyAny>>) -> PyResult<Option<ArrayArg>> {
     let Some(w) = w.filter(|w| !w.is_none()) else {
         return Ok(None);
     };
     variant::array(py, w, "work", true).map(Some)
 }
 
-/// Emits the four transposes and three halo updates from one template each.
+/// Emits the six transposes and three halo updates from one template each.
 ///
 /// Each method's Python docstring (the text of `python/cudecomp/_cudecomp.pyi`) is its
 /// one-line summary (`$tdoc`, `$hdoc`) followed by the shared description and the
@@ -608,6 +609,8 @@ grid_methods! {
         transpose_y_to_z => Direction::YToZ, ("Y", 1) => ("Z", 2), "Global transpose from Y-pencils to Z-pencils (collective).";
         transpose_z_to_y => Direction::ZToY, ("Z", 2) => ("Y", 1), "Global transpose from Z-pencils to Y-pencils (collective).";
         transpose_y_to_x => Direction::YToX, ("Y", 1) => ("X", 0), "Global transpose from Y-pencils to X-pencils (collective).";
+        transpose_x_to_z => Direction::XToZ, ("X", 0) => ("Z", 2), "Global transpose from X-pencils to Z-pencils in one exchange over the whole process grid (collective; not in upstream cuDecomp).";
+        transpose_z_to_x => Direction::ZToX, ("Z", 2) => ("X", 0), "Global transpose from Z-pencils to X-pencils in one exchange over the whole process grid (collective; not in upstream cuDecomp).";
     }
     halos {
         update_halos_x => 0, "X", "Fill the halo cells of an X-pencil along one global dimension (collective).";
@@ -731,6 +734,38 @@ impl GridDesc {
         let pad = int_triple(py, padding, "padding")?;
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
         Ok(PencilInfo::from(info))
+    }
+
+    /// Return the ``axis``-pencil of this grid as one side of a redistribution (local).
+    ///
+    /// Args:
+    ///     axis: 0, 1 or 2 (X-, Y- or Z-pencil).
+    ///     halo_extents: Halo cells on both sides of each global axis (``None``: none).
+    ///     padding: Padding cells after each global axis (``None``: none).
+    ///
+    /// Returns:
+    ///     A ``PencilLayout`` for
+    ///     [`Handle.create_redistribution`][cudecomp.Handle.create_redistribution]: its
+    ///     arrays have the shape ``get_pencil_info(axis, halo_extents, padding).array_shape``.
+    ///
+    /// Raises:
+    ///     InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
+    #[pyo3(signature = (axis, halo_extents = None, padding = None))]
+    fn pencil(
+        slf: &Bound<'_, Self>,
+        axis: &Bound<'_, PyAny>,
+        halo_extents: Option<&Bound<'_, PyAny>>,
+        padding: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PencilLayout> {
+        let py = slf.py();
+        let gd = slf.get().live(py)?;
+        let axis = index_arg(axis, "axis")?;
+        let halo = int_triple(py, halo_extents, "halo_extents")?;
+        let pad = int_triple(py, padding, "padding")?;
+        gd.grid()
+            .pencil_info(axis as i64, gd.rank(), halo, pad)
+            .py(py)?;
+        Ok(PencilLayout::new(slf.clone().unbind(), axis, halo, pad))
     }
 
     /// Allocate an uninitialised array of this rank's ``axis``-pencil.

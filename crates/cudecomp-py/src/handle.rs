@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
 use crate::errors::{invalid, log_lines, warn_notices, warn_resource, IntoPy};
 use crate::grid::GridDesc;
+use crate::redistribution::Redistribution;
 use crate::variant;
 
 /// The library handle: one per MPI communicator, shared by every grid built on it.
@@ -192,6 +193,41 @@ impl Handle {
         py.detach(|| h.finalize()).py(py)?;
         *state = None;
         Ok(())
+    }
+
+    /// Make a redistribution from ``src`` to ``dst`` (collective).
+    ///
+    /// Each side is a pencil of one of this handle's grids (``GridDesc.pencil(axis,
+    /// halo_extents, padding)``) or this rank's box (``BoxLayout``); the grids may differ
+    /// in process grid, backends, layout and rank order, not in ``gdims``. For two box
+    /// sides the global grid is the smallest from the origin that holds every box.
+    ///
+    /// Args:
+    ///     src: The layout the data is in.
+    ///     dst: The layout it is moved to.
+    ///     backend: The ``TransposeCommBackend`` that moves it; ``None``: the source
+    ///         grid's transpose backend, else the destination grid's, else ``MPI_P2P``.
+    ///
+    /// Returns:
+    ///     The ``Redistribution``, to run as often as needed and destroy collectively.
+    ///
+    /// Raises:
+    ///     InvalidUsageError: On every rank: layouts that do not cover the global grid
+    ///         exactly once (a gap, an overlap, a box outside it), grids of different
+    ///         ``gdims`` or of another handle, or ranks passing different grids, axes,
+    ///         halos, padding or backends.
+    ///     NotSupportedError: A backend this variant or machine cannot run.
+    ///     TypeError: A side that is neither a ``PencilLayout`` nor a ``BoxLayout``.
+    #[pyo3(signature = (src, dst, *, backend = None))]
+    fn create_redistribution(
+        slf: &Bound<'_, Self>,
+        src: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        backend: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Redistribution> {
+        let made = crate::redistribution::create(slf, src, dst, backend);
+        warn_notices(slf.py())?;
+        made
     }
 
     /// Create a grid descriptor (collective).

@@ -15,6 +15,7 @@ mod fft;
 mod grid;
 mod handle;
 mod pencil;
+mod redistribution;
 mod shared;
 mod variant;
 
@@ -76,6 +77,9 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<handle::Handle>()?;
     m.add_class::<grid::GridDesc>()?;
     m.add_class::<pencil::PencilInfo>()?;
+    m.add_class::<redistribution::Redistribution>()?;
+    m.add_class::<redistribution::PencilLayout>()?;
+    m.add_class::<redistribution::BoxLayout>()?;
     m.add_class::<shared::SharedMemory>()?;
     m.add_class::<shared::DeviceMemory>()?;
     m.add_function(wrap_pyfunction!(transpose_comm_backend_to_string, m)?)?;

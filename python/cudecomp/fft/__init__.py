@@ -12,7 +12,8 @@ host synchronisation on the NCCL, NVSHMEM and DIRECT backends).
 
 Real space is always the X-pencil (array ``a[z, y, x]``, X contiguous). Spectral space is
 the same X-pencil of the spectral grid (the default), or, with ``transposed_out=True``,
-the Z-pencil where the forward transform ends, which saves the return transposes. Which
+the Z-pencil where the forward transform ends, which saves the return transposes (on
+pencils one Z→X exchange, ``GridDesc.transpose_z_to_x``). Which
 schedule runs depends on the process grid ``(P_rows, P_cols)``:
 
 | schedule | when | forward |

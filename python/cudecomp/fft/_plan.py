@@ -660,8 +660,8 @@ class FFT:
             del c
             if tr:
                 return self._finish(d, out, scale)
-            e = G.transpose_z_to_y(self._finish(d, None, scale), T("y", 1), stream=s)
-            return G.transpose_y_to_x(e, out, stream=s)
+            # Back to the X-pencil in one exchange: each cell moves once.
+            return G.transpose_z_to_x(self._finish(d, None, scale), out, stream=s)
 
     def backward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Backward (inverse) transform of this rank's spectral pencil into its real-space X-pencil (collective).
@@ -744,7 +744,7 @@ class FFT:
             if tr:
                 d = middle(a, (2,), ("z", 2))
             else:
-                d = middle(G.transpose_y_to_z(G.transpose_x_to_y(a, T("y", 1), stream=st), T("z", 2), stream=st), (2,))
+                d = middle(G.transpose_x_to_z(a, T("z", 2), stream=st), (2,))
             c = middle(G.transpose_z_to_y(d, T("y", 1), stream=st), (2,))
             del d
             return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)

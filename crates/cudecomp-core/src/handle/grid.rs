@@ -8,17 +8,15 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use crate::comm::{agree_on, agree_parts, Communicator};
+use crate::comm::Communicator;
 use crate::config::DataType;
-use crate::cuda::Device;
 use crate::engine::device::lock;
-use crate::engine::workspace::Slot;
 use crate::engine::Exec;
-use crate::engine::{self, Context, HaloCall, Steps, TransposeCall, TransposeSteps};
-use crate::geometry::{CommAxis, Grid, PencilInfo};
+use crate::engine::{self, HaloCall, Steps, TransposeCall, TransposeSteps};
+use crate::geometry::{CommAxis, Grid};
+use crate::handle::runner::{check_work, Array, Runner};
 use crate::handle::Handle;
-use crate::mem::Buf;
-use crate::perf::PerfReport;
+use crate::perf::Heading;
 use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
 use crate::{invalid, Error, Fields, Result};
 
@@ -37,94 +35,15 @@ pub struct TransposeOp {
     pub own_cells: bool,
 }
 
-/// An array the caller passes to an operation: its bytes and, where the caller's array
-/// library describes them, its shape and whether it may be written. The operation checks
-/// both against the pencil it expects, on every rank, before it moves data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Array {
-    /// The array's memory (host or device).
-    pub buf: Buf,
-    /// The C-contiguous shape, slowest axis first (`PencilInfo::array_shape`); `None`:
-    /// only the bytes are known (checked to hold the pencil).
-    pub shape: Option<[i64; 3]>,
-    /// `None` when the array may be written; otherwise why not (a read-only view, an
-    /// export that does not say), for the message where an output or halo array must be.
-    pub read_only: Option<&'static str>,
-}
-
-impl From<Buf> for Array {
-    /// Bytes alone: writable, of unknown shape.
-    fn from(buf: Buf) -> Array {
-        Array {
-            buf,
-            shape: None,
-            read_only: None,
-        }
-    }
-}
-
-fn shape_text(v: &[i64]) -> String {
-    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-    format!("({})", parts.join(", "))
-}
-
-impl Array {
-    /// InvalidUsage unless the array (argument `what`) is `info`'s pencil: its shape
-    /// (where known) and at least its bytes of `elem`-byte elements; `hint` names what
-    /// the shape should be; `write`: it must be writable too.
-    fn check(
-        &self,
-        what: &str,
-        info: &PencilInfo,
-        elem: usize,
-        hint: &str,
-        write: bool,
-    ) -> Result<()> {
-        if let Some(shape) = self.shape {
-            let want = info.array_shape();
-            if shape != want {
-                invalid!(
-                    "{what}: expected shape {} ({hint}), got {}",
-                    shape_text(&want),
-                    shape_text(&shape)
-                );
-            }
-        }
-        check_len(what, self.buf, info.size, elem)?;
-        match self.read_only {
-            Some(why) if write => invalid!("{what}: expected a writable array, got {why}"),
-            _ => Ok(()),
-        }
-    }
-}
-
 /// One decomposition bound to a handle.
 pub struct GridDesc {
-    handle: Handle,
+    /// The grid's communicator, report, checking mode and turn.
+    runner: Runner,
     grid: Grid,
-    rank: usize,
-    /// The grid's own duplicate of the handle's communicator: halos, DIRECT and the
-    /// checking mode's agreements use it, so that operations on distinct grids (from
-    /// several threads) never share a communicator.
-    comm: Box<dyn Communicator>,
     /// Indexed by [`CommAxis`]: column then row communicator.
     subcomms: [Box<dyn Communicator>; 2],
     plans: Mutex<HashMap<(Direction, TransposeLayouts), Arc<TransposePlan>>>,
     halo_plans: Mutex<HashMap<HaloSpec, Option<Arc<HaloPlan>>>>,
-    perf: Option<PerfReport>,
-    /// Slice size of pipelined transposes and DIRECT halos set by the user (the same on
-    /// every rank: checked); each exchange has its own otherwise.
-    slice_bytes: Option<i64>,
-    /// Threads of host copies (see [`Handle::host_threads`]).
-    host_threads: usize,
-    /// Number of this grid among the handle's (the same on every rank).
-    serial: u64,
-    /// `CUDECOMP_CHECK_COLLECTIVES=1`: ranks agree on each operation before moving data.
-    check_collectives: bool,
-    /// Operations of this grid take turns: two threads' operations on one grid would
-    /// interleave their messages on the grid's communicators (MPI aborts the job on the
-    /// mismatched sizes). Taken before the handle's lease, never while holding it.
-    turn: Mutex<()>,
 }
 
 /// The canonical text of a transpose, compared across ranks in checking mode.
@@ -176,133 +95,44 @@ fn cached<K: Hash + Eq, V: Clone>(
     Ok(v)
 }
 
-/// Bytes of `cells` elements of `elem` bytes (InvalidUsage naming `what` on overflow).
-fn bytes_of(what: &str, cells: i64, elem: usize) -> Result<usize> {
-    usize::try_from(cells)
-        .ok()
-        .and_then(|c| c.checked_mul(elem))
-        .ok_or_else(|| {
-            Error::InvalidUsage(format!(
-                "{what}: {cells} elements of {elem} bytes do not fit in memory"
-            ))
-        })
-}
-
-/// InvalidUsage unless `b` holds `cells` elements of `elem` bytes.
-fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
-    let need = bytes_of(what, cells, elem)?;
-    if b.len() < need {
-        invalid!(
-            "{what}: expected at least {need} bytes ({cells} elements of {elem} bytes), got {}",
-            b.len()
-        );
-    }
-    Ok(())
-}
-
-/// InvalidUsage unless the caller's workspace, if any, holds `elems` elements of `elem`
-/// bytes (`query` names the size query) and shares no memory with the `data` arrays.
-fn check_work(
-    work: Option<Array>,
-    data: &[Buf],
-    elems: i64,
-    elem: usize,
-    query: &str,
-) -> Result<()> {
-    let Some(w) = work else {
-        return Ok(());
-    };
-    if let Some(why) = w.read_only {
-        invalid!("work: expected a writable array, got {why}");
-    }
-    if data.iter().any(|d| w.buf.overlaps(d)) {
-        invalid!("work: expected memory disjoint from the data arrays");
-    }
-    let need = bytes_of("work", elems, elem)?;
-    if w.buf.len() < need {
-        invalid!(
-            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
-            w.buf.len()
-        );
-    }
-    Ok(())
-}
-
 impl GridDesc {
     /// Collective: the descriptor of `grid` on `handle` (splits the row and column
     /// communicators).
     pub(crate) fn new(handle: Handle, grid: Grid, host_threads: usize) -> Result<GridDesc> {
-        let serial = handle.next_grid_serial();
-        let settings = handle.settings();
-        let (perf, slice_bytes, check_collectives) = (
-            settings.perf.clone().map(PerfReport::new),
-            settings.pipeline_slice_bytes,
-            settings.check_collectives,
-        );
-        let rank = handle.rank();
-        let comm = handle.comm().split(0, rank as i32)?;
-        let [row, col] = grid.coords(rank);
-        let col_comm = handle.comm().split(col as i32, row as i32)?;
-        let row_comm = handle.comm().split(row as i32, col as i32)?;
+        let runner = Runner::new(handle, host_threads)?;
+        let [row, col] = grid.coords(runner.rank);
+        let comm = runner.handle.comm();
+        let col_comm = comm.split(col as i32, row as i32)?;
+        let row_comm = comm.split(row as i32, col as i32)?;
         Ok(GridDesc {
-            handle,
+            runner,
             grid,
-            rank,
-            comm,
             subcomms: [col_comm, row_comm],
             plans: Mutex::new(HashMap::new()),
             halo_plans: Mutex::new(HashMap::new()),
-            perf,
-            slice_bytes,
-            host_threads,
-            serial,
-            check_collectives,
-            turn: Mutex::new(()),
         })
     }
 
     /// True when ranks agree on every operation before moving data
     /// (`CUDECOMP_CHECK_COLLECTIVES=1` at grid creation).
     pub fn checks_collectives(&self) -> bool {
-        self.check_collectives
+        self.runner.check_collectives
     }
 
-    /// Checking mode: collective over the handle's communicator. Every rank passes the
+    /// Checking mode: collective over the grid's communicator. Every rank passes the
     /// text of the operation it is about to run, or the error that stops it locally;
     /// unless all passed the same text, every rank fails (a rank that failed locally with
     /// its own error, the others with InvalidUsage naming it) instead of hanging or moving
     /// wrong data. Without checking mode, just returns `local`.
     pub fn agree(&self, what: &str, local: Result<()>) -> Result<()> {
-        if !self.check_collectives {
-            return local;
-        }
-        let failed = local.as_ref().err().map(|e| format!("{what}: {e}"));
-        let mine = match &failed {
-            Some(t) => Err(t.as_str()),
-            None => Ok(what.as_bytes()),
-        };
-        let all = agree_parts(self.comm.as_ref(), "the collective operation", mine);
-        local?;
-        let all = all?;
-        let text = |v: &Vec<u8>| String::from_utf8_lossy(v).into_owned();
-        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
-        if let Some(&r) = differing.first() {
-            invalid!(
-                "ranks disagree on the collective operation: rank 0 runs {}, but rank(s) {differing:?} run {}",
-                text(&all[0]),
-                text(&all[r])
-            );
-        }
-        Ok(())
+        self.runner.agree(what, local)
     }
 
     /// Collective over the grid's communicator: the named-field agreement for callers
     /// that run collective steps of their own on this grid (an FFT plan's transforms):
     /// every rank passes `Ok(fields)` or the text of the error that stops it.
     pub fn agree_fields(&self, what: &str, mine: std::result::Result<&Fields, &str>) -> Result<()> {
-        let _grid_turn = lock(&self.turn);
-        self.handle.check_alive()?;
-        agree_on(self.comm.as_ref(), what, mine)
+        self.runner.agree_fields(what, mine)
     }
 
     /// The resolved grid.
@@ -310,25 +140,33 @@ impl GridDesc {
         &self.grid
     }
 
+    /// Number of this grid among the handle's objects (the same on every rank).
+    pub fn serial(&self) -> u64 {
+        self.runner.serial
+    }
+
     /// The owning handle.
     pub fn handle(&self) -> &Handle {
-        &self.handle
+        &self.runner.handle
     }
 
     /// This process's rank.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.runner.rank
     }
 
-    /// The sub-communicator along `axis`.
+    /// The sub-communicator along `axis` (`All`: the grid's whole communicator).
     pub fn subcomm(&self, axis: CommAxis) -> &dyn Communicator {
-        self.subcomms[axis as usize].as_ref()
+        match axis {
+            CommAxis::All => self.runner.comm.as_ref(),
+            CommAxis::Col | CommAxis::Row => self.subcomms[axis as usize].as_ref(),
+        }
     }
 
     /// Overrides the slice size of pipelines (tests: tiny slices take the multi-slice
     /// paths). Must be equal on every rank.
     pub fn set_slice_bytes(&mut self, bytes: Option<i64>) {
-        self.slice_bytes = bytes;
+        self.runner.slice_bytes = bytes;
     }
 
     /// The (cached) plan of one transpose.
@@ -339,7 +177,10 @@ impl GridDesc {
     ) -> Result<Arc<TransposePlan>> {
         cached(&self.plans, (direction, *layouts), || {
             Ok(Arc::new(TransposePlan::new(
-                &self.grid, self.rank, direction, layouts,
+                &self.grid,
+                self.runner.rank,
+                direction,
+                layouts,
             )?))
         })
     }
@@ -354,37 +195,8 @@ impl GridDesc {
             );
         }
         cached(&self.halo_plans, *spec, || {
-            Ok(HaloPlan::new(&self.grid, self.rank, *spec)?.map(Arc::new))
+            Ok(HaloPlan::new(&self.grid, self.runner.rank, *spec)?.map(Arc::new))
         })
-    }
-
-    fn context<'a>(&'a self, slot: &'a Slot) -> Context<'a> {
-        Context {
-            world: self.comm.as_ref(),
-            rank: self.rank,
-            slot,
-            device: self.handle.device().ok(),
-            perf: self.perf.as_ref(),
-            settings: self.handle.settings(),
-            slice_bytes: self.slice_bytes,
-            host_threads: self.host_threads,
-        }
-    }
-
-    /// InvalidUsage unless `exec` is where this handle's data lives.
-    fn check_exec(&self, exec: Exec) -> Result<()> {
-        match (exec, self.handle.is_gpu()) {
-            (Exec::Host, false) | (Exec::Device(_), true) => Ok(()),
-            (e, gpu) => invalid!(
-                "expected an operation on {}, as this handle's, got one on {}",
-                if gpu {
-                    "CUDA device memory"
-                } else {
-                    "host memory"
-                },
-                e.describe()
-            ),
-        }
     }
 
     /// Collective: runs one transpose. `input` and `output` must hold their pencils and
@@ -420,18 +232,18 @@ impl GridDesc {
         exec: Exec,
         steps: TransposeSteps<'_>,
     ) -> Result<()> {
-        let _grid_turn = lock(&self.turn);
-        self.handle.check_alive()?;
+        let _grid_turn = lock(&self.runner.turn);
+        self.handle().check_alive()?;
         let in_place = input.buf.ptr() == output.buf.ptr();
-        let what = transpose_signature(self.serial, op, in_place, work.is_some());
+        let what = transpose_signature(self.runner.serial, op, in_place, work.is_some());
         let plan = self
             .checked_transpose_plan(op, input, output, work, exec)
             .and_then(|p| check_steps(steps, &p, exec).map(|_| p));
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let plan = plan?;
-        let (_turn, slot) = self.handle.lease();
+        let (_turn, slot) = self.handle().lease();
         engine::transpose(
-            &self.context(&slot),
+            &self.runner.context(&slot),
             &TransposeCall {
                 plan: &plan,
                 backend: self.grid.transpose_backend,
@@ -457,7 +269,7 @@ impl GridDesc {
         work: Option<Array>,
         exec: Exec,
     ) -> Result<Arc<TransposePlan>> {
-        self.check_exec(exec)?;
+        self.runner.check_exec(exec)?;
         let plan = self.transpose_plan(op.direction, &op.layouts)?;
         let elem = op.dtype.size();
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
@@ -478,38 +290,9 @@ impl GridDesc {
             elem,
             "get_transpose_workspace_size()",
         )?;
-        self.check_on_device(exec, &[("input", i), ("out", o)], work)?;
+        self.runner
+            .check_on_device(exec, &[("input", i), ("out", o)], work)?;
         Ok(plan)
-    }
-
-    /// InvalidUsage unless every array of a device operation is memory of the handle's
-    /// device.
-    fn check_on_device(
-        &self,
-        exec: Exec,
-        arrays: &[(&str, Buf)],
-        work: Option<Array>,
-    ) -> Result<()> {
-        if exec == Exec::Host {
-            return Ok(());
-        }
-        let ordinal = self.handle.device()?.device.ordinal;
-        let work = work.map(|w| ("work", w.buf));
-        for (what, b) in arrays.iter().copied().chain(work) {
-            if b.is_empty() {
-                continue;
-            }
-            match Device::pointer_device(b.ptr() as u64) {
-                Some(o) if o == ordinal => {}
-                Some(o) => invalid!(
-                    "{what}: expected memory on the handle's device {ordinal}, got memory on device {o}"
-                ),
-                None => invalid!(
-                    "{what}: expected CUDA device memory, got a pointer CUDA does not know"
-                ),
-            }
-        }
-        Ok(())
     }
 
     /// The plan of a halo update (`None`: nothing moves) after the caller's side of the
@@ -522,16 +305,16 @@ impl GridDesc {
         work: Option<Array>,
         exec: Exec,
     ) -> Result<Option<Arc<HaloPlan>>> {
-        self.check_exec(exec)?;
+        self.runner.check_exec(exec)?;
         let plan = self.halo_plan(spec)?;
-        let info = self
-            .grid
-            .pencil_info(spec.axis as i64, self.rank, spec.halo, spec.padding)?;
+        let info =
+            self.grid
+                .pencil_info(spec.axis as i64, self.runner.rank, spec.halo, spec.padding)?;
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
         data.check("input", &info, dtype.size(), shape, true)?;
         let elems = self
             .grid
-            .halo_workspace_size(spec.axis as i64, self.rank, spec.halo)?;
+            .halo_workspace_size(spec.axis as i64, self.runner.rank, spec.halo)?;
         check_work(
             work,
             &[data.buf],
@@ -539,7 +322,8 @@ impl GridDesc {
             dtype.size(),
             "get_halo_workspace_size()",
         )?;
-        self.check_on_device(exec, &[("input", data.buf)], work)?;
+        self.runner
+            .check_on_device(exec, &[("input", data.buf)], work)?;
         Ok(plan)
     }
 
@@ -554,23 +338,23 @@ impl GridDesc {
         work: Option<Array>,
         exec: Exec,
     ) -> Result<()> {
-        let _grid_turn = lock(&self.turn);
-        self.handle.check_alive()?;
-        let what = halo_signature(self.serial, spec, dtype, work.is_some());
+        let _grid_turn = lock(&self.runner.turn);
+        self.handle().check_alive()?;
+        let what = halo_signature(self.runner.serial, spec, dtype, work.is_some());
         let plan = self.checked_halo_plan(spec, dtype, data, work, exec);
         self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
         let Some(plan) = plan? else {
             return Ok(());
         };
-        let (_turn, slot) = self.handle.lease();
+        let (_turn, slot) = self.handle().lease();
         engine::update_halos(
-            &self.context(&slot),
+            &self.runner.context(&slot),
             &HaloCall {
                 plan: &plan,
                 backend: self.grid.halo_backend,
                 workspace_elems: self.grid.halo_workspace_size(
                     spec.axis as i64,
-                    self.rank,
+                    self.runner.rank,
                     spec.halo,
                 )?,
                 dtype,
@@ -587,15 +371,12 @@ impl GridDesc {
     /// runs an operation instead makes every rank fail, the grid still alive everywhere.
     pub fn destroy(&self) -> Result<Option<String>> {
         {
-            let _grid_turn = lock(&self.turn);
-            self.handle.check_alive()?;
-            self.agree(&format!("grid {}: destroy()", self.serial), Ok(()))?;
+            let _grid_turn = lock(&self.runner.turn);
+            self.handle().check_alive()?;
+            self.agree(&format!("grid {}: destroy()", self.runner.serial), Ok(()))?;
         }
-        let summary = match &self.perf {
-            Some(p) => p.finish(&self.grid, self.comm.as_ref())?,
-            None => None,
-        };
-        for c in self.subcomms.iter().chain([&self.comm]) {
+        let summary = self.runner.report(&Heading::of_grid(&self.grid))?;
+        for c in self.subcomms.iter().chain([&self.runner.comm]) {
             c.free()?;
         }
         Ok(summary)

@@ -6,6 +6,8 @@
 pub(crate) mod capabilities;
 pub mod grid;
 mod memory;
+pub(crate) mod redistribution;
+pub(crate) mod runner;
 
 pub use memory::{DeviceBuffer, LibraryArray};
 
@@ -146,6 +148,11 @@ impl Handle {
             ));
         }
         Ok(())
+    }
+
+    /// True when `other` is this handle (or a clone of it).
+    pub fn same_as(&self, other: &Handle) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// True for a GPU handle (operations run on device memory).
@@ -295,7 +302,7 @@ impl Handle {
         // Grids whose pencils the library cannot address are refused now, not at the
         // first query (the same on every rank).
         grid.max_pencil_sizes()?;
-        self.check_backends(&grid)?;
+        self.check_backends(grid.transpose_backend, grid.halo_backend)?;
         let host_threads = if self.is_gpu() {
             1
         } else {
@@ -304,10 +311,9 @@ impl Handle {
         GridDesc::new(self.clone(), grid, host_threads)
     }
 
-    /// Collective: `NotSupported` on every rank unless this handle can run the grid's
+    /// Collective: `NotSupported` on every rank unless this handle can run these
     /// backends; creates NCCL when they need it.
-    fn check_backends(&self, grid: &Grid) -> Result<()> {
-        let (t, h) = (grid.transpose_backend, grid.halo_backend);
+    pub(crate) fn check_backends(&self, t: TransposeBackend, h: HaloBackend) -> Result<()> {
         let nvshmem = t.is_nvshmem() || h.is_nvshmem();
         match &self.shared.device {
             Some(dev) => {

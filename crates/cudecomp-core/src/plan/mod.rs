@@ -12,7 +12,7 @@ mod transpose;
 pub use halo::{HaloPlan, HaloSide, HaloSpec};
 pub use landing::{landing_groups, Landing, LANDING_BYTES, MAX_LANDING_STEPS};
 pub use transpose::{
-    slice_box, slice_count, Direction, Slicing, TransposeLayouts, TransposePlan, MAX_SLICES,
+    slice_box, slice_count, Direction, Side, Slicing, TransposeLayouts, TransposePlan, MAX_SLICES,
     SLICE_BYTES, TAPER,
 };
 

@@ -84,10 +84,14 @@ pub enum Direction {
     ZToY = 2,
     /// Y-pencils to X-pencils, within each process-grid column.
     YToX = 3,
+    /// X-pencils to Z-pencils in one exchange, over the whole process grid (not upstream's).
+    XToZ = 4,
+    /// Z-pencils to X-pencils in one exchange, over the whole process grid (not upstream's).
+    ZToX = 5,
 }
 
 impl Direction {
-    /// All four in upstream's order.
+    /// Upstream's four, in its order (what autotuning times).
     pub const ALL: [Direction; 4] = [Self::XToY, Self::YToZ, Self::ZToY, Self::YToX];
 
     /// `(input axis, output axis)`.
@@ -97,6 +101,8 @@ impl Direction {
             Self::YToZ => (1, 2),
             Self::ZToY => (2, 1),
             Self::YToX => (1, 0),
+            Self::XToZ => (0, 2),
+            Self::ZToX => (2, 0),
         }
     }
 
@@ -107,6 +113,8 @@ impl Direction {
             Self::YToZ => "TransposeYZ",
             Self::ZToY => "TransposeZY",
             Self::YToX => "TransposeYX",
+            Self::XToZ => "TransposeXZ",
+            Self::ZToX => "TransposeZX",
         }
     }
 
@@ -117,6 +125,8 @@ impl Direction {
             Self::YToZ => "transpose_y_to_z",
             Self::ZToY => "transpose_z_to_y",
             Self::YToX => "transpose_y_to_x",
+            Self::XToZ => "transpose_x_to_z",
+            Self::ZToX => "transpose_z_to_x",
         }
     }
 
@@ -125,6 +135,7 @@ impl Direction {
         match self {
             Self::XToY | Self::YToX => CommAxis::Col,
             Self::YToZ | Self::ZToY => CommAxis::Row,
+            Self::XToZ | Self::ZToX => CommAxis::All,
         }
     }
 }
@@ -153,11 +164,12 @@ pub struct Chunk {
     pub count: i64,
 }
 
-/// Everything a rank needs to execute one transpose.
+/// Everything a rank needs to execute one exchange between two layouts of a global
+/// array: a transpose (pencils of one grid) or a redistribution (any two layouts).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransposePlan {
-    /// Which transpose.
-    pub direction: Direction,
+    /// Which transpose (`None`: a redistribution).
+    pub direction: Option<Direction>,
     /// This rank's input pencil.
     pub input: PencilInfo,
     /// This rank's output pencil.
@@ -166,8 +178,6 @@ pub struct TransposePlan {
     pub in_layout: Layout,
     /// Where each global cell of the output sits in its array.
     pub out_layout: Layout,
-    /// The sub-communicator the chunks travel through.
-    pub comm: CommAxis,
     /// Global ranks of the exchanging sub-communicator, by sub-communicator rank.
     pub members: Vec<usize>,
     /// This rank's index in `members`.
@@ -215,76 +225,101 @@ impl TransposePlan {
         let what = direction.method_name();
         grid.check_not_empty(a, what)?;
         grid.check_not_empty(b, what)?;
-        let input = grid.pencil_info(a as i64, rank, layouts.input_halo, layouts.input_padding)?;
-        let output =
-            grid.pencil_info(b as i64, rank, layouts.output_halo, layouts.output_padding)?;
-        let comm = direction.comm();
-        let members = grid.comm_members(comm, rank);
-        let me = members.iter().position(|&r| r == rank).unwrap_or(0);
-        let (in_order, out_order) = (grid.orders[a], grid.orders[b]);
-        // Decided from the grid alone so that sender and receiver agree on it.
-        let pack_order = if in_order[2] == a || out_order[2] != b {
-            in_order
-        } else {
-            out_order
+        let members = grid.comm_members(direction.comm(), rank);
+        let pencils = |axis: Axis, halo, padding| {
+            members
+                .iter()
+                .map(|&r| grid.pencil_info(axis as i64, r, halo, padding))
+                .collect::<Result<Vec<_>>>()
         };
-        let mine_in = input.interior();
-        let mine_out = output.interior();
-        let sends = chunks(grid, &members, &mine_in, b);
-        let recvs = chunks(grid, &members, &mine_out, a);
+        let inputs = pencils(a, layouts.input_halo, layouts.input_padding)?;
+        let outputs = pencils(b, layouts.output_halo, layouts.output_padding)?;
+        Ok(TransposePlan::between(
+            Some(direction),
+            members,
+            rank,
+            Side {
+                pencils: &inputs,
+                axis: Some(a),
+            },
+            Side {
+                pencils: &outputs,
+                axis: Some(b),
+            },
+        ))
+    }
+
+    /// Plans the exchange of `rank` (one of `members`, handle ranks in the order of the
+    /// exchanging communicator's ranks) from layout `src` to layout `dst`, each given for
+    /// every member; together the members' boxes of each side must cover the same cells,
+    /// each once (checked by the caller). Every member computes the same shared
+    /// decisions (packing order, who packs), from the same descriptions.
+    pub fn between(
+        direction: Option<Direction>,
+        members: Vec<usize>,
+        rank: usize,
+        src: Side<'_>,
+        dst: Side<'_>,
+    ) -> TransposePlan {
+        let me = members.iter().position(|&r| r == rank).unwrap_or(0);
+        let (input, output) = (src.pencils[me], dst.pencils[me]);
+        let in_boxes: Vec<Box3> = src.pencils.iter().map(PencilInfo::interior).collect();
+        let out_boxes: Vec<Box3> = dst.pencils.iter().map(PencilInfo::interior).collect();
+        let pack_order = pack_order(&src, &dst);
+        let sends = chunks(&in_boxes[me], &out_boxes);
+        let recvs = chunks(&out_boxes[me], &in_boxes);
         let in_layout = Layout::of_pencil(&input);
         let out_layout = Layout::of_pencil(&output);
         let (send_from_input, recv_into_output) =
             dense_chunks(&sends, &in_layout, &recvs, &out_layout, pack_order);
-        let recv_base = align(mine_in.volume());
+        let recv_base = align(in_boxes[me].volume());
         let schedule = peer_schedule(me, members.len());
-        // Members share the third axis and each pencil is whole along its own axis, so a
-        // member's chunk shapes (hence whether they are dense) follow from its pencils'
-        // shapes alone: each shape is checked once.
-        let mut seen = vec![(input.shape, output.shape, mine_in.len, mine_out.len)];
+        // Whether a member packs depends on its chunk shapes alone. Members of an X↔Y or
+        // Y↔Z transpose share the third axis and each pencil is whole along its own axis,
+        // so members with the same pencil shapes have the same chunk shapes: each shape
+        // is checked once. Elsewhere chunk shapes depend on where the boxes lie.
+        let by_shape = direction.is_some_and(|d| d.comm() != CommAxis::All);
+        let mut seen = vec![(
+            input.shape,
+            output.shape,
+            in_boxes[me].len,
+            out_boxes[me].len,
+        )];
         let mut packed_everywhere = !send_from_input && !recv_into_output;
         let mut max_member_elems = 0;
-        let mut peer_out_layouts = Vec::with_capacity(members.len());
-        let mut peer_out_elems = Vec::with_capacity(members.len());
-        for &r in &members {
-            let i = grid.pencil_info(a as i64, r, layouts.input_halo, layouts.input_padding)?;
-            let o = grid.pencil_info(b as i64, r, layouts.output_halo, layouts.output_padding)?;
-            peer_out_layouts.push(Layout::of_pencil(&o));
-            peer_out_elems.push(o.size);
-            let work = align(grid.owned_box(a, r).volume()) + grid.owned_box(b, r).volume();
+        for (k, (i, o)) in src.pencils.iter().zip(dst.pencils).enumerate() {
+            let (ib, ob) = (in_boxes[k], out_boxes[k]);
+            let work = align(ib.volume()) + ob.volume();
             max_member_elems = max_member_elems.max(i.size).max(o.size).max(work);
-            let (ib, ob) = (i.interior(), o.interior());
             let key = (i.shape, o.shape, ib.len, ob.len);
-            if packed_everywhere && !seen.contains(&key) {
+            if packed_everywhere && !(by_shape && seen.contains(&key)) {
                 seen.push(key);
                 let (s, rv) = dense_chunks(
-                    &chunks(grid, &members, &ib, b),
-                    &Layout::of_pencil(&i),
-                    &chunks(grid, &members, &ob, a),
-                    &Layout::of_pencil(&o),
+                    &chunks(&ib, &out_boxes),
+                    &Layout::of_pencil(i),
+                    &chunks(&ob, &in_boxes),
+                    &Layout::of_pencil(o),
                     pack_order,
                 );
                 packed_everywhere = !s && !rv;
             }
         }
-        let peer_recv_offsets = members
-            .iter()
-            .map(|&r| {
-                let out_r = grid.owned_box(b, r);
-                align(grid.owned_box(a, r).volume())
-                    + members[..me]
+        let peer_recv_offsets = (0..members.len())
+            .map(|k| {
+                let out_k = out_boxes[k];
+                align(in_boxes[k].volume())
+                    + in_boxes[..me]
                         .iter()
-                        .map(|&k| out_r.intersect(&grid.owned_box(a, k)).volume())
+                        .map(|b| out_k.intersect(b).volume())
                         .sum::<i64>()
             })
             .collect();
-        Ok(TransposePlan {
+        TransposePlan {
             direction,
             input,
             output,
             in_layout,
             out_layout,
-            comm,
             members,
             me,
             pack_order,
@@ -297,9 +332,9 @@ impl TransposePlan {
             packed_everywhere,
             peer_recv_offsets,
             max_member_elems,
-            peer_out_layouts,
-            peer_out_elems,
-        })
+            peer_out_layouts: dst.pencils.iter().map(Layout::of_pencil).collect(),
+            peer_out_elems: dst.pencils.iter().map(|o| o.size).collect(),
+        }
     }
 
     /// Number of peers in the exchanging sub-communicator.
@@ -407,14 +442,14 @@ impl TransposePlan {
     }
 }
 
-/// The chunks `own` (a member's pencil) shares with each member's pencil along
-/// `peer_axis`, packed one after the other in member order.
-fn chunks(grid: &Grid, members: &[usize], own: &Box3, peer_axis: Axis) -> Vec<Chunk> {
+/// The chunks `own` (a member's box) shares with each member's box of the other side,
+/// packed one after the other in member order.
+fn chunks(own: &Box3, others: &[Box3]) -> Vec<Chunk> {
     let mut off = 0;
-    members
+    others
         .iter()
-        .map(|&r| {
-            let region = own.intersect(&grid.owned_box(peer_axis, r));
+        .map(|b| {
+            let region = own.intersect(b);
             let count = region.volume();
             let c = Chunk {
                 region,
@@ -425,6 +460,30 @@ fn chunks(grid: &Grid, members: &[usize], own: &Box3, peer_axis: Axis) -> Vec<Ch
             c
         })
         .collect()
+}
+
+/// One side of an exchange: every member's array, and the axis every box spans whole
+/// where the side is a pencil (`None`: boxes).
+#[derive(Clone, Copy, Debug)]
+pub struct Side<'a> {
+    /// Each member's array (by member).
+    pub pencils: &'a [PencilInfo],
+    /// The pencil axis, if the side is a pencil.
+    pub axis: Option<Axis>,
+}
+
+/// Memory order of packed chunks, decided from the descriptions alone so that every
+/// member takes the same: the input's order, unless only the output's makes the chunks
+/// land as dense runs (its slowest axis is its pencil axis while the input's is not its
+/// own).
+fn pack_order(src: &Side<'_>, dst: &Side<'_>) -> [Axis; 3] {
+    let order = |s: &Side<'_>| s.pencils.first().map_or([0, 1, 2], |p| p.order);
+    let (in_order, out_order) = (order(src), order(dst));
+    if Some(in_order[2]) == src.axis || Some(out_order[2]) != dst.axis {
+        in_order
+    } else {
+        out_order
+    }
 }
 
 /// Whether every non-empty chunk is a dense run of the input layout (sent without
@@ -511,6 +570,77 @@ mod tests {
                         assert_eq!((s.region, s.count), (r.region, r.count));
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn plans_between_any_boxes_match_their_peers() {
+        // Z slabs of 9x10x11 over 3 ranks to bricks over the same 3 ranks (one empty),
+        // and the X↔Z transposes of a 2x3 grid: what each member sends another is what
+        // that one receives from it, and every cell of each side is sent and received.
+        let slabs: Vec<PencilInfo> = [(0, 4), (4, 3), (7, 4)]
+            .iter()
+            .map(|&(lo, n)| {
+                PencilInfo::of_box(&Box3 {
+                    lo: [0, 0, lo],
+                    len: [9, 10, n],
+                })
+            })
+            .collect();
+        let bricks: Vec<PencilInfo> = [
+            Box3 {
+                lo: [0, 0, 0],
+                len: [5, 10, 11],
+            },
+            Box3::default(),
+            Box3 {
+                lo: [5, 0, 0],
+                len: [4, 10, 11],
+            },
+        ]
+        .iter()
+        .map(PencilInfo::of_box)
+        .collect();
+        let boxes = |p: &[PencilInfo]| p.to_vec();
+        let (s, b) = (boxes(&slabs), boxes(&bricks));
+        let plans: Vec<_> = (0..3)
+            .map(|r| {
+                let side = |p| Side {
+                    pencils: p,
+                    axis: None,
+                };
+                TransposePlan::between(None, vec![0, 1, 2], r, side(&s), side(&b))
+            })
+            .collect();
+        let g = grid([9, 10, 11], [2, 3], true);
+        for d in [Direction::XToZ, Direction::ZToX] {
+            let xz: Vec<_> = (0..6)
+                .map(|r| TransposePlan::new(&g, r, d, &TransposeLayouts::default()).unwrap())
+                .collect();
+            assert!(xz.iter().all(|p| p.npeers() == 6));
+            check_peers(&xz);
+        }
+        check_peers(&plans);
+        assert_eq!(plans[1].sends.iter().map(|c| c.count).sum::<i64>(), 3 * 90);
+        assert_eq!(plans[1].recvs.iter().map(|c| c.count).sum::<i64>(), 0);
+    }
+
+    fn check_peers(plans: &[TransposePlan]) {
+        for p in plans {
+            assert_eq!(
+                p.sends.iter().map(|c| c.count).sum::<i64>(),
+                p.input.interior().volume()
+            );
+            assert_eq!(
+                p.recvs.iter().map(|c| c.count).sum::<i64>(),
+                p.output.interior().volume()
+            );
+            for (j, &peer) in p.members.iter().enumerate() {
+                let q = &plans[peer];
+                assert_eq!(p.sends[j].region, q.recvs[p.me].region);
+                assert_eq!(p.pack_order, q.pack_order);
+                assert_eq!(p.packed_everywhere, q.packed_everywhere);
             }
         }
     }

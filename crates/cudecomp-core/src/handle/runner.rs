@@ -1,0 +1,292 @@
+//! What every collective object of a handle (grid descriptors, redistributions) runs its
+//! operations with ([`Runner`]): its own duplicate of the handle's communicator, the
+//! checking mode's agreement, the performance report, the threads of host copies, the
+//! turn its operations take; and the checks of the caller's arrays ([`Array`]) that
+//! every operation makes before it moves data.
+
+use std::sync::Mutex;
+
+use crate::comm::{agree_on, agree_parts, Communicator};
+use crate::cuda::Device;
+use crate::engine::device::lock;
+use crate::engine::workspace::Slot;
+use crate::engine::{Context, Exec};
+use crate::geometry::PencilInfo;
+use crate::handle::Handle;
+use crate::mem::Buf;
+use crate::perf::{Heading, PerfReport};
+use crate::{invalid, Error, Fields, Result};
+
+/// An array the caller passes to an operation: its bytes and, where the caller's array
+/// library describes them, its shape and whether it may be written. The operation checks
+/// both against the pencil it expects, on every rank, before it moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Array {
+    /// The array's memory (host or device).
+    pub buf: Buf,
+    /// The C-contiguous shape, slowest axis first (`PencilInfo::array_shape`); `None`:
+    /// only the bytes are known (checked to hold the pencil).
+    pub shape: Option<[i64; 3]>,
+    /// `None` when the array may be written; otherwise why not (a read-only view, an
+    /// export that does not say), for the message where an output or halo array must be.
+    pub read_only: Option<&'static str>,
+}
+
+impl From<Buf> for Array {
+    /// Bytes alone: writable, of unknown shape.
+    fn from(buf: Buf) -> Array {
+        Array {
+            buf,
+            shape: None,
+            read_only: None,
+        }
+    }
+}
+
+fn shape_text(v: &[i64]) -> String {
+    let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+    format!("({})", parts.join(", "))
+}
+
+impl Array {
+    /// InvalidUsage unless the array (argument `what`) is `info`'s pencil: its shape
+    /// (where known) and at least its bytes of `elem`-byte elements; `hint` names what
+    /// the shape should be; `write`: it must be writable too.
+    pub(crate) fn check(
+        &self,
+        what: &str,
+        info: &PencilInfo,
+        elem: usize,
+        hint: &str,
+        write: bool,
+    ) -> Result<()> {
+        if let Some(shape) = self.shape {
+            let want = info.array_shape();
+            if shape != want {
+                invalid!(
+                    "{what}: expected shape {} ({hint}), got {}",
+                    shape_text(&want),
+                    shape_text(&shape)
+                );
+            }
+        }
+        check_len(what, self.buf, info.size, elem)?;
+        match self.read_only {
+            Some(why) if write => invalid!("{what}: expected a writable array, got {why}"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a collective object of a handle runs its operations with.
+pub(crate) struct Runner {
+    pub handle: Handle,
+    pub rank: usize,
+    /// The object's own duplicate of the handle's communicator: halos, DIRECT, X↔Z and
+    /// redistribution exchanges and the checking mode's agreements use it, so that
+    /// operations on distinct objects (from several threads) never share a communicator.
+    pub comm: Box<dyn Communicator>,
+    pub perf: Option<PerfReport>,
+    /// Slice size of pipelines set by the user (the same on every rank: checked); each
+    /// exchange has its own otherwise.
+    pub slice_bytes: Option<i64>,
+    /// Threads of host copies (see [`Handle::host_threads`]).
+    pub host_threads: usize,
+    /// Number of this object among the handle's (the same on every rank).
+    pub serial: u64,
+    /// `CUDECOMP_CHECK_COLLECTIVES=1`: ranks agree on each operation before moving data.
+    pub check_collectives: bool,
+    /// Operations of one object take turns: two threads' operations would interleave
+    /// their messages on its communicators (MPI aborts the job on the mismatched sizes).
+    /// Taken before the handle's lease, never while holding it.
+    pub turn: Mutex<()>,
+}
+
+impl Runner {
+    /// Collective over the handle's communicator: duplicates it and numbers the object.
+    pub(crate) fn new(handle: Handle, host_threads: usize) -> Result<Runner> {
+        let serial = handle.next_grid_serial();
+        let settings = handle.settings();
+        let (perf, slice_bytes, check_collectives) = (
+            settings.perf.clone().map(PerfReport::new),
+            settings.pipeline_slice_bytes,
+            settings.check_collectives,
+        );
+        let rank = handle.rank();
+        let comm = handle.comm().split(0, rank as i32)?;
+        Ok(Runner {
+            handle,
+            rank,
+            comm,
+            perf,
+            slice_bytes,
+            host_threads,
+            serial,
+            check_collectives,
+            turn: Mutex::new(()),
+        })
+    }
+
+    /// Checking mode: collective over the object's communicator. Every rank passes the
+    /// text of the operation it is about to run, or the error that stops it locally;
+    /// unless all passed the same text, every rank fails (a rank that failed locally with
+    /// its own error, the others with InvalidUsage naming it) instead of hanging or moving
+    /// wrong data. Without checking mode, just returns `local`.
+    pub(crate) fn agree(&self, what: &str, local: Result<()>) -> Result<()> {
+        if !self.check_collectives {
+            return local;
+        }
+        let failed = local.as_ref().err().map(|e| format!("{what}: {e}"));
+        let mine = match &failed {
+            Some(t) => Err(t.as_str()),
+            None => Ok(what.as_bytes()),
+        };
+        let all = agree_parts(self.comm.as_ref(), "the collective operation", mine);
+        local?;
+        let all = all?;
+        let text = |v: &Vec<u8>| String::from_utf8_lossy(v).into_owned();
+        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
+        if let Some(&r) = differing.first() {
+            invalid!(
+                "ranks disagree on the collective operation: rank 0 runs {}, but rank(s) {differing:?} run {}",
+                text(&all[0]),
+                text(&all[r])
+            );
+        }
+        Ok(())
+    }
+
+    /// Collective over the object's communicator: the named-field agreement for callers
+    /// that run collective steps of their own on it (an FFT plan's transforms):
+    /// every rank passes `Ok(fields)` or the text of the error that stops it.
+    pub(crate) fn agree_fields(
+        &self,
+        what: &str,
+        mine: std::result::Result<&Fields, &str>,
+    ) -> Result<()> {
+        let _grid_turn = lock(&self.turn);
+        self.handle.check_alive()?;
+        agree_on(self.comm.as_ref(), what, mine)
+    }
+
+    /// What one operation runs with, in the workspace `slot`.
+    pub(crate) fn context<'a>(&'a self, slot: &'a Slot) -> Context<'a> {
+        Context {
+            world: self.comm.as_ref(),
+            rank: self.rank,
+            slot,
+            device: self.handle.device().ok(),
+            perf: self.perf.as_ref(),
+            settings: self.handle.settings(),
+            slice_bytes: self.slice_bytes,
+            host_threads: self.host_threads,
+        }
+    }
+
+    /// InvalidUsage unless `exec` is where this handle's data lives.
+    pub(crate) fn check_exec(&self, exec: Exec) -> Result<()> {
+        match (exec, self.handle.is_gpu()) {
+            (Exec::Host, false) | (Exec::Device(_), true) => Ok(()),
+            (e, gpu) => invalid!(
+                "expected an operation on {}, as this handle's, got one on {}",
+                if gpu {
+                    "CUDA device memory"
+                } else {
+                    "host memory"
+                },
+                e.describe()
+            ),
+        }
+    }
+
+    /// InvalidUsage unless every array of a device operation is memory of the handle's
+    /// device.
+    pub(crate) fn check_on_device(
+        &self,
+        exec: Exec,
+        arrays: &[(&str, Buf)],
+        work: Option<Array>,
+    ) -> Result<()> {
+        if exec == Exec::Host {
+            return Ok(());
+        }
+        let ordinal = self.handle.device()?.device.ordinal;
+        let work = work.map(|w| ("work", w.buf));
+        for (what, b) in arrays.iter().copied().chain(work) {
+            if b.is_empty() {
+                continue;
+            }
+            match Device::pointer_device(b.ptr() as u64) {
+                Some(o) if o == ordinal => {}
+                Some(o) => invalid!(
+                    "{what}: expected memory on the handle's device {ordinal}, got memory on device {o}"
+                ),
+                None => invalid!(
+                    "{what}: expected CUDA device memory, got a pointer CUDA does not know"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Collective: with the performance report on, its summary on rank 0 (and its CSV
+    /// files if asked), under `heading`.
+    pub(crate) fn report(&self, heading: &Heading) -> Result<Option<String>> {
+        match &self.perf {
+            Some(p) => p.finish(heading, self.comm.as_ref()),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Bytes of `cells` elements of `elem` bytes (InvalidUsage naming `what` on overflow).
+pub(crate) fn bytes_of(what: &str, cells: i64, elem: usize) -> Result<usize> {
+    usize::try_from(cells)
+        .ok()
+        .and_then(|c| c.checked_mul(elem))
+        .ok_or_else(|| {
+            Error::InvalidUsage(format!(
+                "{what}: {cells} elements of {elem} bytes do not fit in memory"
+            ))
+        })
+}
+
+/// InvalidUsage unless `b` holds `cells` elements of `elem` bytes.
+pub(crate) fn check_len(what: &str, b: Buf, cells: i64, elem: usize) -> Result<()> {
+    let need = bytes_of(what, cells, elem)?;
+    if b.len() < need {
+        invalid!(
+            "{what}: expected at least {need} bytes ({cells} elements of {elem} bytes), got {}",
+            b.len()
+        );
+    }
+    Ok(())
+}
+
+/// InvalidUsage unless the caller's workspace, if any, holds `elems` elements of `elem`
+/// bytes (`query` names the size query) and shares no memory with the `data` arrays.
+pub(crate) fn check_work(
+    work: Option<Array>,
+    data: &[Buf],
+    elems: i64,
+    elem: usize,
+    query: &str,
+) -> Result<()> {
+    let Some(w) = work else {
+        return Ok(());
+    };
+    if let Some(why) = w.read_only {
+        invalid!("work: expected a writable array, got {why}");
+    }
+    if data.iter().any(|d| w.buf.overlaps(d)) {
+        invalid!("work: expected memory disjoint from the data arrays");
+    }
+    let need = bytes_of("work", elems, elem)?;
+    if w.buf.len() < need {
+        invalid!(
+            "work: expected at least {need} bytes ({query} = {elems} elements of {elem} bytes), got {} bytes",
+            w.buf.len()
+        );
+    }
+    Ok(())
+}
