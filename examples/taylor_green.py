@@ -23,10 +23,12 @@ instantaneous energy budget of the discrete equations, -sum Re(conj(u_k) . du_k/
 (which equals 2*nu*enstrophy up to rounding, since the dealiased nonlinear term
 conserves energy exactly).
 
-Checkpoints (``--checkpoint PREFIX``) are one ``.npz`` file per rank,
-``PREFIX.rank<r>-of-<n>.npz``, holding that rank's spectral velocity, the time, the step
-count and the diagnostics written so far; ``--restart PREFIX`` continues from them with
-the same rank count and process grid. ``--check`` compares energy and -dE/dt with the
+Checkpoints (``--checkpoint FILE``) are one HDF5 file (``cudecomp.io``): the spectral
+velocity as three global arrays ``u``, ``v``, ``w`` of Fourier coefficients, with the
+time, the step count and the diagnostics written so far as attributes; ``--restart FILE``
+continues from it on any rank count, process grid and backend (the coefficients are
+read into this run's spectral pencil), and the diagnostics after the restart are those
+of an uninterrupted run. The file opens with h5py alone. ``--check`` compares energy and -dE/dt with the
 reference at every output time and exits with status 1 when one deviates by more than
 ``--tolerance``; ``--png FILE`` draws the dissipation rate against the reference (needs
 matplotlib, checked before the run starts).
@@ -35,6 +37,7 @@ matplotlib, checked before the run starts).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -82,9 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reference", default=REFERENCE, help="reference diagnostics (default: the 512^3 DNS in examples/data)")
     p.add_argument("--check", action="store_true", help="exit 1 if energy or -dE/dt deviate from the reference beyond --tolerance")
     p.add_argument("--tolerance", type=float, default=0.01, help="relative tolerance of --check (default: 0.01)")
-    p.add_argument("--checkpoint", default=None, metavar="PREFIX", help="write per-rank checkpoints PREFIX.rank<r>-of-<n>.npz")
+    p.add_argument("--checkpoint", default=None, metavar="FILE", help="write checkpoints into one HDF5 file (replaced each time)")
     p.add_argument("--checkpoint-every", type=float, default=1.0, help="time between checkpoints (default: 1.0)")
-    p.add_argument("--restart", default=None, metavar="PREFIX", help="continue from the checkpoints PREFIX.rank<r>-of-<n>.npz")
+    p.add_argument("--restart", default=None, metavar="FILE", help="continue from a checkpoint file, on any rank count and process grid")
     p.add_argument("--quiet", action="store_true", help="no progress lines, only the diagnostics rows")
     p.add_argument("--no-fuse", action="store_true", help="GPU: run the element-wise steps unfused (default: cupy.fuse kernels)")
     return p.parse_args(argv)
@@ -121,20 +124,18 @@ def preflight(args: argparse.Namespace, comm: MPI.Comm) -> None:
         if args.n < 4 or args.t_end < 0 or (args.dt is not None and args.dt <= 0) or args.cfl <= 0:
             problem = problem or "need -n >= 4, --t-end >= 0, --dt > 0 and --cfl > 0"
     fail(comm, problem)
+    if args.checkpoint or args.restart:
+        missing = importlib.util.find_spec("h5py") is None
+        fail(comm, "--checkpoint and --restart need h5py (pip install h5py)" if missing else None)
     if args.checkpoint:
-        # Every rank makes the prefix's directory: per-rank files may sit on node-local disks.
         where = os.path.dirname(os.path.abspath(args.checkpoint))
-        try:
-            os.makedirs(where, exist_ok=True)
-            error = None
-        except OSError as e:
-            error = f"--checkpoint {args.checkpoint}: cannot make the directory {where} ({e.strerror})"
-        fail(comm, next((e for e in comm.allgather(error) if e), None))
-
-
-def checkpoint_path(prefix: str, comm: MPI.Comm) -> str:
-    """Return the path of this rank's checkpoint file."""
-    return f"{prefix}.rank{comm.rank:04d}-of-{comm.size:04d}.npz"
+        error = None
+        if comm.rank == 0:
+            try:
+                os.makedirs(where, exist_ok=True)
+            except OSError as e:
+                error = f"--checkpoint {args.checkpoint}: cannot make the directory {where} ({e.strerror})"
+        fail(comm, error)
 
 
 def _curl(ikx: Any, iky: Any, ikz: Any, u0: Any, u1: Any, u2: Any) -> tuple[Any, Any, Any]:
@@ -269,17 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             fail(comm, f"--pdims {args.pdims}: expected RxC or auto")
     state: dict[str, Any] | None = None
     if args.restart:
-        path = checkpoint_path(args.restart, comm)
-        ok = os.path.exists(path)
-        if not comm.allreduce(ok, op=MPI.LAND):
-            fail(comm, f"--restart {args.restart}: no checkpoint for {comm.size} ranks ({path} missing on some rank)")
-        with np.load(path) as f:
-            state = {k: f[k] for k in f.files}
-        if int(state["n"]) != n or str(state["precision"]) != args.precision:
-            fail(comm, f"--restart: the checkpoint is {int(state['n'])}^3 {state['precision']}, not {n}^3 {args.precision}")
-        pdims = (int(state["pdims"][0]), int(state["pdims"][1]))
-        if "backend" in state and not args.backend:
-            args.backend = str(state["backend"])  # the same backend, hence the same spectral layout
+        state = read_state(args, comm)
     ref = load_reference(args.reference) if (args.check or args.png) else None
 
     with cudecomp.Handle(comm) as handle:
@@ -289,13 +280,12 @@ def main(argv: list[str] | None = None) -> int:
             tg = TaylorGreen(plan, n, comm, fuse=not args.no_fuse)
             rows: list[tuple[float, ...]] = []
             if state is not None:
-                U = [xp.asarray(c) for c in state["U"]]
-                if tuple(U[0].shape) != plan.output_info.array_shape or (
-                    "order" in state and tuple(int(v) for v in state["order"]) != tuple(plan.output_info.order)
-                ):
-                    raise SystemExit("--restart: the checkpoint's pencil does not match this process grid and backend")
-                t, steps, rows = float(state["t"]), int(state["steps"]), [tuple(r) for r in state["rows"]]
-                n_out = int(state["n_out"])
+                import cudecomp.io as cio
+
+                # The coefficients land in this run's spectral pencil, whatever the writer's was.
+                spectral = plan.spectral_grid.pencil(plan.output_axis)
+                U = [cio.read(args.restart, name, spectral) for name in ("u", "v", "w")]
+                t, steps, rows, n_out = state["t"], state["steps"], state["rows"], state["n_out"]
             else:
                 U, t, steps, n_out = tg.initial(), 0.0, 0, 0
             rc = run(args, comm, plan, tg, U, t, steps, n_out, rows, ref)
@@ -401,8 +391,33 @@ def format_row(r: tuple[float, ...]) -> str:
     return f"{r[0]:.10g} {r[1]:.12g} {r[2]:.12g} {r[3]:.12g} {r[4]:.12g}"
 
 
+def read_state(args: argparse.Namespace, comm: MPI.Comm) -> dict[str, Any]:
+    """Return the scalars of a checkpoint on every rank (rank 0 reads them), after the checks a restart needs."""
+    state: dict[str, Any] | None = None
+    error = None
+    if comm.rank == 0:
+        import cudecomp.io as cio
+
+        try:
+            a = cio.attributes(args.restart)
+            state = {
+                "t": float(a["time"]),
+                "steps": int(a["steps"]),
+                "n_out": int(a["n_out"]),
+                "rows": [tuple(float(v) for v in r) for r in np.asarray(a["rows"]).reshape(-1, 5)],
+                "n": int(a["n"]),
+                "precision": str(a["precision"]),
+            }
+            if state["n"] != args.n or state["precision"] != args.precision:
+                error = f"--restart: the checkpoint is {state['n']}^3 {state['precision']}, not {args.n}^3 {args.precision}"
+        except (OSError, KeyError) as e:
+            error = f"--restart {args.restart}: not a checkpoint of this program ({e})"
+    fail(comm, error)
+    return comm.bcast(state, root=0)  # type: ignore[no-any-return]
+
+
 def write_checkpoint(
-    prefix: str,
+    path: str,
     comm: MPI.Comm,
     plan: FFT,
     U: Any,
@@ -412,25 +427,20 @@ def write_checkpoint(
     rows: list[tuple[float, ...]],
     args: argparse.Namespace,
 ) -> None:
-    """Write this rank's checkpoint atomically (collective: every rank writes its file)."""
-    path = checkpoint_path(prefix, comm)
-    tmp = path + ".tmp.npz"
-    host = np.stack([c.get() if hasattr(c, "get") else c for c in U])
-    np.savez(
-        tmp,
-        U=host,
-        t=t,
-        steps=steps,
-        n_out=n_out,
-        rows=np.asarray(rows, dtype=np.float64).reshape(-1, 5),
-        n=args.n,
-        precision=args.precision,
-        pdims=np.asarray(plan.pdims),
-        backend=cudecomp.TransposeCommBackend(int(plan.grid.config.transpose_comm_backend)).name,
-        order=np.asarray(plan.output_info.order),
-    )
-    os.replace(tmp, path)
-    comm.Barrier()
+    """Write the checkpoint into one file, replacing the last one only once it is complete (collective)."""
+    import cudecomp.io as cio
+
+    attrs = {
+        "time": t,
+        "steps": steps,
+        "n_out": n_out,
+        "rows": np.asarray(rows, dtype=np.float64).reshape(-1, 5),
+        "n": args.n,
+        "precision": args.precision,
+        "nu": NU,
+    }
+    spectral = plan.spectral_grid.pencil(plan.output_axis)
+    cio.write(path, dict(zip(("u", "v", "w"), U, strict=True)), spectral, attrs=attrs, overwrite=True)
 
 
 def report(args: argparse.Namespace, rows: list[tuple[float, ...]], ref: np.ndarray) -> int:

@@ -57,4 +57,23 @@ for case in "${CASES[@]}"; do
     fi
     echo "  ($seconds s)"
 done
+# Checkpoint and restart on another rank count and process grid: the diagnostics of the
+# restarted run equal those of an uninterrupted one.
+if [ "$NP" -ge 3 ]; then
+    log "[$VENV] examples/taylor_green.py: checkpoint on 2 ranks at t = 0.5, restart on 3 ranks (1x3) to t = 1, against an uninterrupted run"
+    tmp=$(mktemp -d)
+    tg=(examples/taylor_green.py -n 32 --quiet)
+    timeout "$LIMIT" $LAUNCH -n 2 "$PY" "${tg[@]}" --t-end 0.5 --checkpoint "$tmp/ck.h5" </dev/null >/dev/null
+    timeout "$LIMIT" $LAUNCH -n 3 "$PY" "${tg[@]}" --t-end 1 --restart "$tmp/ck.h5" --pdims 1x3 --out "$tmp/restarted.txt" </dev/null >/dev/null
+    timeout "$LIMIT" $LAUNCH -n "$NP" "$PY" "${tg[@]}" --t-end 1 --out "$tmp/uninterrupted.txt" </dev/null >/dev/null
+    "$PY" - "$tmp/restarted.txt" "$tmp/uninterrupted.txt" <<'PY'
+import sys
+import numpy as np
+a, b = (np.loadtxt(f, comments="#", ndmin=2) for f in sys.argv[1:])
+assert a.shape == b.shape == (11, 5), (a.shape, b.shape)
+assert np.allclose(a, b, rtol=1e-10, atol=0), np.abs(a - b).max()
+print(f"  restarted run: {a.shape[0]} rows equal to the uninterrupted run's (largest difference {np.abs(a - b).max():.1e})")
+PY
+    rm -rf "$tmp"
+fi
 log "[$VENV] all examples passed"

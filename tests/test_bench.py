@@ -729,3 +729,25 @@ def test_records_name_each_case_and_leave_skipped_rows_out() -> None:
         ("tune 512^3 c128 CUDECOMP_X=1", "ms", 22500.0),
         ("tune 512^3 c128 CUDECOMP_X=1", "chose", "DIRECT 1x2"),
     ]
+
+
+@collective
+@requires_data_path()
+def test_redistribute_rows_stand_beside_what_users_write(tmp_path: os.PathLike[str]) -> None:
+    """--ops redistribute: each row with its same-run comparisons (hand-written moves on host memory)."""
+    path = os.path.join(shared_dir(tmp_path), "rd.json")
+    argv = ["--gdims", "8,6,4", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "redistribute", "--no-baselines"]
+    assert bench.main([*argv, "--reps", "1", "--warmup", "0", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [r for r in json.load(open(path))["rows"] if not r["note"].startswith("skipped")]
+        ops = {r["op"] for r in rows}
+        assert {"rd-xy", "rd-xz", "rd-brick"} <= ops, ops
+        assert ("rd-grid" in ops) == (MPI.COMM_WORLD.size > 1)
+        for r in rows:
+            assert r["ms"] > 0, r
+            want = {"rd-xy": ["transpose_ms"], "rd-xz": ["xy_then_yz_ms"]}.get(r["op"], ["alltoallw_ms", "gather_scatter_ms"])
+            if cudecomp.CPU_ONLY or r["op"] in ("rd-xy", "rd-xz"):
+                for k in want:
+                    base = r["baseline"]
+                    assert base[k] > 0 and math.isclose(base["ratio_vs_" + k[:-3]], r["ms"] / base[k], rel_tol=1e-9)
+    MPI.COMM_WORLD.Barrier()

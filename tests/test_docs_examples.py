@@ -27,6 +27,7 @@ CPU_EXAMPLES = [
     "halos.py",
     "gather.py",
     "redistribute.py",
+    "io.py",
     "workspaces.py",
     "library_arrays.py",
     "autotune.py",

@@ -4,6 +4,7 @@ The classes defined here are re-exported by the ``cudecomp`` package: use them a
 ``cudecomp.Handle``, ``cudecomp.GridDesc`` and ``cudecomp.PencilInfo``.
 """
 
+import os
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -169,6 +170,32 @@ class Handle:
         rank has a GPU of its own; ``True``, ``False``), ``chunks`` (slabs a streamed plan
         cuts each direction into) and ``backward`` (``"rows"`` or ``"planes"``).
         """
+    def _write_part(
+        self, path: str | os.PathLike[str], offset: int, info: PencilInfo, gdims: tuple[int, int, int], array: Any, stream: Stream = None
+    ) -> None:
+        """Write this rank's owned cells of ``array`` into the file ``path`` (local).
+
+        For ``cudecomp.io``: ``info`` describes the array, ``gdims`` the field, which
+        starts at byte ``offset`` of the existing file. The array must keep X fastest, then Y, then Z, and own whole X rows
+        (``_owns_whole_rows``). Host arrays at once; device arrays after the work on
+        ``stream``, piece by piece through page-locked buffers. ``OSError`` where the
+        system refuses.
+        """
+    def _read_part(
+        self, path: str | os.PathLike[str], offset: int, info: PencilInfo, gdims: tuple[int, int, int], array: Any, stream: Stream = None
+    ) -> None:
+        """Read this rank's owned cells from the file ``path`` into ``array`` (local).
+
+        As ``_write_part``, the other way; the array's other cells are left alone.
+        """
+    def _owns_whole_rows(self, info: PencilInfo, gdims: tuple[int, int, int]) -> bool:
+        """Whether an array of ``info`` owns whole X rows in file order (local).
+
+        True where it keeps X fastest, then Y, then Z, and owns whole X rows of a field of
+        ``gdims``: then its cells go to the file as they are.
+        """
+    def _all(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on every rank (collective)."""
     def one_node(self) -> bool:
         """Whether every rank of the handle runs on one node (collective).
 
@@ -1283,6 +1310,9 @@ class BoxLayout:
     def hi(self) -> tuple[int, int, int]:
         """The last cell along X, Y, Z (inclusive)."""
     @property
+    def info(self) -> PencilInfo:
+        """Describe the box's array as a ``PencilInfo`` (X fastest, no halos)."""
+    @property
     def array_shape(self) -> tuple[int, int, int]:
         """The C-contiguous array shape ``(nz, ny, nx)`` of the box (empty: ``(0, 0, 0)``)."""
 
@@ -1343,6 +1373,13 @@ class Redistribution:
     @property
     def backend(self) -> int:
         """The transpose backend that runs it (a ``TransposeCommBackend`` value)."""
+    @property
+    def is_identity(self) -> bool:
+        """Whether every rank's source and destination arrays are the same.
+
+        The same on every rank: a run then only copies, and the source array may stand for
+        the destination.
+        """
     def get_workspace_size(self) -> int:
         """Workspace a run needs, in elements of its dtype (the same on every rank)."""
     def destroy(self) -> None:

@@ -27,6 +27,10 @@ pub enum Error {
     /// NVSHMEM failure (`CUDECOMP_RESULT_NVSHMEM_ERROR`).
     #[error("{0}")]
     Nvshmem(String),
+    /// The operating system refused a file operation (no upstream counterpart: upstream
+    /// has no I/O); the message names the operation, the file and the system's reason.
+    #[error("{0}")]
+    Io(String),
 }
 
 /// Result alias used throughout the crate.

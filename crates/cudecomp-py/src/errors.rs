@@ -5,6 +5,9 @@ use pyo3::prelude::*;
 
 /// The Python exception for a core error.
 pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
+    if let Error::Io(msg) = &e {
+        return pyo3::exceptions::PyOSError::new_err(msg.clone());
+    }
     let class = match &e {
         Error::InvalidUsage(_) => "InvalidUsageError",
         Error::NotSupported(_) => "NotSupportedError",
@@ -13,6 +16,7 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::Mpi(_) => "MpiError",
         Error::Nccl(_) => "NcclError",
         Error::Nvshmem(_) => "NvshmemError",
+        Error::Io(_) => "OSError",
     };
     raise(py, class, e.to_string())
 }

@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
 use crate::errors::{invalid, log_lines, warn_notices, warn_resource, IntoPy};
 use crate::grid::GridDesc;
+use crate::pencil::PencilInfo;
 use crate::redistribution::Redistribution;
 use crate::variant;
 
@@ -125,6 +126,66 @@ impl Handle {
         d.set_item("chunks", f.chunks)?;
         d.set_item("backward", f.backward.name())?;
         Ok(d)
+    }
+
+    /// Write this rank's owned cells of ``array`` into the file ``path`` (local).
+    ///
+    /// For ``cudecomp.io``: ``info`` describes the array, ``gdims`` the field, which
+    /// starts at byte ``offset`` of the existing file. The array must keep X fastest, then Y, then Z, and own whole X rows
+    /// (``_owns_whole_rows``). Host arrays at once; device arrays after the work on
+    /// ``stream``, piece by piece through page-locked buffers. ``OSError`` where the
+    /// system refuses.
+    #[pyo3(signature = (path, offset, info, gdims, array, stream = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _write_part(
+        &self,
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        offset: u64,
+        info: &PencilInfo,
+        gdims: [i64; 3],
+        array: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let h = self.live(py)?;
+        let (part, buf, exec) = file_part(py, info, gdims, array, stream, false)?;
+        py.detach(|| h.write_part(&path, offset, &part, buf, exec))
+            .py(py)
+    }
+
+    /// Read this rank's owned cells from the file ``path`` into ``array`` (local).
+    ///
+    /// As ``_write_part``, the other way; the array's other cells are left alone.
+    #[pyo3(signature = (path, offset, info, gdims, array, stream = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _read_part(
+        &self,
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        offset: u64,
+        info: &PencilInfo,
+        gdims: [i64; 3],
+        array: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let h = self.live(py)?;
+        let (part, buf, exec) = file_part(py, info, gdims, array, stream, true)?;
+        py.detach(|| h.read_part(&path, offset, &part, buf, exec))
+            .py(py)
+    }
+
+    /// Whether an array of ``info`` owns whole X rows in file order (local).
+    ///
+    /// True where it keeps X fastest, then Y, then Z, and owns whole X rows of a field of
+    /// ``gdims``: then its cells go to the file as they are.
+    fn _owns_whole_rows(&self, info: &PencilInfo, gdims: [i64; 3]) -> bool {
+        core::FilePart::of(info.core(), gdims, 1).is_some()
+    }
+
+    /// Whether ``flag`` is true on every rank (collective).
+    fn _all(&self, py: Python<'_>, flag: bool) -> PyResult<bool> {
+        let h = self.live(py)?;
+        py.detach(|| h.all_ranks(flag)).py(py)
     }
 
     /// Whether every rank of the handle runs on one node (collective).
@@ -439,4 +500,39 @@ impl Drop for Handle {
             warn_resource("cudecomp.Handle was garbage-collected without finalize(); call finalize() collectively before MPI ends");
         }
     }
+}
+
+/// The file part of an array argument described by `info`, its memory and where it runs.
+fn file_part(
+    py: Python<'_>,
+    info: &PencilInfo,
+    gdims: [i64; 3],
+    array: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    written: bool,
+) -> PyResult<(core::FilePart, core::Buf, core::Exec)> {
+    let a = variant::array(py, array, "array", true)?;
+    let exec = variant::exec(py, stream, array)?;
+    let elem = array
+        .getattr("dtype")?
+        .getattr("itemsize")?
+        .extract::<usize>()?;
+    let part = core::FilePart::of(info.core(), gdims, elem).ok_or_else(|| {
+        invalid(
+            py,
+            "array: expected an array that keeps X fastest, then Y, then Z, and owns whole X rows"
+                .into(),
+        )
+    })?;
+    // SAFETY: the array object lives for the whole call, checked C-contiguous.
+    let arr = unsafe { a.array() };
+    if written {
+        if let Some(why) = arr.read_only {
+            return Err(invalid(
+                py,
+                format!("array: expected a writable array, got {why}"),
+            ));
+        }
+    }
+    Ok((part, arr.buf, exec))
 }

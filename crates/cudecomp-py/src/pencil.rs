@@ -28,6 +28,13 @@ pub struct PencilInfo {
     info: geometry::PencilInfo,
 }
 
+impl PencilInfo {
+    /// The core's description.
+    pub fn core(&self) -> &geometry::PencilInfo {
+        &self.info
+    }
+}
+
 #[pymethods]
 impl PencilInfo {
     /// Stored extents in memory order (fastest axis first), halos and padding included.

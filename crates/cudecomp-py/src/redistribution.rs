@@ -143,6 +143,14 @@ impl BoxLayout {
         (self.hi[0], self.hi[1], self.hi[2])
     }
 
+    /// Describe the box's array as a ``PencilInfo`` (X fastest, no halos).
+    #[getter]
+    fn info(&self) -> PencilInfo {
+        let b = self.box3();
+        let b = if b.volume() == 0 { Box3::default() } else { b };
+        PencilInfo::from(core::PencilInfo::of_box(&b))
+    }
+
     /// The C-contiguous array shape ``(nz, ny, nx)`` of the box (empty: ``(0, 0, 0)``).
     #[getter]
     fn array_shape(&self) -> (i64, i64, i64) {
@@ -393,6 +401,15 @@ impl Redistribution {
     #[getter]
     fn backend(&self, py: Python<'_>) -> PyResult<i32> {
         Ok(self.live(py)?.backend() as i32)
+    }
+
+    /// Whether every rank's source and destination arrays are the same.
+    ///
+    /// The same on every rank: a run then only copies, and the source array may stand for
+    /// the destination.
+    #[getter]
+    fn is_identity(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.live(py)?.is_identity())
     }
 
     /// Workspace a run needs, in elements of its dtype (the same on every rank).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -18,11 +19,13 @@ from cudecomp import TransposeCommBackend
 
 from . import _fft_local
 from ._baselines import xy_baselines
-from ._common import DTYPES, OPS, Case, Row
+from ._common import DEFAULT_OPS, DTYPES, OPS, Case, Row
+from ._io import io_rows
 from ._measure import Ceilings, CopyFloor, Session, Xp
 from ._ops import autotune, fft_rows, run_config
 from ._progress import PROGRESS_MODES, Progress, tqdm_class
 from ._record import command_line, machine_label, records, settings
+from ._redistribute import redistribution_rows
 from ._report import plot, report, write
 
 
@@ -124,6 +127,10 @@ def run(args: argparse.Namespace) -> list[Row]:
                                 rows += run_config(s, case, bool(ac), bname, base)
                             if "fft" in args.ops and i == 0:  # the plan chooses its own layouts
                                 rows += fft_rows(s, case, bname, one_device)
+                            if "redistribute" in args.ops and i == 0:
+                                rows += redistribution_rows(s, case, bname)
+                            if "io" in args.ops and i == 0:
+                                rows += io_rows(s, case, bname)
                             progress.done()
     finally:
         progress.close()
@@ -150,8 +157,8 @@ def parser() -> argparse.ArgumentParser:
         description=(sys.modules[__package__].__doc__ or "").split("\n\n")[0] or None,
         epilog="Run under MPI, e.g. mpiexec -n 4 python -m cudecomp.bench --gdims 128^3 --pdims all --plot out/",
     )
-    ops = ", ".join([*OPS, "halo"])
-    choices = [*OPS, "halo", "fft"]
+    ops = ", ".join([*DEFAULT_OPS, "halo"])
+    choices = [*OPS, "halo", "fft", "redistribute", "io"]
     p.add_argument(
         "--gdims",
         nargs="+",
@@ -181,9 +188,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ops",
         nargs="+",
-        default=[*OPS, "halo"],
+        default=[*DEFAULT_OPS, "halo"],
         choices=choices,
-        help=f"operations to time; fft = a cudecomp.fft plan's forward and backward transform (default: {ops})",
+        help="operations to time (xz, zx: the X<->Z transposes in one exchange); fft = a cudecomp.fft plan's forward and "
+        "backward transform; redistribute = redistributions (X->Y beside the transpose, X->Z beside X->Y->Z and "
+        "mpi4py-fft, a new process grid and bricks to pencils beside MPI_Alltoallw and a gather-scatter); io = "
+        f"cudecomp.io's one-file write and read beside every rank's own file (--io-dir) (default: {ops})",
     )
     p.add_argument(
         "--fft-out",
@@ -235,6 +245,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="--ops fft: also time each stage of the transposed-output forward transform alone (its local FFTs and "
         "transposes, back to back as without streaming; rows stage-*, baseline fft_ms: the whole forward) (default: off)",
+    )
+    p.add_argument(
+        "--io-dir",
+        default=".",
+        help="--ops io: the directory (on the file system to measure) under which each configuration's files are "
+        "written, then removed; . is the current directory (default: .)",
     )
     p.add_argument("--warmup", type=non_negative_int, default=3, help="untimed calls before timing (default: 3)")
     p.add_argument("--reps", type=positive_int, default=10, help="timed calls; the median is reported (default: 10)")
@@ -315,6 +331,11 @@ def _output_problem(args: argparse.Namespace) -> str:
             return problem
     elif args.machine or args.commit:
         return "--machine and --commit name what --record writes; give --record FILE too"
+    if "io" in args.ops:
+        if importlib.util.find_spec("h5py") is None:
+            return "--ops io needs h5py (cudecomp.io), which is not installed (pip install h5py)"
+        if not os.path.isdir(args.io_dir):
+            return f"--io-dir {args.io_dir}: the directory does not exist"
     if args.fft_stages and "fft" not in args.ops:
         return "--fft-stages times the stages of --ops fft; add fft to --ops"
     if args.fft_stages and args.fft_out == "natural":

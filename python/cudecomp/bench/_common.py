@@ -36,7 +36,12 @@ OPS = {
     "yz": ("transpose_y_to_z", 1, 2),
     "zy": ("transpose_z_to_y", 2, 1),
     "yx": ("transpose_y_to_x", 1, 0),
+    "xz": ("transpose_x_to_z", 0, 2),
+    "zx": ("transpose_z_to_x", 2, 0),
 }
+
+#: The operations timed by default: upstream's four transposes (and ``halo``).
+DEFAULT_OPS = ("xy", "yz", "zy", "yx")
 
 
 HALO_OPS = ("halo", "hx", "hy", "hz")
@@ -52,6 +57,14 @@ OP_TITLES = {
     "yz": "Y→Z",
     "zy": "Z→Y",
     "yx": "Y→X",
+    "xz": "X→Z",
+    "zx": "Z→X",
+    "rd-xy": "redistribution X→Y",
+    "rd-xz": "X→Z in one exchange",
+    "rd-grid": "new process grid",
+    "rd-brick": "bricks → X-pencils",
+    "io-write": "one-file write",
+    "io-read": "one-file read",
     "halo": "halo x,y,z",
     "hx": "halo x",
     "hy": "halo y",

@@ -48,6 +48,12 @@ def report(rows: Sequence[Row]) -> None:
     print(f"       copies take turns on it). Baselines: beside distributed X->Y rows only{end}")
     if ffts:
         print("       and beside fft/ifft rows the same transform of the whole array on one device (rank 0's GPU or CPU).")
+    if any(r.op.startswith("rd-") for r in rows):
+        print("rd-* rows: redistributions (rd-xz: transpose_x_to_z) beside the same move by transposes, mpi4py-fft,")
+        print("       MPI_Alltoallw with subarray types and a gather to rank 0 then a scatter (baselines, same run).")
+    if any(r.op.startswith("io-") for r in rows):
+        print("io-* rows: one-file write/read of cudecomp.io; ceiling own_files: every rank writing (reading) its own")
+        print("       file of the same bytes from host memory, same run, same directory.")
     if any(r.op.endswith("-graph") for r in rows):
         print("op-graph rows: wall clock per operation of a CUDA graph's replay; eager_wall_ms: the same operations called")
         print("       eagerly back to back, wall clock per operation; *_host_ms: the host's share (the calls, or the launch).")
@@ -158,7 +164,7 @@ def plot(rows: Sequence[Row], outdir: str) -> list[str]:
                         continue
                     txt = f"{m[i, j]:.3g}" + (f"\n{_pct_text(pct[i, j])}" if np.isfinite(pct[i, j]) else "")
                     ax.text(j, i, txt, ha="center", va="center", color=text_colour(im.cmap(im.norm(m[i, j]))), fontsize=8)
-            ax.set_title(f"{OP_TITLES[op]} {_label(gd)}: GB/s per rank (% of ceiling)", fontsize=10)
+            ax.set_title(f"{OP_TITLES.get(op, op)} {_label(gd)}: GB/s per rank (% of ceiling)", fontsize=10)
             fig.colorbar(im, ax=ax, label="GB/s per rank")
             path = os.path.join(outdir, f"heatmap-{op}-{_label(gd)}.png")
             fig.savefig(path, dpi=110)
@@ -212,7 +218,7 @@ def _size_panels(plt: Any, cells: dict[tuple[Any, ...], tuple[float, float, bool
             if i == 0:
                 ax.set_title(backend, fontsize=10)
             if j == 0:
-                ax.set_ylabel(f"{OP_TITLES[op]}\nGB/s per rank", fontsize=9)
+                ax.set_ylabel(f"{OP_TITLES.get(op, op)}\nGB/s per rank", fontsize=9)
             if i == nr - 1:
                 ax.set_xlabel("grid points", fontsize=9)
             ax.set_xscale("log")

@@ -557,6 +557,73 @@ pub unsafe fn copy_rows(
     }
 }
 
+/// Which way a pitched copy between host and device memory goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// Device rows into host memory.
+    ToHost,
+    /// Host rows into device memory.
+    ToDevice,
+}
+
+/// Copies `height` rows of `width` bytes between host memory (rows `host_pitch` bytes
+/// apart) and device memory (rows `device_pitch` bytes apart), asynchronously on `stream`.
+///
+/// # Safety
+/// Both ranges (every row) must stay valid until the copy completes, the host one
+/// page-locked or otherwise safe for the driver to read or write, with nothing else
+/// writing the destination meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_pitched(
+    host: *mut u8,
+    host_pitch: usize,
+    device: u64,
+    device_pitch: usize,
+    width: usize,
+    height: usize,
+    way: Way,
+    stream: Stream,
+) -> Result<()> {
+    let (h, d) = (
+        sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+        sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+    );
+    let (src_type, dst_type, src_pitch, dst_pitch) = match way {
+        Way::ToHost => (d, h, device_pitch, host_pitch),
+        Way::ToDevice => (h, d, host_pitch, device_pitch),
+    };
+    let p = sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: src_type,
+        srcHost: host.cast_const().cast(),
+        srcDevice: device,
+        srcArray: std::ptr::null_mut(),
+        reserved0: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        srcHeight: height,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: dst_type,
+        dstHost: host.cast(),
+        dstDevice: device,
+        dstArray: std::ptr::null_mut(),
+        reserved1: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        dstHeight: height,
+        WidthInBytes: width,
+        Height: height,
+        Depth: 1,
+    };
+    // SAFETY: the caller vouches for every row of both sides until the copy completes.
+    let rc = unsafe { sys::cuMemcpy3DAsync_v2(&p, stream.0) };
+    check(rc.result(), "cuMemcpy3DAsync")
+}
+
 /// Device-to-device copy on `stream`.
 ///
 /// # Safety

@@ -4,6 +4,7 @@
 //! ([`GridDesc`], in [`grid`]).
 
 pub(crate) mod capabilities;
+pub(crate) mod file_io;
 pub mod grid;
 mod memory;
 pub(crate) mod redistribution;
@@ -193,6 +194,14 @@ impl Handle {
     pub(crate) fn lease(&self) -> (Option<MutexGuard<'_, ()>>, Lease) {
         let turn = self.is_gpu().then(|| lock(&self.shared.device_ops));
         (turn, self.shared.pool.lease())
+    }
+
+    /// Collective: true when `mine` is true on every rank.
+    pub fn all_ranks(&self, mine: bool) -> Result<bool> {
+        self.check_alive()?;
+        Ok(crate::comm::allgather_u64(self.comm(), u64::from(mine))?
+            .iter()
+            .all(|&v| v == 1))
     }
 
     /// Collective: true when every rank runs on this rank's node.

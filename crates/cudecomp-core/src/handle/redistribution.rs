@@ -195,6 +195,8 @@ pub struct Redistribution {
     workspace_elems: i64,
     /// Both sides in words, for signatures and the report.
     description: String,
+    /// Every rank's source and destination arrays are the same (a run only copies).
+    identity: bool,
 }
 
 /// The words of a box as four `u64`s per side: lo and len, three each.
@@ -294,6 +296,7 @@ impl Handle {
             .map(|(a, b)| align(a.volume()) + b.volume())
             .max()
             .unwrap_or(0);
+        let identity = inputs == outputs;
         let host_threads = if self.is_gpu() {
             1
         } else {
@@ -320,6 +323,7 @@ impl Handle {
             gdims,
             workspace_elems,
             description: format!("{} to {}", src.describe(), dst.describe()),
+            identity,
         })
     }
 
@@ -363,6 +367,13 @@ impl Redistribution {
     /// The backend that runs it.
     pub fn backend(&self) -> TransposeBackend {
         self.backend
+    }
+
+    /// True when every rank's source and destination arrays are the same (shape,
+    /// position, layout, halos and padding): a run moves nothing between ranks and only
+    /// copies. The same on every rank.
+    pub fn is_identity(&self) -> bool {
+        self.identity
     }
 
     /// Elements of workspace a run needs (`work`), the same on every rank.

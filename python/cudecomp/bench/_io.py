@@ -1,0 +1,110 @@
+"""``--ops io``: one-file writes and reads of ``cudecomp.io`` against every rank's own file.
+
+Rows ``io-write`` and ``io-read`` time ``cudecomp.io.write`` (``read``) of one field, this
+rank's X-pencil of the grid, into (from) one HDF5 file in ``--io-dir``. Their ceiling,
+measured in the same run on the same file system, is every rank writing (reading) its
+pencil's bytes from host memory to a file of its own with one plain sequential write
+(read): ``own_files_ms``, and ``pct_of_ceiling`` the bandwidth ratio. In the GPU variant
+the field is a CuPy array, so the rows also show the device path against the host's.
+GB/s counts every rank's pencil bytes (their mean over ranks) over the slowest rank's
+median time. The run prints the file system it measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+
+import numpy as np
+from mpi4py import MPI
+
+import cudecomp
+from cudecomp import TransposeCommBackend
+
+from ._common import Case, Row, config, pct_of
+from ._measure import Session, mean_gbps
+
+IO_OPS = ("io-write", "io-read")
+
+
+def file_system(path: str) -> str:
+    """Return the type and mount point of the file system holding ``path`` (from ``/proc/mounts``)."""
+    best = ("?", "")
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and os.path.abspath(path).startswith(parts[1]) and len(parts[1]) > len(best[1]):
+                    best = (parts[2], parts[1])
+    except OSError:
+        pass
+    return f"{best[0]} at {best[1] or '?'}"
+
+
+def io_directory(s: Session) -> str:
+    """Make a fresh directory under ``--io-dir`` for this configuration's files: the same on every rank (collective)."""
+    made = tempfile.mkdtemp(prefix="cudecomp-bench-io-", dir=s.args.io_dir) if s.comm.rank == 0 else None
+    return s.comm.bcast(made, root=0)  # type: ignore[no-any-return]
+
+
+def io_rows(s: Session, case: Case, bname: str) -> list[Row]:
+    """Time the ``--ops io`` rows of ``case`` (collective)."""
+    import cudecomp.io as cio
+
+    comm, m = s.comm, s.xp.m
+    try:
+        grid = s.handle.create_grid(config(case.gdims, case.pdims, TransposeCommBackend[bname], False))
+    except cudecomp.CudecompError as e:
+        return [case.row("io-write", bname, False, note=f"skipped: {type(e).__name__}: {e}")]
+    where = io_directory(s)
+    try:
+        info = grid.get_pencil_info(0)
+        field = m.ones(info.array_shape, case.np_dtype)
+        host = np.ones(info.array_shape, case.np_dtype)
+        nbytes = int(host.nbytes)
+        shared = os.path.join(where, "field.h5")
+        own = os.path.join(where, f"own-{comm.rank}.bin")
+        layout = grid.pencil(0)
+
+        def own_write() -> None:
+            with open(own, "wb") as f:
+                f.write(host.data)
+
+        def own_read() -> None:
+            with open(own, "rb") as f:
+                f.readinto(host.data)
+
+        write = functools.partial(cio.write, shared, {"u": field}, layout, overwrite=True)
+        read = functools.partial(cio.read, shared, "u", layout, out=field)
+        if comm.rank == 0 and not s.args.quiet:
+            print(f"cudecomp.bench: --ops io writes under {s.args.io_dir}: {file_system(where)}", flush=True)
+        rows = []
+        for op, ours, ceiling in (("io-write", write, own_write), ("io-read", read, own_read)):
+            ceil_med, _ = s.time(ceiling)
+            med, mn = s.time(ours)
+            gbps, ceil_gbps = mean_gbps(comm, nbytes, med), mean_gbps(comm, nbytes, ceil_med)
+            rows.append(
+                case.row(
+                    op,
+                    bname,
+                    False,
+                    ms=med * 1e3,
+                    ms_min=mn * 1e3,
+                    gbps_per_rank=gbps,
+                    bytes_per_rank=comm.allreduce(nbytes, op=MPI.MAX),
+                    ceiling_gbps=ceil_gbps,
+                    ceiling="own_files",
+                    pct_of_ceiling=pct_of(gbps, ceil_gbps),
+                    distributed=comm.size > 1,
+                    baseline={"own_files_ms": ceil_med * 1e3, "ratio_vs_own_files": med / ceil_med},
+                )
+            )
+        return rows
+    finally:
+        grid.destroy()
+        comm.Barrier()
+        if comm.rank == 0:
+            shutil.rmtree(where, ignore_errors=True)
+

@@ -1,0 +1,219 @@
+"""cudecomp.io: one HDF5 file per call, read back on any decomposition, checked by h5py.
+
+Writes from random layouts (pencils of random grids with halos, padding, memory orders;
+bricks), reads into others (another process grid, pencil, layout; another rank count
+through a sub-communicator), time series, and the refusals: an existing file, a missing
+field or step, another shape or dtype, a truncated or incomplete file, a failure in the
+middle of a write (which leaves no file).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+from conftest import requires_data_path
+from cudecomp import BoxLayout, DataType, RankOrder
+from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, device, factor_pairs, interior, make, to_host, xp
+
+h5py = pytest.importorskip("h5py")
+cio = pytest.importorskip("cudecomp.io")
+
+pytestmark = [pytest.mark.mpi, requires_data_path()]
+
+COMM = MPI.COMM_WORLD
+NRANKS = COMM.size
+
+
+def shared_path(tmp_path: Any, name: str) -> str:
+    """A path in rank 0's temporary directory, the same on every rank."""
+    return COMM.bcast(os.path.join(str(tmp_path), name) if COMM.rank == 0 else None)
+
+
+def global_array(gdims: tuple[int, int, int], dtype: DataType) -> np.ndarray:
+    """The oracle's global array ``[z, y, x]``."""
+    idx = np.arange(int(np.prod(gdims)), dtype=np.int64).reshape(gdims[::-1])
+    a = idx.astype(NUMPY_DTYPES[dtype])
+    return a - 1j * idx if np.iscomplexobj(a) else a
+
+
+def grid_config(gdims: tuple[int, int, int], rng: random.Random, nranks: int = NRANKS) -> cudecomp.GridDescConfig:
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, rng.choice(factor_pairs(nranks))
+    cfg.transpose_axis_contiguous = rng.choice(ALL_CONTIGUOUS)
+    cfg.rank_order = rng.choice(list(RankOrder))
+    return cfg
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_any_layout_to_any_layout(handle: cudecomp.Handle, tmp_path: Any, seed: int) -> None:
+    rng = random.Random(seed * 100 + NRANKS)
+    gdims = (rng.randint(1, 11), rng.randint(1, 11), rng.randint(1, 11))
+    dtype = rng.choice(list(NUMPY_DTYPES))
+    path = shared_path(tmp_path, f"f{seed}.h5")
+    with handle.create_grid(grid_config(gdims, rng)) as a, handle.create_grid(grid_config(gdims, rng)) as b:
+        halo = (rng.randint(0, 1), rng.randint(0, 2), rng.randint(0, 1))
+        pad = (rng.randint(0, 1), 0, rng.randint(0, 1))
+        src = a.pencil(rng.randrange(3), halo, pad)
+        info = a.get_pencil_info(src.axis, halo, pad)
+        u = device(make(info, gdims, dtype))
+        cio.write(path, {"u": u, "twice": u * 2}, src, attrs={"time": 0.25 * seed, "name": "test"})
+        if COMM.rank == 0:
+            with h5py.File(path, "r") as f:
+                assert np.array_equal(f["u"][...], global_array(gdims, dtype)), "what h5py reads"
+                assert np.array_equal(f["twice"][...], 2 * global_array(gdims, dtype))
+                assert f.attrs["time"] == 0.25 * seed and tuple(f.attrs["gdims"]) == gdims
+            assert cio.attributes(path) == {"time": 0.25 * seed, "name": "test"}
+        COMM.Barrier()
+        axis = rng.randrange(3)
+        out_halo = (1, 0, 1)
+        into = b.pencil(axis, out_halo)
+        info_b = b.get_pencil_info(axis, out_halo)
+        got = cio.read(path, "twice", into)
+        mask = interior(info_b)
+        assert np.array_equal(to_host(got)[mask], 2 * make(info_b, gdims, dtype)[mask])
+        # Into bricks, and into a given out.
+        bricks = split_bricks(gdims)
+        box = bricks[COMM.rank]
+        out = xp.full(box.array_shape, -5.0, NUMPY_DTYPES[dtype])
+        assert cio.read(path, "u", box, out=out, handle=handle, gdims=gdims) is out
+        r = handle.create_redistribution(a.pencil(0), box)
+        expected = make(r.output_info, gdims, dtype)
+        r.destroy()
+        assert np.array_equal(to_host(out), expected)
+
+
+def split_bricks(gdims: tuple[int, int, int]) -> list[BoxLayout]:
+    """Boxes cutting X in two (where there are two ranks or more) and Z among the rest."""
+    nx = 2 if NRANKS % 2 == 0 and gdims[0] >= 2 else 1
+    nz = NRANKS // nx
+    boxes = []
+    for r in range(NRANKS):
+        i, k = r % nx, r // nx
+        x0, x1 = gdims[0] * i // nx, gdims[0] * (i + 1) // nx
+        z0, z1 = gdims[2] * k // nz, gdims[2] * (k + 1) // nz
+        boxes.append(BoxLayout((x0, 0, z0), (x1 - 1, gdims[1] - 1, z1 - 1)))
+    return boxes
+
+
+@pytest.mark.mpi(min_ranks=2)
+def test_read_back_on_another_rank_count(handle: cudecomp.Handle, tmp_path: Any) -> None:
+    """Written by every rank, read by all but the last (a handle on a sub-communicator)."""
+    gdims = (8, 7, 6)
+    path = shared_path(tmp_path, "restart.h5")
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[-1]
+    with handle.create_grid(cfg) as g:
+        cio.write(path, {"p": device(make(g.get_pencil_info(2), gdims, DataType.DOUBLE))}, g.pencil(2))
+    sub = COMM.Split(0 if COMM.rank < NRANKS - 1 else MPI.UNDEFINED, COMM.rank)
+    if sub != MPI.COMM_NULL:
+        with cudecomp.Handle(sub) as h:
+            c = cudecomp.GridDescConfig()
+            c.gdims, c.pdims = gdims, (1, sub.size)
+            with h.create_grid(c) as g2:
+                got = cio.read(path, "p", g2.pencil(0))
+                assert np.array_equal(to_host(got), make(g2.get_pencil_info(0), gdims, DataType.DOUBLE))
+        sub.Free()
+    COMM.Barrier()
+
+
+def test_time_series(handle: cudecomp.Handle, tmp_path: Any) -> None:
+    gdims = (6, 5, 4)
+    path = shared_path(tmp_path, "series.h5")
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[0]
+    with handle.create_grid(cfg) as g:
+        u = device(make(g.get_pencil_info(0), gdims, DataType.FLOAT))
+        for step in (10, 20, 30):
+            cio.write(path, {"u": u * step}, g.pencil(0), step=step, attrs={"t": step / 10})
+        assert cio.steps(path) == [10, 20, 30]
+        assert cio.attributes(path, step=20) == {"t": 2.0}
+        got = cio.read(path, "u", g.pencil(1), step=20)
+        assert np.array_equal(to_host(got), 20 * make(g.get_pencil_info(1), gdims, DataType.FLOAT))
+        with pytest.raises(cudecomp.InvalidUsageError, match="step group steps/0000000020 exists"):
+            cio.write(path, {"u": u}, g.pencil(0), step=20)
+        cio.write(path, {"u": u}, g.pencil(0), step=20, overwrite=True)
+        with pytest.raises(cudecomp.InvalidUsageError, match="no step 40"):
+            cio.read(path, "u", g.pencil(0), step=40)
+        if COMM.rank == 0:
+            with h5py.File(path, "r") as f:
+                assert sorted(f["steps"]) == ["0000000010", "0000000020", "0000000030"]
+                assert np.array_equal(f["steps/0000000030/u"][...], 30 * global_array(gdims, DataType.FLOAT))
+
+
+def test_refusals_on_every_rank(handle: cudecomp.Handle, tmp_path: Any) -> None:
+    gdims = (6, 5, 4)
+    path = shared_path(tmp_path, "checks.h5")
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[-1]
+    with handle.create_grid(cfg) as g:
+        u = device(make(g.get_pencil_info(0), gdims, DataType.DOUBLE))
+        cio.write(path, {"u": u}, g.pencil(0))
+        with pytest.raises(cudecomp.InvalidUsageError, match="exists; pass overwrite=True"):
+            cio.write(path, {"u": u}, g.pencil(0))
+        with pytest.raises(cudecomp.InvalidUsageError, match="no field 'w'"):
+            cio.read(path, "w", g.pencil(0))
+        with pytest.raises(cudecomp.InvalidUsageError, match=r"fields\['u'\]: expected shape"):
+            cio.write(path, {"u": u[:1]}, g.pencil(1), overwrite=True)
+        with pytest.raises(cudecomp.InvalidUsageError, match="is float64; out is float32"):
+            cio.read(path, "u", g.pencil(0), out=xp.zeros(g.get_pencil_info(0).array_shape, np.float32))
+        other = cudecomp.GridDescConfig()
+        other.gdims, other.pdims = (6, 5, 5), factor_pairs(NRANKS)[-1]
+        with handle.create_grid(other) as g2, pytest.raises(cudecomp.InvalidUsageError, match=r"has shape \(4, 5, 6\)"):
+            cio.read(path, "u", g2.pencil(0))
+        with pytest.raises(cudecomp.InvalidUsageError, match="no such file"):
+            cio.read(path + ".missing", "u", g.pencil(0))
+        # One rank's wrong argument: it raises its own error, the others InvalidUsageError.
+        if NRANKS > 1:
+            name = "u" if COMM.rank else "v"
+            with pytest.raises(cudecomp.InvalidUsageError, match="fields"):
+                cio.write(path, {name: u}, g.pencil(0), overwrite=True)
+        # A truncated file, and one whose completion marker is missing.
+        if COMM.rank == 0:
+            with h5py.File(path, "r") as f:
+                end = f["u"].id.get_offset() + 8 * 120
+            os.truncate(path, end - 8)
+        COMM.Barrier()
+        with pytest.raises(cudecomp.InvalidUsageError, match="truncated"):
+            cio.read(path, "u", g.pencil(0))
+        cio.write(path, {"u": u}, g.pencil(0), overwrite=True)
+        if COMM.rank == 0:
+            with h5py.File(path, "a") as f:
+                f.attrs["cudecomp_complete"] = False
+        COMM.Barrier()
+        with pytest.raises(cudecomp.InvalidUsageError, match="not completely written"):
+            cio.read(path, "u", g.pencil(0))
+        with pytest.raises(TypeError, match="PencilLayout"):
+            cio.write(path, {"u": u}, "x-pencil", overwrite=True)  # type: ignore[arg-type]
+
+
+def test_a_failed_write_leaves_no_file(handle: cudecomp.Handle, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank failing while the bytes go out: every rank raises, and neither the file nor its temporary copy is left."""
+    gdims = (6, 5, 4)
+    path = shared_path(tmp_path, "failed.h5")
+    real = cio._local_write
+
+    def failing(*args: Any) -> None:
+        if COMM.rank == NRANKS - 1:
+            raise OSError(28, "No space left on device (simulated)")
+        real(*args)
+
+    monkeypatch.setattr(cio, "_local_write", failing)
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[-1]
+    with handle.create_grid(cfg) as g:
+        u = device(make(g.get_pencil_info(0), gdims, DataType.DOUBLE))
+        with pytest.raises(OSError if COMM.rank == NRANKS - 1 else cudecomp.InvalidUsageError):
+            cio.write(path, {"u": u}, g.pencil(0))
+        COMM.Barrier()
+        assert not os.path.exists(path)
+        assert not any(n.startswith(".failed.h5") for n in os.listdir(os.path.dirname(path)))
+        monkeypatch.setattr(cio, "_local_write", real)
+        cio.write(path, {"u": u}, g.pencil(0))  # the handle and grid still work
+        assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), make(g.get_pencil_info(0), gdims, DataType.DOUBLE))
