@@ -401,12 +401,12 @@ impl Redistribution {
     ) -> Result<()> {
         let _turn = lock(&self.runner.turn);
         self.runner.handle.check_alive()?;
-        let in_place = input.buf.ptr() == output.buf.ptr();
+        // In place or not is each rank's own choice (a rank whose boxes are empty has no
+        // memory to share), so it is not agreed.
         let what = format!(
-            "redistribution {}: run(dtype {}, {}, {} workspace)",
+            "redistribution {}: run(dtype {}, {} workspace)",
             self.runner.serial,
             dtype.enum_name(),
-            if in_place { "in-place" } else { "out-of-place" },
             if work.is_some() {
                 "explicit"
             } else {
