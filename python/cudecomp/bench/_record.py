@@ -16,7 +16,8 @@ from ._common import HALO_OPS, OPS, Row
 OUTPUT_OPTIONS = {"json", "csv", "plot", "progress", "quiet", "record", "machine", "commit", "help"}
 
 #: Prefixes of the environment variables the recorded command shows (the library's and its
-#: communication libraries' settings).
+#: communication libraries' settings; ``*_VERSION``, which images set to name what they
+#: installed, is left out).
 COMMAND_ENV = ("CUDECOMP_", "NCCL_", "NVSHMEM_")
 
 
@@ -42,7 +43,7 @@ def command_line(p: argparse.ArgumentParser, args: argparse.Namespace, environ: 
     from their defaults), so the same measurement always reads the same; the MPI launcher
     and the output options (``OUTPUT_OPTIONS``) are left out.
     """
-    env = [f"{k}={v}" for k, v in sorted(environ.items()) if k.startswith(COMMAND_ENV)]
+    env = [f"{k}={v}" for k, v in sorted(environ.items()) if k.startswith(COMMAND_ENV) and not k.endswith("_VERSION")]
     words = ["python", "-m", "cudecomp.bench"]
     for a in p._actions:
         if not a.option_strings or a.dest in OUTPUT_OPTIONS:

@@ -53,6 +53,12 @@ LABELS = {
     "fft": "the whole forward FFT",
     "dissipation_peak_vs_reference": "dissipation-rate peak vs the reference DNS",
     "wall": "wall time with start-up",
+    "own_files": "every rank's own file",
+    "transpose": "the transpose",
+    "xy_then_yz": "X→Y then Y→Z transposes",
+    "mpi4py_fft": "mpi4py-fft Pencil.transfer",
+    "alltoallw": "MPI Alltoallw of subarrays",
+    "gather_scatter": "gather to rank 0 and scatter",
 }
 
 
