@@ -26,7 +26,7 @@ STUB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", 
 
 
 def literal(doc: str, indent: str) -> list[str]:
-    """The lines of a triple-quoted docstring holding ``doc`` at ``indent``."""
+    """Return the lines of a triple-quoted docstring holding ``doc`` at ``indent``."""
     lines = doc.split("\n")
     if len(lines) == 1:
         return [f'{indent}"""{doc}"""']
@@ -35,8 +35,7 @@ def literal(doc: str, indent: str) -> list[str]:
 
 
 def runtime_doc(ext: Any, path: list[str]) -> str | None:
-    """The run-time docstring of ``ext.<path>`` (cleaned), or None where the loaded
-    variant has no such name."""
+    """Return the run-time docstring of ``ext.<path>`` (cleaned); None where the loaded variant has no such name."""
     obj: Any = ext
     for i, name in enumerate(path):
         if i and isinstance(obj, type):

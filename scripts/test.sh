@@ -27,7 +27,9 @@ timeout 900 cargo test -p cudecomp-core --features testing -q 2>&1 | tail -n 4
 RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 log "Python: lint"
-"$VENVS/mpich/bin/ruff" check python tests examples docs build_backend
+PY_SOURCES=(python tests examples docs build_backend scripts bench)
+"$VENVS/mpich/bin/ruff" check "${PY_SOURCES[@]}"
+"$VENVS/mpich/bin/ruff" format --check "${PY_SOURCES[@]}"
 "$VENVS/mpich/bin/mypy"  # the package's annotations ([tool.mypy] in pyproject.toml)
 
 log "building the CPU variant"

@@ -176,6 +176,7 @@ def permutations() -> Iterator[tuple[int, int, int]]:
 
 # Halo updates
 
+
 def halo_expected(info: cudecomp.PencilInfo, gdims: Sequence[int], periods: Sequence[bool], dtype: cudecomp.DataType) -> np.ndarray:
     """The halo-padded pencil after updating dims 0, 1 and 2: interior and halo cells hold the
     global index of their point, wrapped along periodic dims; cells beyond a non-periodic
@@ -223,6 +224,7 @@ def usable(gdims: tuple[int, int, int], kind: str, pdims: tuple[int, int]) -> bo
 def make_plan(handle: cudecomp.Handle, gdims: tuple[int, int, int], pdims: tuple[int, int], **kw: Any) -> FFT | None:
     """The plan, or None (on every rank) where the process grid leaves a pencil empty."""
     from cudecomp.fft import FFT
+
     if not usable(gdims, kw.get("kind", "c2c"), pdims):
         with pytest.raises(cudecomp.NotSupportedError):
             FFT(handle, gdims, pdims, **kw)

@@ -698,4 +698,3 @@ def test_streams_are_accepted_and_ignored(grid: cudecomp.GridDesc) -> None:
         assert grid.transpose_x_to_y(x, y, stream=s) is y
         assert np.array_equal(y, make(iy, GDIMS, DataType.DOUBLE)), f"stream={s}"
         assert np.array_equal(x, make(ix, GDIMS, DataType.DOUBLE)), f"stream={s}: input changed"
-

@@ -24,6 +24,8 @@ COMM = MPI.COMM_WORLD
 PDIMS = factor_pairs(COMM.size)
 SIZES = [(7, 9, 11), (5, 6, 7), (8, 8, 8)]
 NORMS = ["backward", "ortho", "forward"]
+
+
 @pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
 @pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
 @pytest.mark.parametrize("kind", ["c2c", "r2c"])

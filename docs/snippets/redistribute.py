@@ -37,9 +37,9 @@ with cudecomp.Handle(comm) as handle, handle.create_grid(config((1, 4))) as slab
     to_slabs = handle.create_redistribution(brick, slabs.pencil(0))
     to_pencils = handle.create_redistribution(slabs.pencil(0), pencils.pencil(1, halo_extents=(1, 1, 1)))
     with to_slabs, to_pencils:
-        b = oracle(to_slabs.input_info)           # the brick, as read from a file
-        x = to_slabs.run(b)                       # X-slab of the 1 x 4 grid
-        y = to_pencils.run(x)                     # Y-pencil of the 2 x 2 grid, with halos
+        b = oracle(to_slabs.input_info)  # the brick, as read from a file
+        x = to_slabs.run(b)  # X-slab of the 1 x 4 grid
+        y = to_pencils.run(x)  # Y-pencil of the 2 x 2 grid, with halos
         info = to_pencils.output_info
         assert np.array_equal(y[info.interior_slices], oracle(info))  # halos: left to halo updates
 

@@ -107,4 +107,3 @@ def io_rows(s: Session, case: Case, bname: str) -> list[Row]:
         comm.Barrier()
         if comm.rank == 0:
             shutil.rmtree(where, ignore_errors=True)
-
