@@ -217,3 +217,31 @@ def test_a_failed_write_leaves_no_file(handle: cudecomp.Handle, tmp_path: Any, m
         monkeypatch.setattr(cio, "_local_write", real)
         cio.write(path, {"u": u}, g.pencil(0))  # the handle and grid still work
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), make(g.get_pencil_info(0), gdims, DataType.DOUBLE))
+
+
+def test_overwrite_replaces_the_file_or_keeps_the_old_one(handle: cudecomp.Handle, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``overwrite=True``: the new file takes the name and nothing is left aside; a failed overwrite keeps the old file."""
+    gdims = (6, 5, 4)
+    path = shared_path(tmp_path, "replaced.h5")
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[-1]
+    with handle.create_grid(cfg) as g:
+        info = g.get_pencil_info(0)
+        old = make(info, gdims, DataType.DOUBLE)
+        cio.write(path, {"u": device(old)}, g.pencil(0))
+        real = cio._local_write
+
+        def failing(*args: Any) -> None:
+            if COMM.rank == 0:
+                raise OSError(28, "No space left on device (simulated)")
+            real(*args)
+
+        monkeypatch.setattr(cio, "_local_write", failing)
+        with pytest.raises(OSError if COMM.rank == 0 else cudecomp.InvalidUsageError):
+            cio.write(path, {"u": device(-old)}, g.pencil(0), overwrite=True)
+        monkeypatch.setattr(cio, "_local_write", real)
+        assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), old)
+        cio.write(path, {"u": device(-old)}, g.pencil(0), overwrite=True)
+        assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), -old)
+        COMM.Barrier()
+        assert sorted(n for n in os.listdir(os.path.dirname(path)) if "replaced.h5" in n) == ["replaced.h5"]

@@ -271,7 +271,7 @@ def write(
                 with h5py.File(target, "a") as f:
                     f[group].attrs[_COMPLETE] = True
                 if target != path:
-                    os.replace(target, path)
+                    _put_in_place(target, path)
             except Exception as e:
                 error = e
         _agree_outcome(h, f"{what}: completion", error if rank == 0 else None)
@@ -280,6 +280,28 @@ def write(
             with contextlib.suppress(OSError):
                 os.remove(target)
         raise
+
+
+def _put_in_place(target: str, path: str) -> None:
+    """Rank 0: rename the complete ``target`` to ``path``, replacing a file there.
+
+    A file already at ``path`` is renamed aside first and removed last: renaming over an
+    existing file makes some file systems (ext4's ``auto_da_alloc``) write the new file's
+    bytes to the disk before the rename returns, which would make a replaced checkpoint
+    cost a flush that a new one does not. ``path`` holds the old file or the new one at
+    every moment but the one between the two renames.
+    """
+    if not os.path.lexists(path):
+        os.replace(target, path)
+        return
+    aside = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.cudecomp-replaced")
+    os.replace(path, aside)
+    try:
+        os.replace(target, path)
+    except OSError:
+        os.replace(aside, path)  # the old file back under its name
+        raise
+    os.remove(aside)
 
 
 @contextlib.contextmanager

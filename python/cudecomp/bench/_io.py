@@ -3,15 +3,17 @@
 Rows ``io-write`` and ``io-read`` time ``cudecomp.io.write`` (``read``) of one field, this
 rank's X-pencil of the grid, into (from) one HDF5 file in ``--io-dir``. Their ceiling,
 measured in the same run on the same file system, is every rank writing (reading) its
-pencil's bytes from host memory to a file of its own with one plain sequential write
-(read): ``own_files_ms``, and ``pct_of_ceiling`` the bandwidth ratio. In the GPU variant
-the field is a CuPy array, so the rows also show the device path against the host's.
-GB/s counts every rank's pencil bytes (their mean over ranks) over the slowest rank's
-median time. The run prints the file system it measured.
+pencil's bytes from host memory to a new file of its own (the old one removed first, as
+``cudecomp.io`` replaces its file) with one plain sequential write (read):
+``own_files_ms``, and ``pct_of_ceiling`` the bandwidth ratio. In the GPU variant the field
+is a CuPy array, so the rows also show the device path against the host's. GB/s counts
+every rank's pencil bytes (their mean over ranks) over the slowest rank's median time. The
+run prints the file system it measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -69,6 +71,10 @@ def io_rows(s: Session, case: Case, bname: str) -> list[Row]:
         layout = grid.pencil(0)
 
         def own_write() -> None:
+            # A new file each time, as cudecomp.io writes: truncating the old one instead
+            # would make ext4 flush it to the disk on close (auto_da_alloc).
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(own)
             with open(own, "wb") as f:
                 f.write(host.data)
 
