@@ -15,8 +15,9 @@ use crate::args::{
     bool_arg, bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype,
 };
 use crate::array::{resolve_dtype, ArrayArg};
-use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
+use crate::errors::{invalid, log_lines, IntoPy};
 use crate::handle::Handle;
+use crate::owned;
 use crate::pencil::PencilInfo;
 use crate::redistribution::PencilLayout;
 use crate::variant;
@@ -892,14 +893,9 @@ impl GridDesc {
     /// Destroy the descriptor (collective) unless already destroyed or its handle finalized.
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        let live = self.state.lock().map(|s| s.is_some()).unwrap_or(false);
-        if live && self.handle.get().is_live() {
-            self.destroy(py)?;
-        } else {
-            // The handle was finalized, which released everything it had.
-            self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
-        }
-        Ok(false)
+        owned::leave(&self.state, self.handle.get().is_live(), || {
+            self.destroy(py)
+        })
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -921,10 +917,10 @@ impl GridDesc {
 
 impl Drop for GridDesc {
     fn drop(&mut self) {
-        // After the handle's finalize nothing is left to release.
-        let live = self.state.get_mut().map(|s| s.is_some()).unwrap_or(false);
-        if live && self.handle.get().is_live() {
-            warn_resource("cudecomp.GridDesc was garbage-collected without destroy(); call destroy() collectively");
-        }
+        owned::warn_if_leaked(
+            &self.state,
+            self.handle.get().is_live(),
+            "cudecomp.GridDesc",
+        );
     }
 }

@@ -14,6 +14,7 @@ mod errors;
 mod fft;
 mod grid;
 mod handle;
+mod owned;
 mod pencil;
 mod redistribution;
 mod shared;

@@ -12,9 +12,10 @@ use pyo3::types::{PyTuple, PyType};
 
 use crate::args::{class, int_triple, parse_dtype};
 use crate::array::resolve_dtype;
-use crate::errors::{invalid, log_lines, warn_resource, IntoPy};
+use crate::errors::{invalid, log_lines, IntoPy};
 use crate::grid::{work_arg, GridDesc};
 use crate::handle::Handle;
+use crate::owned;
 use crate::pencil::PencilInfo;
 use crate::variant;
 
@@ -437,13 +438,9 @@ impl Redistribution {
     /// Destroy it (collective) unless already destroyed or its handle finalized.
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        let live = self.state.lock().map(|s| s.is_some()).unwrap_or(false);
-        if live && self.handle.get().is_live() {
-            self.destroy(py)?;
-        } else {
-            self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
-        }
-        Ok(false)
+        owned::leave(&self.state, self.handle.get().is_live(), || {
+            self.destroy(py)
+        })
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -460,10 +457,11 @@ impl Redistribution {
 
 impl Drop for Redistribution {
     fn drop(&mut self) {
-        let live = self.state.get_mut().map(|s| s.is_some()).unwrap_or(false);
-        if live && self.handle.get().is_live() {
-            warn_resource("cudecomp.Redistribution was garbage-collected without destroy(); call destroy() collectively");
-        }
+        owned::warn_if_leaked(
+            &self.state,
+            self.handle.get().is_live(),
+            "cudecomp.Redistribution",
+        );
     }
 }
 
