@@ -259,25 +259,24 @@ impl Handle {
             }
             landed[k % 2].record(stream)
         };
-        for k in 0..pieces.len().min(2) {
-            down(k)?;
-        }
-        let mut result = Ok(());
-        for (k, &(r, first, rows)) in pieces.iter().enumerate() {
-            landed[k % 2].synchronize()?;
-            if result.is_ok() {
+        let run = || -> Result<()> {
+            for k in 0..pieces.len().min(2) {
+                down(k)?;
+            }
+            for (k, &(r, first, rows)) in pieces.iter().enumerate() {
+                landed[k % 2].synchronize()?;
                 let (at, _, len) = place(offset, &r, first, rows);
                 // SAFETY: the copy into this buffer completed (its event was waited for).
                 let bytes = unsafe { std::slice::from_raw_parts(bufs[k % 2].ptr(), len) };
-                result = file
-                    .write_all_at(bytes, at)
-                    .map_err(|e| io_error("write", path, e));
+                file.write_all_at(bytes, at)
+                    .map_err(|e| io_error("write", path, e))?;
+                if k + 2 < pieces.len() {
+                    down(k + 2)?;
+                }
             }
-            if result.is_ok() && k + 2 < pieces.len() {
-                down(k + 2)?;
-            }
-        }
-        result
+            Ok(())
+        };
+        settled(run(), stream)
     }
 
     /// The file → two page-locked buffers in turn → device: piece `k + 1` is read while
@@ -296,41 +295,45 @@ impl Handle {
         let n = pieces.iter().map(|p| p.2 * p.0.row).max().unwrap_or(0);
         let bufs = [PinnedAlloc::new(dev, n)?, PinnedAlloc::new(dev, n)?];
         let freed = [Event::new(false)?, Event::new(false)?];
-        let mut result = Ok(());
-        for (k, &(r, first, rows)) in pieces.iter().enumerate() {
-            if k >= 2 {
-                // The buffer's previous piece has gone up to the device.
-                freed[k % 2].synchronize()?;
+        let run = || -> Result<()> {
+            for (k, &(r, first, rows)) in pieces.iter().enumerate() {
+                if k >= 2 {
+                    // The buffer's previous piece has gone up to the device.
+                    freed[k % 2].synchronize()?;
+                }
+                let (at, mem, len) = place(offset, &r, first, rows);
+                // SAFETY: nothing reads this buffer now (its last copy completed).
+                let bytes = unsafe { std::slice::from_raw_parts_mut(bufs[k % 2].ptr(), len) };
+                file.read_exact_at(bytes, at)
+                    .map_err(|e| io_error("read", path, e))?;
+                // SAFETY: the buffer holds the piece and outlives the copy (waited for below);
+                // the rows lie inside `data`, device memory lent for the call.
+                unsafe {
+                    cuda::copy_pitched(
+                        bufs[k % 2].ptr(),
+                        r.row,
+                        data.ptr() as u64 + mem as u64,
+                        r.pitch,
+                        r.row,
+                        rows,
+                        Way::ToDevice,
+                        stream,
+                    )?;
+                }
+                freed[k % 2].record(stream)?;
             }
-            let (at, mem, len) = place(offset, &r, first, rows);
-            // SAFETY: nothing reads this buffer now (its last copy completed).
-            let bytes = unsafe { std::slice::from_raw_parts_mut(bufs[k % 2].ptr(), len) };
-            result = file
-                .read_exact_at(bytes, at)
-                .map_err(|e| io_error("read", path, e));
-            if result.is_err() {
-                break;
-            }
-            // SAFETY: the buffer holds the piece and outlives the copy (waited for below);
-            // the rows lie inside `data`, device memory lent for the call.
-            unsafe {
-                cuda::copy_pitched(
-                    bufs[k % 2].ptr(),
-                    r.row,
-                    data.ptr() as u64 + mem as u64,
-                    r.pitch,
-                    r.row,
-                    rows,
-                    Way::ToDevice,
-                    stream,
-                )?;
-            }
-            freed[k % 2].record(stream)?;
-        }
-        // The buffers drop on return: every copy out of them must be done first.
-        cuda::synchronize(stream)?;
-        result
+            Ok(())
+        };
+        settled(run(), stream)
     }
+}
+
+/// `result`, once every copy enqueued on `stream` has finished: the page-locked buffers
+/// drop on return, and no copy into or out of them may still be running then, also when
+/// a step failed part-way. The first error wins.
+fn settled(result: Result<()>, stream: Stream) -> Result<()> {
+    let drained = cuda::synchronize(stream);
+    result.and(drained)
 }
 
 /// InvalidUsage unless `data` holds the array `part` was made for.
