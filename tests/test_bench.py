@@ -755,3 +755,26 @@ def test_redistribute_rows_stand_beside_what_users_write(tmp_path: os.PathLike[s
                     base = r["baseline"]
                     assert base[k] > 0 and math.isclose(base["ratio_vs_" + k[:-3]], r["ms"] / base[k], rel_tol=1e-9)
     MPI.COMM_WORLD.Barrier()
+
+
+@collective
+@requires_data_path()
+def test_io_rows_stand_beside_own_files_and_one_file(tmp_path: os.PathLike[str]) -> None:
+    """--ops io: a write and a read row, each beside every rank's own file and one pwrite per rank into one file."""
+    d = shared_dir(tmp_path)
+    path, where = os.path.join(d, "io.json"), os.path.join(d, "files")
+    if MPI.COMM_WORLD.rank == 0:
+        os.mkdir(where)
+    MPI.COMM_WORLD.Barrier()
+    argv = ["--gdims", "8,6,4", "--dtypes", "f64", "--backends", "MPI_P2P", "--ops", "io", "--io-dir", where]
+    assert bench.main([*argv, "--reps", "1", "--warmup", "0", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [r for r in json.load(open(path))["rows"] if not r["note"].startswith("skipped")]
+        assert sorted(r["op"] for r in rows) == sorted(["io-write", "io-read"] * len({tuple(r["pdims"]) for r in rows}))
+        for r in rows:
+            base = r["baseline"]
+            assert r["ms"] > 0 and r["ceiling"] == "own_files", r
+            for k in ("own_files_ms", "one_file_pwrite_ms"):
+                assert base[k] > 0 and math.isclose(base["ratio_vs_" + k[:-3]], r["ms"] / base[k], rel_tol=1e-9)
+        assert os.listdir(where) == []  # every configuration's files are removed
+    MPI.COMM_WORLD.Barrier()

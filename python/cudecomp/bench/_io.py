@@ -6,7 +6,9 @@ measured in the same run on the same file system, is every rank writing (reading
 pencil's bytes from host memory to a new file of its own (the old one removed first, as
 ``cudecomp.io`` replaces its file) with one plain sequential write (read):
 ``own_files_ms``, and ``pct_of_ceiling`` the bandwidth ratio. In the GPU variant the field
-is a CuPy array, so the rows also show the device path against the host's. GB/s counts
+is a CuPy array, so the rows also show the device path against the host's. Beside it,
+``one_file_pwrite_ms``: the same bytes into (from) one file with one ``pwrite`` (``pread``)
+per rank at its rank's block, from host memory: what one file allows on the file system. GB/s counts
 every rank's pencil bytes (their mean over ranks) over the slowest rank's median time. The
 run prints the file system it measured.
 """
@@ -82,13 +84,47 @@ def io_rows(s: Session, case: Case, bname: str) -> list[Row]:
             with open(own, "rb") as f:
                 f.readinto(host.data)
 
+        # The same bytes into (from) one file with one plain pwrite (pread) per rank at
+        # its rank's block: what one file allows on this file system, whatever writes it.
+        flat = os.path.join(where, "one-file.bin")
+        block = comm.allreduce(nbytes, op=MPI.MAX)
+
+        def one_file_write() -> None:
+            if comm.rank == 0:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(flat)
+                with open(flat, "wb") as f:
+                    f.truncate(block * comm.size)
+            comm.Barrier()
+            fd = os.open(flat, os.O_WRONLY)
+            try:
+                view, at = host.data.cast("B"), block * comm.rank
+                while view:  # one call moves at most about 2 GiB on Linux
+                    n = os.pwrite(fd, view, at)
+                    view, at = view[n:], at + n
+            finally:
+                os.close(fd)
+
+        def one_file_read() -> None:
+            fd = os.open(flat, os.O_RDONLY)
+            try:
+                view, at = host.data.cast("B"), block * comm.rank
+                while view:
+                    n = os.preadv(fd, [view], at)
+                    if n == 0:
+                        raise OSError(f"{flat}: ended early")
+                    view, at = view[n:], at + n
+            finally:
+                os.close(fd)
+
         write = functools.partial(cio.write, shared, {"u": field}, layout, overwrite=True)
         read = functools.partial(cio.read, shared, "u", layout, out=field)
         if comm.rank == 0 and not s.args.quiet:
             print(f"cudecomp.bench: --ops io writes under {s.args.io_dir}: {file_system(where)}", flush=True)
         rows = []
-        for op, ours, ceiling in (("io-write", write, own_write), ("io-read", read, own_read)):
+        for op, ours, ceiling, one_file in (("io-write", write, own_write, one_file_write), ("io-read", read, own_read, one_file_read)):
             ceil_med, _ = s.time(ceiling)
+            one_med, _ = s.time(one_file)
             med, mn = s.time(ours)
             gbps, ceil_gbps = mean_gbps(comm, nbytes, med), mean_gbps(comm, nbytes, ceil_med)
             rows.append(
@@ -104,7 +140,12 @@ def io_rows(s: Session, case: Case, bname: str) -> list[Row]:
                     ceiling="own_files",
                     pct_of_ceiling=pct_of(gbps, ceil_gbps),
                     distributed=comm.size > 1,
-                    baseline={"own_files_ms": ceil_med * 1e3, "ratio_vs_own_files": med / ceil_med},
+                    baseline={
+                        "own_files_ms": ceil_med * 1e3,
+                        "ratio_vs_own_files": med / ceil_med,
+                        "one_file_pwrite_ms": one_med * 1e3,
+                        "ratio_vs_one_file_pwrite": med / one_med,
+                    },
                 )
             )
         return rows

@@ -54,6 +54,7 @@ LABELS = {
     "dissipation_peak_vs_reference": "dissipation-rate peak vs the reference DNS",
     "wall": "wall time with start-up",
     "own_files": "every rank's own file",
+    "one_file_pwrite": "one pwrite per rank into one file",
     "transpose": "the transpose",
     "xy_then_yz": "X→Y then Y→Z transposes",
     "mpi4py_fft": "mpi4py-fft Pencil.transfer",
