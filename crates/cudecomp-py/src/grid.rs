@@ -3,20 +3,14 @@
 use std::sync::{Arc, Mutex};
 
 use cudecomp_core as core;
-use cudecomp_core::{
-    Array, DataType, Direction, Error, EventRef, Exec, Fields, HaloSpec, ReadyMark, Steps,
-    TransposeLayouts, TransposeOp, TransposeSteps,
-};
-use pyo3::exceptions::PyTypeError;
+use cudecomp_core::{Direction, Error, Fields, Steps, TransposeSteps};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
+use pyo3::types::PyTuple;
 
-use crate::args::{
-    bool_arg, bool_triple, config_object, index_arg, int_arg, int_triple, parse_dtype,
-};
-use crate::array::{resolve_dtype, ArrayArg};
+use crate::args::{bool_arg, config_object, index_arg, int_arg, int_triple};
 use crate::errors::{invalid, log_lines, IntoPy};
 use crate::handle::Handle;
+use crate::operation_args::{agreed, prepare_halo, prepare_transpose, HaloCall, TransposeCall};
 use crate::owned;
 use crate::pencil::PencilInfo;
 use crate::redistribution::PencilLayout;
@@ -39,96 +33,6 @@ pub struct GridDesc {
     state: Mutex<Option<Arc<core::GridDesc>>>,
     /// What the autotuner measured (`cudecomp.AutotuneResult`), when it ran.
     autotune: Option<Py<PyAny>>,
-}
-
-/// Array and layout arguments of one transpose.
-pub struct TransposeCall<'a, 'py> {
-    pub input: &'a Bound<'py, PyAny>,
-    pub out: Option<&'a Bound<'py, PyAny>>,
-    pub work: Option<&'a Bound<'py, PyAny>>,
-    pub dtype: Option<&'a Bound<'py, PyAny>>,
-    pub input_halo_extents: Option<&'a Bound<'py, PyAny>>,
-    pub output_halo_extents: Option<&'a Bound<'py, PyAny>>,
-    pub input_padding: Option<&'a Bound<'py, PyAny>>,
-    pub output_padding: Option<&'a Bound<'py, PyAny>>,
-    pub stream: Option<&'a Bound<'py, PyAny>>,
-    pub input_ready: Option<&'a Bound<'py, PyAny>>,
-    pub input_ready_axis: Option<&'a Bound<'py, PyAny>>,
-    pub output_ready: Option<&'a Bound<'py, PyAny>>,
-    pub output_ready_axis: Option<&'a Bound<'py, PyAny>>,
-    /// `None`: the default, `True`.
-    pub own_cells: Option<&'a Bound<'py, PyAny>>,
-}
-
-/// `input_ready` or `output_ready` (`name`): `(event, planes)` pairs; an event is an int
-/// handle, or an object with an int `ptr` (CuPy) or `cuda_event` (PyTorch). TypeError for
-/// anything else; the planes are checked by the core (collectively).
-fn parse_ready(
-    py: Python<'_>,
-    v: Option<&Bound<'_, PyAny>>,
-    name: &str,
-) -> PyResult<Vec<ReadyMark>> {
-    let Some(v) = v.filter(|v| !v.is_none()) else {
-        return Ok(Vec::new());
-    };
-    let bad = |what: String| {
-        PyTypeError::new_err(format!(
-            "{name}: expected a sequence of (event, planes) pairs, an event being an int handle or an object with an int .ptr or .cuda_event, got {what}"
-        ))
-    };
-    if v.is_instance_of::<PyString>() {
-        return Err(bad(format!("the str {}", v.repr()?)));
-    }
-    let mut marks = Vec::new();
-    for item in v.try_iter().map_err(|_| {
-        bad(v
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default())
-    })? {
-        let item = item?;
-        let pair: (Bound<'_, PyAny>, i64) = item
-            .extract()
-            .map_err(|_| bad(item.repr().map(|r| r.to_string()).unwrap_or_default()))?;
-        let (e, planes) = pair;
-        let handle = ["ptr", "cuda_event"]
-            .iter()
-            .find_map(|a| e.getattr(*a).ok().filter(|h| h.is_instance_of::<PyInt>()))
-            .unwrap_or_else(|| e.clone());
-        let h: i128 = handle.extract().map_err(|_| {
-            bad(format!(
-                "an event of type {}",
-                e.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
-        let h = u64::try_from(h).map_err(|_| {
-            invalid(
-                py,
-                format!("{name}: expected a non-negative event handle, got {h}"),
-            )
-        })?;
-        marks.push(ReadyMark {
-            event: EventRef::from_handle(h),
-            planes,
-        });
-    }
-    Ok(marks)
-}
-
-/// Arguments of one halo update.
-pub struct HaloCall<'a, 'py> {
-    pub input: &'a Bound<'py, PyAny>,
-    pub halo_extents: &'a Bound<'py, PyAny>,
-    pub halo_periods: Option<&'a Bound<'py, PyAny>>,
-    pub dim: &'a Bound<'py, PyAny>,
-    pub padding: Option<&'a Bound<'py, PyAny>>,
-    pub work: Option<&'a Bound<'py, PyAny>>,
-    pub dtype: Option<&'a Bound<'py, PyAny>>,
-    pub stream: Option<&'a Bound<'py, PyAny>>,
 }
 
 impl GridDesc {
@@ -201,151 +105,6 @@ impl GridDesc {
     }
 }
 
-/// In checking mode (`CUDECOMP_CHECK_COLLECTIVES=1`), an argument error found here is
-/// shared with the other ranks, which wait in the operation's agreement, so that they
-/// raise too instead of hanging; the error itself is returned unchanged.
-fn agreed<T>(py: Python<'_>, gd: &core::GridDesc, what: &str, ready: PyResult<T>) -> PyResult<T> {
-    if let Err(e) = &ready {
-        if gd.checks_collectives() {
-            let local = Err(Error::InvalidUsage(e.to_string()));
-            // The agreement fails (this rank failed); its own error is the one to raise.
-            let _ = py.detach(|| gd.agree(what, local));
-        }
-    }
-    ready
-}
-
-/// A transpose's arguments, parsed.
-struct PreparedTranspose<'py> {
-    op: TransposeOp,
-    input: Array,
-    output: Array,
-    /// The output object, returned to the caller.
-    out_obj: Bound<'py, PyAny>,
-    work: Option<Array>,
-    exec: Exec,
-    input_marks: Vec<ReadyMark>,
-    input_axis: Option<usize>,
-    output_marks: Vec<ReadyMark>,
-    output_axis: Option<usize>,
-}
-
-/// `True` or `False` (NumPy's too), nothing else (TypeError naming `what`).
-fn strict_bool(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
-    if v.is_instance_of::<PyBool>() || v.get_type().name()? == "bool" {
-        return v.is_truthy();
-    }
-    Err(PyTypeError::new_err(format!(
-        "{what}: expected True or False, got {} ({})",
-        v.repr()?,
-        v.get_type().name()?
-    )))
-}
-
-/// Parses a transpose's arguments (allocating `out` when omitted); the core checks them.
-fn prepare_transpose<'py>(
-    py: Python<'py>,
-    gd: &core::GridDesc,
-    direction: Direction,
-    c: &TransposeCall<'_, 'py>,
-) -> PyResult<PreparedTranspose<'py>> {
-    let axis = |a: Option<&Bound<'py, PyAny>>, name: &str| {
-        a.filter(|a| !a.is_none())
-            .map(|a| index_arg(a, name))
-            .transpose()
-    };
-    let input_marks = parse_ready(py, c.input_ready, "input_ready")?;
-    let output_marks = parse_ready(py, c.output_ready, "output_ready")?;
-    let input_axis = axis(c.input_ready_axis, "input_ready_axis")?;
-    let output_axis = axis(c.output_ready_axis, "output_ready_axis")?;
-    let own_cells = c
-        .own_cells
-        .map_or(Ok(true), |v| strict_bool(v, "own_cells"))?;
-    let explicit = parse_dtype(py, c.dtype)?;
-    let layouts = TransposeLayouts {
-        input_halo: int_triple(py, c.input_halo_extents, "input_halo_extents")?,
-        input_padding: int_triple(py, c.input_padding, "input_padding")?,
-        output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
-        output_padding: int_triple(py, c.output_padding, "output_padding")?,
-    };
-    let input = variant::array(py, c.input, "input", false)?;
-    let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
-    let exec = variant::exec(py, c.stream, c.input)?;
-    let out_obj = match c.out.filter(|o| !o.is_none()) {
-        Some(o) => o.clone(),
-        // A fresh output per call stays ordinary memory: a node-shared array costs more
-        // to make and map than a single copy saves.
-        None => {
-            let (_, to) = direction.axes();
-            let info = gd
-                .grid()
-                .pencil_info(
-                    to as i64,
-                    gd.rank(),
-                    layouts.output_halo,
-                    layouts.output_padding,
-                )
-                .py(py)?;
-            variant::allocate_output(py, c.input, info.array_shape(), dtype, c.stream)?
-        }
-    };
-    let out = variant::array(py, &out_obj, "out", false)?;
-    resolve_dtype(py, Some(dtype), &[&out])?;
-    let work = work_arg(py, c.work)?;
-    let op = TransposeOp {
-        direction,
-        layouts,
-        dtype,
-        own_cells,
-    };
-    // SAFETY: the array objects are referenced by the caller for the whole call and were
-    // checked to be C-contiguous; device work is ordered on the operation's stream, which
-    // the caller keeps alive as documented.
-    let (input, output, work) = unsafe { (input.array(), out.array(), work.map(|w| w.array())) };
-    Ok(PreparedTranspose {
-        op,
-        input,
-        output,
-        out_obj,
-        work,
-        exec,
-        input_marks,
-        input_axis,
-        output_marks,
-        output_axis,
-    })
-}
-
-/// Parses a halo update's arguments; the core checks them, the array's shape even where
-/// nothing moves.
-fn prepare_halo(
-    py: Python<'_>,
-    axis: usize,
-    c: &HaloCall<'_, '_>,
-) -> PyResult<(HaloSpec, DataType, Array, Option<Array>, Exec)> {
-    let explicit = parse_dtype(py, c.dtype)?;
-    if c.halo_extents.is_none() {
-        return Err(invalid(
-            py,
-            "halo_extents: expected 3 non-negative ints, got None".into(),
-        ));
-    }
-    let spec = HaloSpec {
-        axis,
-        dim: index_arg(c.dim, "dim")?,
-        halo: int_triple(py, Some(c.halo_extents), "halo_extents")?,
-        periods: bool_triple(py, c.halo_periods, "halo_periods")?,
-        padding: int_triple(py, c.padding, "padding")?,
-    };
-    let data = variant::array(py, c.input, "input", false)?;
-    let dtype = resolve_dtype(py, explicit, &[&data])?;
-    let work = work_arg(py, c.work)?;
-    let exec = variant::exec(py, c.stream, c.input)?;
-    // SAFETY: as in `prepare_transpose`.
-    let (data, work) = unsafe { (data.array(), work.map(|w| w.array())) };
-    Ok((spec, dtype, data, work, exec))
-}
-
 impl GridDesc {
     fn allocate_pencil<'py>(
         &self,
@@ -401,14 +160,6 @@ impl GridDesc {
             .call_method1(view, (owner, shape, dtype))
             .map(Some)
     }
-}
-
-/// Parses the optional `work` argument (any shape, writable).
-pub(crate) fn work_arg(py: Python<'_>, w: Option<&Bound<'_, PyAny>>) -> PyResult<Option<ArrayArg>> {
-    let Some(w) = w.filter(|w| !w.is_none()) else {
-        return Ok(None);
-    };
-    variant::array(py, w, "work", true).map(Some)
 }
 
 /// Emits the six transposes and three halo updates from one template each.

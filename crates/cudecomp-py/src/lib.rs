@@ -14,6 +14,7 @@ mod errors;
 mod fft;
 mod grid;
 mod handle;
+mod operation_args;
 mod owned;
 mod pencil;
 mod redistribution;
