@@ -151,7 +151,7 @@ def io_rows(s: Session, case: Case, bname: str) -> list[Row]:
                     ms=med * 1e3,
                     ms_min=mn * 1e3,
                     gbps_per_rank=gbps,
-                    bytes_per_rank=comm.allreduce(nbytes, op=MPI.MAX),
+                    bytes_per_rank=block,
                     ceiling_gbps=ceil_gbps,
                     ceiling="own_files",
                     pct_of_ceiling=pct_of(gbps, ceil_gbps),

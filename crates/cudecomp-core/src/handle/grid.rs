@@ -272,26 +272,23 @@ impl GridDesc {
         self.runner.check_exec(exec)?;
         let plan = self.transpose_plan(op.direction, &op.layouts)?;
         let elem = op.dtype.size();
-        let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
-        input.check("input", &plan.input, elem, shape, false)?;
-        output.check("out", &plan.output, elem, shape, true)?;
-        let (i, o) = (input.buf, output.buf);
-        if i.ptr() != o.ptr() && i.overlaps(&o) {
-            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
-        }
-        if !op.own_cells && i.ptr() == o.ptr() {
+        if !op.own_cells && input.buf.ptr() == output.buf.ptr() {
             invalid!("own_cells=False: expected an out-of-place transpose (this rank's own cells stay in the input for the caller), got out sharing the input's memory");
         }
-        let work_size = self.grid.transpose_workspace_size()?;
-        check_work(
-            work,
-            &[i, o],
-            work_size,
+        let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
+        self.runner.check_exchange_arrays(
+            &plan,
             elem,
-            "get_transpose_workspace_size()",
+            [shape, shape],
+            input,
+            output,
+            work,
+            (
+                self.grid.transpose_workspace_size()?,
+                "get_transpose_workspace_size()",
+            ),
+            exec,
         )?;
-        self.runner
-            .check_on_device(exec, &[("input", i), ("out", o)], work)?;
         Ok(plan)
     }
 

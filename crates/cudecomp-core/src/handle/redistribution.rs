@@ -11,7 +11,7 @@ use crate::engine::device::lock;
 use crate::engine::{self, Exec, TransposeCall};
 use crate::geometry::{align, Axis, Box3, PencilInfo};
 use crate::handle::grid::GridDesc;
-use crate::handle::runner::{check_work, Array, Runner};
+use crate::handle::runner::{Array, Runner};
 use crate::handle::Handle;
 use crate::perf::Heading;
 use crate::plan::{Side, TransposePlan};
@@ -454,34 +454,19 @@ impl Redistribution {
         exec: Exec,
     ) -> Result<()> {
         self.runner.check_exec(exec)?;
-        let elem = dtype.size();
-        input.check(
-            "input",
-            &self.plan.input,
-            elem,
-            "the redistribution's input_info.array_shape",
-            false,
-        )?;
-        output.check(
-            "out",
-            &self.plan.output,
-            elem,
-            "the redistribution's output_info.array_shape",
-            true,
-        )?;
-        let (i, o) = (input.buf, output.buf);
-        if i.ptr() != o.ptr() && i.overlaps(&o) {
-            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
-        }
-        check_work(
+        self.runner.check_exchange_arrays(
+            &self.plan,
+            dtype.size(),
+            [
+                "the redistribution's input_info.array_shape",
+                "the redistribution's output_info.array_shape",
+            ],
+            input,
+            output,
             work,
-            &[i, o],
-            self.workspace_elems,
-            elem,
-            "get_workspace_size()",
-        )?;
-        self.runner
-            .check_on_device(exec, &[("input", i), ("out", o)], work)
+            (self.workspace_elems, "get_workspace_size()"),
+            exec,
+        )
     }
 
     /// Collective: releases the communicator. With the performance report on, returns

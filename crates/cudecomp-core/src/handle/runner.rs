@@ -15,6 +15,7 @@ use crate::geometry::PencilInfo;
 use crate::handle::Handle;
 use crate::mem::Buf;
 use crate::perf::{Heading, PerfReport};
+use crate::plan::TransposePlan;
 use crate::{invalid, Error, Fields, Result};
 
 /// An array the caller passes to an operation: its bytes and, where the caller's array
@@ -227,6 +228,33 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// The caller's arrays of one exchange of `plan` (a transpose or a redistribution):
+    /// `input` and `out` of the plan's shapes (`shapes` name where the caller finds each),
+    /// the same memory or disjoint, `work` (if any) holding `work_elems` elements
+    /// (`query` names the size query), all on the handle's device for a device
+    /// operation. Checks the caller's side of the contract only; `exec` is checked first.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_exchange_arrays(
+        &self,
+        plan: &TransposePlan,
+        elem: usize,
+        shapes: [&str; 2],
+        input: Array,
+        output: Array,
+        work: Option<Array>,
+        (work_elems, query): (i64, &str),
+        exec: Exec,
+    ) -> Result<()> {
+        input.check("input", &plan.input, elem, shapes[0], false)?;
+        output.check("out", &plan.output, elem, shapes[1], true)?;
+        let (i, o) = (input.buf, output.buf);
+        if i.ptr() != o.ptr() && i.overlaps(&o) {
+            invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");
+        }
+        check_work(work, &[i, o], work_elems, elem, query)?;
+        self.check_on_device(exec, &[("input", i), ("out", o)], work)
     }
 
     /// Collective: with the performance report on, its summary on rank 0 (and its CSV
