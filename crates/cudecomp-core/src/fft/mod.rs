@@ -5,7 +5,8 @@
 //! complex-to-real ([`c2r`], [`c2r_overwriting`]) transforms in single and double
 //! precision ([`Float`]: `f32`, `f64`) over any axes of a C-contiguous array, batched
 //! over the others. They run on RustFFT (and RealFFT for the real kinds), which picks
-//! AVX, SSE or NEON code at run time; plans are made once per length and precision and
+//! AVX, SSE or NEON code at run time, the even-length real kinds' own pass over each row
+//! with AVX2/FMA where the CPU has it; plans are made once per length and precision and
 //! cached for the process.
 //!
 //! Conventions, those of `numpy.fft`:
@@ -49,6 +50,7 @@
 mod exec;
 mod plans;
 mod real;
+mod simd;
 
 use std::any::Any;
 use std::sync::OnceLock;

@@ -17,7 +17,7 @@ use rustfft::Fft;
 
 use super::exec::{for_units, rows_per_unit, scale_all, scale_real, zero, Ptr};
 use super::plans::Planners;
-use super::Float;
+use super::{simd, Float};
 use crate::{Error, Result};
 
 /// The plan of a real pass of `n` points in one direction.
@@ -159,36 +159,29 @@ pub(super) unsafe fn r2c_pass<T: Float>(
 /// `m - k` is read before either is written: for `m - k`, `a + b` is the conjugate of
 /// `k`'s and `a - b` its negated conjugate.
 fn split_forward_in_place<T: Float>(x: &mut [Complex<T>], tw: &[Complex<T>], half: T) {
+    if simd::split_forward(x, tw, half) {
+        return;
+    }
     let m = x.len() - 1;
-    let (x, tw) = (&mut x[..=m], &tw[..=m]);
     let z0 = x[0];
     let s = half + half;
     // k = 0 and k = m: a = b* = Z[0].
     x[0] = Complex::new((z0.re + z0.im) * s, T::zero());
     x[m] = Complex::new((z0.re - z0.im) * s, T::zero());
-    for k in 1..=m / 2 {
-        let (a, b) = (x[k], x[m - k].conj());
-        let (sum, diff) = (a + b, a - b);
-        let (t, u) = (tw[k] * diff, tw[m - k] * diff.conj());
-        x[k] = sum.scale(half) + t;
-        x[m - k] = sum.conj().scale(half) - u;
-    }
+    simd::split_pairs(x, tw, half, 1);
 }
 
 /// The `m`-point input `z` of the inverse from the half spectrum `x` of a row, ignoring
 /// the imaginary parts of `x[0]` and `x[m]` (pairs as in [`split_forward_in_place`]).
 fn merge_inverse<T: Float>(x: &[Complex<T>], z: &mut [Complex<T>], tw: &[Complex<T>], s: T) {
+    if simd::merge_inverse(x, z, tw, s) {
+        return;
+    }
     let m = z.len();
-    let (x, tw) = (&x[..=m], &tw[..=m]);
     let (a, b) = (x[0].re, x[m].re);
     // k = 0: (a + b) + i (a - b), both real.
     z[0] = Complex::new((a + b) * s, (a - b) * s);
-    for k in 1..=m / 2 {
-        let (a, b) = (x[k], x[m - k].conj());
-        let (sum, diff) = (a + b, a - b);
-        z[k] = sum.scale(s) + tw[k] * diff;
-        z[m - k] = sum.conj().scale(s) - tw[m - k] * diff.conj();
-    }
+    simd::merge_pairs(x, z, tw, s, 1);
 }
 
 /// A complex-to-real pass over `rows` contiguous rows of `n / 2 + 1` complex values

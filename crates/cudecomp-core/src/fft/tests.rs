@@ -282,3 +282,54 @@ fn bad_arguments_are_invalid_usage() {
     // An empty array is nothing to do.
     assert!(c2c::<f64>(&[], &mut [], &[0, 4], &[1], false, o).is_ok());
 }
+
+/// The portable split and merge of a row of `m + 1` values, beside [`simd`]'s kernels.
+fn portable_split<T: Float>(x: &mut [Complex<T>], tw: &[Complex<T>], half: T) {
+    let m = x.len() - 1;
+    let z0 = x[0];
+    x[0] = Complex::new((z0.re + z0.im) * (half + half), T::zero());
+    x[m] = Complex::new((z0.re - z0.im) * (half + half), T::zero());
+    simd::split_pairs(x, tw, half, 1);
+}
+
+fn portable_merge<T: Float>(x: &[Complex<T>], z: &mut [Complex<T>], tw: &[Complex<T>], s: T) {
+    let m = z.len();
+    let (a, b) = (x[0].re, x[m].re);
+    z[0] = Complex::new((a + b) * s, (a - b) * s);
+    simd::merge_pairs(x, z, tw, s, 1);
+}
+
+/// The vector kernels agree with the portable code on every row length, both precisions
+/// (where the CPU has no vector kernel, both sides are the portable code).
+#[test]
+fn vector_split_and_merge_match_the_portable_code() {
+    let lengths: Vec<usize> = (1..=40).chain([63, 64, 65, 127, 128, 129, 256]).collect();
+    for &m in &lengths {
+        let x = cvalues(m + 1, m as u64);
+        let tw = cvalues(m + 1, 1000 + m as u64);
+        let (half, s) = (0.5, 1.0 / (2 * m) as f64);
+        // Double precision.
+        let (mut a, mut b) = (x.clone(), x.clone());
+        simd::split_forward(&mut a, &tw, half);
+        portable_split(&mut b, &tw, half);
+        assert!(err(&a, &b) < 1e-14, "split f64, m = {m}: {}", err(&a, &b));
+        let (mut za, mut zb) = (vec![Complex::default(); m], vec![Complex::default(); m]);
+        simd::merge_inverse(&x, &mut za, &tw, s);
+        portable_merge(&x, &mut zb, &tw, s);
+        assert!(
+            err(&za, &zb) < 1e-14,
+            "merge f64, m = {m}: {}",
+            err(&za, &zb)
+        );
+        // Single precision.
+        let (x32, tw32) = (to32(&x), to32(&tw));
+        let (mut a, mut b) = (x32.clone(), x32.clone());
+        simd::split_forward(&mut a, &tw32, half as f32);
+        portable_split(&mut b, &tw32, half as f32);
+        assert!(err(&from32(&a), &from32(&b)) < 1e-6, "split f32, m = {m}");
+        let (mut za, mut zb) = (vec![Complex::default(); m], vec![Complex::default(); m]);
+        simd::merge_inverse(&x32, &mut za, &tw32, s as f32);
+        portable_merge(&x32, &mut zb, &tw32, s as f32);
+        assert!(err(&from32(&za), &from32(&zb)) < 1e-6, "merge f32, m = {m}");
+    }
+}
