@@ -44,16 +44,17 @@ variant() {
     echo "$v"
 }
 
-# build_wheel VARIANT: builds dist/VARIANT/*.whl with the first venv's maturin.
+# build_wheel VARIANT [PROFILE]: builds dist/VARIANT/*.whl with the first venv's maturin,
+# in cargo's PROFILE (default release; dev compiles faster, for a suite that runs no GPU).
 build_wheel() {
-    local variant=$1 out="$ROOT/dist/$1"
+    local variant=$1 out="$ROOT/dist/$1" profile=${2:-release}
     rm -rf "$out"
     if [ "$variant" = cpu ]; then
-        (cd "$ROOT" && CUDECOMP_BUILD_CPU_ONLY=ON "$VENVS/mpich/bin/maturin" build --release -q -o "$out")
+        (cd "$ROOT" && CUDECOMP_BUILD_CPU_ONLY=ON "$VENVS/mpich/bin/maturin" build --profile "$profile" -q -o "$out")
         # The CPU variant's wheel carries the +cpu local version, as `pip install .` makes it.
         "$VENVS/mpich/bin/python" "$ROOT/build_backend/cudecomp_build.py" relabel-wheel "$out"/*.whl cpu >/dev/null
     else
-        (cd "$ROOT" && env -u CUDECOMP_BUILD_CPU_ONLY "$VENVS/mpich/bin/maturin" build --release -q -o "$out")
+        (cd "$ROOT" && env -u CUDECOMP_BUILD_CPU_ONLY "$VENVS/mpich/bin/maturin" build --profile "$profile" -q -o "$out")
     fi
 }
 

