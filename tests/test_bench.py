@@ -20,9 +20,9 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import requires_data_path
+from conftest import requires_cpu_variant, requires_data_path
 from cudecomp import bench
-from cudecomp.bench import history
+from cudecomp.bench import _fft_local, history
 from cudecomp.fft import schedule_of
 from oracle import nccl_usable
 
@@ -778,3 +778,42 @@ def test_io_rows_stand_beside_own_files_and_one_file(tmp_path: os.PathLike[str])
                 assert base[k] > 0 and math.isclose(base["ratio_vs_" + k[:-3]], r["ms"] / base[k], rel_tol=1e-9)
         assert os.listdir(where) == []  # every configuration's files are removed
     MPI.COMM_WORLD.Barrier()
+
+
+@requires_cpu_variant()
+def test_fft_compare_records_the_local_stage_beside_the_other_libraries(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "history.csv")
+    argv = ["--fft-compare", "local", "--gdims", "8^3", "--dtypes", "c128", "f64", "--reps", "1", "--warmup", "0", "--fft-rounds", "1"]
+    assert bench.main([*argv, "--record", path, "--machine", "box", "--commit", "abc1234"]) == 0
+    h = history.read(path)
+    cases = list(dict.fromkeys(x["case"] for x in h))
+    lib = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("CUDECOMP_"))
+    kinds = [("c128", "c2c", "forward"), ("c128", "c2c", "backward"), ("f64", "r2c", "forward"), ("f64", "c2r", "backward")]
+    assert cases == [f"fft-local 8^3 {d} 1x1 {k} {direction} {lib}".strip() for d, k, direction in kinds]
+    assert all("--fft-compare local" in x["command"] and "--fft-rounds 1" in x["command"] for x in h)
+    for case in cases:
+        m = {x["metric"]: float(x["value"]) for x in h if x["case"] == case}
+        assert m["ms"] > 0 and m["numpy_ms"] > 0
+        assert math.isclose(m["ratio_vs_numpy"], m["ms"] / m["numpy_ms"], rel_tol=1e-4)
+
+
+def test_fft_compare_records_each_grid_and_each_sides_best() -> None:
+    rows: list[dict[str, Any]] = [
+        {"mode": "pfft", "gdims": (256, 256, 256), "dtype": "c128", "note": "skipped: mpi4py-fft is not installed"},
+        {"mode": "pfft", "gdims": (256,) * 3, "pdims": (4, 4), "dtype": "f64", "kind": "r2c", "direction": "forward",
+         "schedule": "pencil", "backend": "DIRECT", "ms": {"cudecomp": 10.0, "mpi4py-fft": 20.0}, "speedup": 2.0},
+        {"mode": "pfft", "gdims": (256,) * 3, "pdims": "best", "best_pdims": {"cudecomp": (4, 4), "mpi4py-fft": (1, 16)},
+         "dtype": "f64", "kind": "r2c", "direction": "forward", "ms": {"cudecomp": 10.0, "mpi4py-fft": 16.0}, "speedup": 1.6},
+    ]  # fmt: skip
+    got = _fft_local.records(rows, {"CUDECOMP_HOST_THREADS": "1"})
+    assert got == [
+        ("fft-pfft 256^3 f64 4x4 DIRECT r2c forward CUDECOMP_HOST_THREADS=1", "ms", 10.0),
+        ("fft-pfft 256^3 f64 4x4 DIRECT r2c forward CUDECOMP_HOST_THREADS=1", "mpi4py_fft_pfft_fftw_ms", 20.0),
+        ("fft-pfft 256^3 f64 4x4 DIRECT r2c forward CUDECOMP_HOST_THREADS=1", "ratio_vs_mpi4py_fft_pfft_fftw", 0.5),
+        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "ms", 10.0),
+        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "mpi4py_fft_pfft_fftw_ms", 16.0),
+        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "ratio_vs_mpi4py_fft_pfft_fftw", 0.625),
+        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "grids", "ours 4x4, theirs 1x16"),
+    ]
+    m = {k: history.format_value(v) for _, k, v in got[3:]}
+    assert history.compared(m, {}) == "0.625× mpi4py-fft PFFT with FFTW (16 ms); grids ours 4x4, theirs 1x16"

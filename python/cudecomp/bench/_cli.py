@@ -352,7 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         p.error(problem)  # the same on every rank: usage and error on rank 0, exit status 2
     if args.fft_compare:
-        return _fft_local.main(args, process_grids(args.pdims, comm.size))
+        compared = _fft_local.main(args, process_grids(args.pdims, comm.size))
+        if comm.rank == 0 and args.record:
+            record(p, args, comm.size, _fft_local.records(compared, settings(os.environ)))
+        return 0
     rows = run(args)
     if comm.rank == 0:
         report(rows)
@@ -360,18 +363,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             plot(rows, args.plot)
         if args.record:
-            from . import history
-
-            run_info = history.Run(
-                date=time.strftime("%Y-%m-%d"),
-                commit=args.commit or git_commit(),
-                machine=args.machine or machine_label(),
-                ranks=comm.size,
-                command=command_line(p, args, os.environ),
-            )
-            n = history.append(args.record, run_info, records(rows, args, settings(os.environ)))
-            print(f"recorded {n} figures in {args.record}")
+            record(p, args, comm.size, records(rows, args, settings(os.environ)))
     return 0
+
+
+def record(p: argparse.ArgumentParser, args: argparse.Namespace, ranks: int, figures: list[tuple[str, str, float | str]]) -> None:
+    """Append the run's ``(case, metric, value)`` figures to ``--record``'s history file (rank 0)."""
+    from . import history
+
+    run_info = history.Run(
+        date=time.strftime("%Y-%m-%d"),
+        commit=args.commit or git_commit(),
+        machine=args.machine or machine_label(),
+        ranks=ranks,
+        command=command_line(p, args, os.environ),
+    )
+    n = history.append(args.record, run_info, figures)
+    print(f"recorded {n} figures in {args.record}")
 
 
 def git_commit() -> str:

@@ -38,6 +38,7 @@ import cudecomp
 
 from ..fft import Kind
 from ._common import DTYPES, NP_DTYPES
+from ._record import grid_name
 
 _COMPLEX = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
 
@@ -278,8 +279,41 @@ def _print(rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
             )
 
 
-def main(args: argparse.Namespace, grids: list[tuple[int, int]]) -> int:
-    """Run the comparison (collective); rank 0 prints it and writes ``--json``."""
+def records(rows: list[dict[str, Any]], env: Mapping[str, str]) -> list[tuple[str, str, float | str]]:
+    """``(case, metric, value)`` of the comparison's rows, as ``--record`` writes them.
+
+    Cases: ``fft-local GRID DTYPE PDIMS KIND DIRECTION`` (``ms``: the core's transform;
+    ``<library>_ms`` and ``ratio_vs_<library>``, ours over theirs, for pyfftw, scipy and
+    numpy) and ``fft-pfft GRID DTYPE PDIMS BACKEND DIRECTION`` (``ms``: ``cudecomp.fft``;
+    ``mpi4py_fft_pfft_fftw_ms`` and its ratio; PDIMS ``best`` compares each side's fastest
+    grid and names them under ``grids``), then the library's settings. Skipped rows give none.
+    """
+    tail = [f"{k}={v}" for k, v in env.items()]
+    out: list[tuple[str, str, float | str]] = []
+    for r in rows:
+        if "note" in r:
+            continue
+        head = [f"fft-{r['mode']}", grid_name(r["gdims"]), r["dtype"], _fmt_grid(r["pdims"])]
+        if r["mode"] == "local":
+            case = " ".join([*head, r["kind"], r["direction"], *tail])
+            ours = r["ms"]["rustfft"]
+            out.append((case, "ms", ours))
+            for lib, v in r["ms"].items():
+                if lib != "rustfft":
+                    out += [(case, f"{lib}_ms", v), (case, f"ratio_vs_{lib}", ours / v)]
+            continue
+        backend = r.get("backend", "")
+        case = " ".join([*head, *([backend] if backend else []), r["kind"], r["direction"], *tail])
+        ours, theirs = r["ms"]["cudecomp"], r["ms"]["mpi4py-fft"]
+        out += [(case, "ms", ours), (case, "mpi4py_fft_pfft_fftw_ms", theirs), (case, "ratio_vs_mpi4py_fft_pfft_fftw", ours / theirs)]
+        if r["pdims"] == "best":
+            grids = r["best_pdims"]
+            out.append((case, "grids", f"ours {_fmt_grid(grids['cudecomp'])}, theirs {_fmt_grid(grids['mpi4py-fft'])}"))
+    return out
+
+
+def main(args: argparse.Namespace, grids: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Run the comparison (collective); rank 0 prints it and writes ``--json``; every rank returns the rows."""
     comm = MPI.COMM_WORLD
     if not cudecomp.CPU_ONLY:
         raise SystemExit("--fft-compare compares the CPU variant's FFT; this is the GPU variant")
@@ -298,4 +332,4 @@ def main(args: argparse.Namespace, grids: list[tuple[int, int]]) -> int:
             meta = {"ranks": comm.size, "cudecomp": cudecomp.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
             with open(args.json, "w") as f:
                 json.dump({"meta": meta, "rows": rows}, f, indent=1, default=lambda o: list(o) if isinstance(o, tuple) else str(o))
-    return 0
+    return rows

@@ -26,13 +26,14 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(environ.items()) if k.startswith("CUDECOMP_")}
 
 
-def _grid(dims: Sequence[int]) -> str:
+def grid_name(dims: Sequence[int]) -> str:
+    """Name a global grid as the history does: ``256^3`` for a cube, else ``NXxNYxNZ``."""
     return f"{dims[0]}^3" if len(set(dims)) == 1 else "x".join(map(str, dims))
 
 
 def _value(v: object) -> str:
     if isinstance(v, tuple) and len(v) == 3:
-        return _grid(v) if len(set(v)) == 1 else ",".join(map(str, v))
+        return grid_name(v) if len(set(v)) == 1 else ",".join(map(str, v))
     return str(v)
 
 
@@ -77,9 +78,9 @@ def machine_label() -> str:
 def case_name(r: Row, args: argparse.Namespace, env: Mapping[str, str]) -> str:
     """Name what a row measured, as the history does: ``op grid dtype pdims backend`` and what else sets it apart."""
     if r.op == "tune":
-        words = ["tune", _grid(r.gdims), r.dtype]
+        words = ["tune", grid_name(r.gdims), r.dtype]
     else:
-        words = [r.op, _grid(r.gdims), r.dtype, f"{r.pdims[0]}x{r.pdims[1]}", r.backend]
+        words = [r.op, grid_name(r.gdims), r.dtype, f"{r.pdims[0]}x{r.pdims[1]}", r.backend]
     base = r.op.removesuffix("-graph")
     if r.axis_contiguous:
         words.append("ac")
