@@ -371,8 +371,15 @@ impl TransposeRun<'_> {
         // piece then reads one contiguous stretch of input and writes long runs into every
         // output. Cut along the rows' neighbours instead (two input rows of every plane),
         // the writes come in runs of two rows, which copy measurably slower where chunks
-        // are short pieces of rows.
+        // are short pieces of rows. The outputs' rows are never cut: where the input's
+        // slowest axis is the outputs' fastest (Y->X, Z->Y of axis-contiguous pencils),
+        // pieces along it would write a few cells of every output row, and each output
+        // line would come back from memory once per piece; the next slowest is cut then.
+        let out_fast = (0..3)
+            .min_by_key(|&g| plan.out_layout.strides[g].abs())
+            .unwrap_or(0);
         let slow = (0..3)
+            .filter(|&g| g != out_fast)
             .max_by_key(|&g| plan.in_layout.strides[g].abs())
             .unwrap_or(2);
         let mut parts: Vec<CopyPart<'m>> = (1..=np)
