@@ -805,15 +805,15 @@ def test_fft_compare_records_each_grid_and_each_sides_best() -> None:
         {"mode": "pfft", "gdims": (256,) * 3, "pdims": "best", "best_pdims": {"cudecomp": (4, 4), "mpi4py-fft": (1, 16)},
          "dtype": "f64", "kind": "r2c", "direction": "forward", "ms": {"cudecomp": 10.0, "mpi4py-fft": 16.0}, "speedup": 1.6},
     ]  # fmt: skip
-    got = _fft_local.records(rows, {"CUDECOMP_HOST_THREADS": "1"})
+    got = _fft_local.records(rows, 16, {"CUDECOMP_HOST_THREADS": "1"})
     assert got == [
         ("fft-pfft 256^3 f64 4x4 DIRECT r2c forward CUDECOMP_HOST_THREADS=1", "ms", 10.0),
         ("fft-pfft 256^3 f64 4x4 DIRECT r2c forward CUDECOMP_HOST_THREADS=1", "mpi4py_fft_pfft_fftw_ms", 20.0),
         ("fft-pfft 256^3 f64 4x4 DIRECT r2c forward CUDECOMP_HOST_THREADS=1", "ratio_vs_mpi4py_fft_pfft_fftw", 0.5),
-        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "ms", 10.0),
-        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "mpi4py_fft_pfft_fftw_ms", 16.0),
-        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "ratio_vs_mpi4py_fft_pfft_fftw", 0.625),
-        ("fft-pfft 256^3 f64 best r2c forward CUDECOMP_HOST_THREADS=1", "grids", "ours 4x4, theirs 1x16"),
+        ("fft-pfft 256^3 f64 best-of-16 r2c forward CUDECOMP_HOST_THREADS=1", "ms", 10.0),
+        ("fft-pfft 256^3 f64 best-of-16 r2c forward CUDECOMP_HOST_THREADS=1", "mpi4py_fft_pfft_fftw_ms", 16.0),
+        ("fft-pfft 256^3 f64 best-of-16 r2c forward CUDECOMP_HOST_THREADS=1", "ratio_vs_mpi4py_fft_pfft_fftw", 0.625),
+        ("fft-pfft 256^3 f64 best-of-16 r2c forward CUDECOMP_HOST_THREADS=1", "grids", "ours 4x4, theirs 1x16"),
     ]
     m = {k: history.format_value(v) for _, k, v in got[3:]}
     assert history.compared(m, {}) == "0.625× mpi4py-fft PFFT with FFTW (16 ms); grids ours 4x4, theirs 1x16"

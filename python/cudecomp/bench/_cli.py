@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.fft_compare:
         compared = _fft_local.main(args, process_grids(args.pdims, comm.size))
         if comm.rank == 0 and args.record:
-            record(p, args, comm.size, _fft_local.records(compared, settings(os.environ)))
+            record(p, args, comm.size, _fft_local.records(compared, comm.size, settings(os.environ)))
         return 0
     rows = run(args)
     if comm.rank == 0:

@@ -279,21 +279,23 @@ def _print(rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
             )
 
 
-def records(rows: list[dict[str, Any]], env: Mapping[str, str]) -> list[tuple[str, str, float | str]]:
+def records(rows: list[dict[str, Any]], ranks: int, env: Mapping[str, str]) -> list[tuple[str, str, float | str]]:
     """``(case, metric, value)`` of the comparison's rows, as ``--record`` writes them.
 
     Cases: ``fft-local GRID DTYPE PDIMS KIND DIRECTION`` (``ms``: the core's transform;
     ``<library>_ms`` and ``ratio_vs_<library>``, ours over theirs, for pyfftw, scipy and
-    numpy) and ``fft-pfft GRID DTYPE PDIMS BACKEND DIRECTION`` (``ms``: ``cudecomp.fft``;
-    ``mpi4py_fft_pfft_fftw_ms`` and its ratio; PDIMS ``best`` compares each side's fastest
-    grid and names them under ``grids``), then the library's settings. Skipped rows give none.
+    numpy) and ``fft-pfft GRID DTYPE PDIMS BACKEND KIND DIRECTION`` (``ms``:
+    ``cudecomp.fft``; ``mpi4py_fft_pfft_fftw_ms`` and its ratio; PDIMS ``best-of-N``, without
+    a backend, compares each side's fastest grid of ``N`` ranks and names them under
+    ``grids``), then the library's settings. Skipped rows give none.
     """
     tail = [f"{k}={v}" for k, v in env.items()]
     out: list[tuple[str, str, float | str]] = []
     for r in rows:
         if "note" in r:
             continue
-        head = [f"fft-{r['mode']}", grid_name(r["gdims"]), r["dtype"], _fmt_grid(r["pdims"])]
+        grid = f"best-of-{ranks}" if r.get("pdims") == "best" else _fmt_grid(r["pdims"])
+        head = [f"fft-{r['mode']}", grid_name(r["gdims"]), r["dtype"], grid]
         if r["mode"] == "local":
             case = " ".join([*head, r["kind"], r["direction"], *tail])
             ours = r["ms"]["rustfft"]
