@@ -371,17 +371,28 @@ impl TransposeRun<'_> {
         // piece then reads one contiguous stretch of input and writes long runs into every
         // output. Cut along the rows' neighbours instead (two input rows of every plane),
         // the writes come in runs of two rows, which copy measurably slower where chunks
-        // are short pieces of rows. The outputs' rows are never cut: where the input's
-        // slowest axis is the outputs' fastest (Y->X, Z->Y of axis-contiguous pencils),
-        // pieces along it would write a few cells of every output row, and each output
-        // line would come back from memory once per piece; the next slowest is cut then.
-        let out_fast = (0..3)
-            .min_by_key(|&g| plan.out_layout.strides[g].abs())
-            .unwrap_or(0);
-        let slow = (0..3)
-            .filter(|&g| g != out_fast)
-            .max_by_key(|&g| plan.in_layout.strides[g].abs())
-            .unwrap_or(2);
+        // are short pieces of rows. Neither the input's rows nor the outputs' are ever cut:
+        // pieces along an output's fastest axis (the input's slowest in Y->X and Z->Y of
+        // axis-contiguous pencils) write a few cells of every output row, and pieces along
+        // the input's fastest read a few of every input row; each line then comes from
+        // memory once per piece. So the cut goes along the slowest of the other axes with a
+        // cell per piece, else along the longest of them (in fewer, larger pieces).
+        let fastest = |strides: &[i64; 3]| (0..3).min_by_key(|&g| strides[g].abs()).unwrap_or(0);
+        let (in_fast, out_fast) = (
+            fastest(&plan.in_layout.strides),
+            fastest(&plan.out_layout.strides),
+        );
+        let mut cut_axes: Vec<Axis> = (0..3).filter(|&g| g != in_fast && g != out_fast).collect();
+        cut_axes.sort_by_key(|&g| std::cmp::Reverse(plan.in_layout.strides[g].abs()));
+        let cut = |c: &Copy3| {
+            let axis = cut_axes
+                .iter()
+                .copied()
+                .find(|&g| c.extent[g] >= pieces as i64)
+                .or_else(|| cut_axes.iter().copied().max_by_key(|&g| c.extent[g]))
+                .unwrap_or(2);
+            c.split_along(axis, pieces)
+        };
         let mut parts: Vec<CopyPart<'m>> = (1..=np)
             .map(|step| (plan.me + step) % np)
             .filter(|&p| plan.sends[p].count > 0 && (p != plan.me || self.own_cells))
@@ -391,11 +402,7 @@ impl TransposeRun<'_> {
                 } else {
                     (outs[p], plan.peer_output_copy(p))
                 };
-                let cuts = if c.extent[slow] >= pieces as i64 {
-                    c.split_along(slow, pieces)
-                } else {
-                    c.split(pieces)
-                };
+                let cuts = cut(&c);
                 CopyPart {
                     member: p,
                     dst,
