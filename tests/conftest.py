@@ -14,7 +14,8 @@ Which tests run where (markers registered in pyproject.toml):
 ``CUDECOMP_TEST_SHARE=K/N`` (``scripts/test.sh`` gives MPICH ``0/2`` and Open MPI ``1/2``)
 keeps the K-th of N shares of the rank-sensitive cases: which share a case
 falls in turns with the rank count, so that every case runs at every rank count under one
-family and under every family at some rank count. Unset, every case runs.
+family and under every family at some rank count (a case of fewer rank counts than
+shares, say one for 4 ranks only, runs in every share). Unset, every case runs.
 
 Under mpiexec every rank runs the same tests; a failure on one rank aborts the whole job
 so that the others never wait forever in a collective."""
@@ -96,12 +97,27 @@ def _share() -> tuple[int, int] | None:
     return k, n
 
 
+def _counts(mark: pytest.Mark) -> list[int]:
+    """The rank counts of ``RANK_COUNTS`` where a case marked ``mark`` (``mpi``) runs."""
+    lo, ranks = mark.kwargs.get("min_ranks", 1), mark.kwargs.get("ranks")
+    return [c for c in RANK_COUNTS if c >= lo and (ranks is None or c in ranks)]
+
+
 def _in_share(item: pytest.Item, nranks: int, share: tuple[int, int] | None) -> bool:
-    """Whether a rank-sensitive case is in this job's share (every other test is)."""
-    if share is None or item.get_closest_marker("mpi") is None:
+    """Whether a rank-sensitive case is in this job's share (every other test is).
+
+    The share turns with the place of ``nranks`` among the case's own rank counts, so a
+    case with at least as many counts as shares runs in every share; one with fewer (say
+    a case for 4 ranks only) runs in every share at each of its counts.
+    """
+    mark = item.get_closest_marker("mpi")
+    if share is None or mark is None:
         return True
     k, n = share
-    place = RANK_COUNTS.index(nranks) if nranks in RANK_COUNTS else nranks
+    counts = _counts(mark)
+    if nranks in counts and len(counts) < n:
+        return True
+    place = counts.index(nranks) if nranks in counts else nranks
     return (zlib.crc32(item.nodeid.encode()) + place) % n == k
 
 

@@ -4,14 +4,16 @@ every rank count in exactly one share, and in every share at some count."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from conftest import RANK_COUNTS, _in_share, _share
 
 
-def _item(nodeid: str, rank_sensitive: bool = True, parametrized: bool = True) -> SimpleNamespace:
-    item = SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: object() if rank_sensitive and name == "mpi" else None)
+def _item(nodeid: str, rank_sensitive: bool = True, parametrized: bool = True, **mpi: Any) -> SimpleNamespace:
+    mark = pytest.mark.mpi(**mpi).mark
+    item = SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: mark if rank_sensitive and name == "mpi" else None)
     if parametrized:
         item.callspec = object()
     return item
@@ -25,6 +27,17 @@ def test_every_case_runs_once_per_rank_count_and_in_every_share(n: int) -> None:
         assert all(len(s) == 1 for s in shares_per_count), shares_per_count
         if n <= len(RANK_COUNTS):
             assert {s[0] for s in shares_per_count} == set(range(n))
+
+
+@pytest.mark.parametrize("mpi", [{"ranks": (4,)}, {"ranks": (1, 3)}, {"ranks": (1, 2, 4)}, {"min_ranks": 4}, {"min_ranks": 2}])
+def test_cases_of_some_rank_counts_run_in_every_share(mpi: dict[str, Any]) -> None:
+    counts = [c for c in RANK_COUNTS if c >= mpi.get("min_ranks", 1) and c in mpi.get("ranks", RANK_COUNTS)]
+    for i in range(100):
+        item = _item(f"tests/test_x.py::test_case[{i}]", **mpi)
+        shares = [{k for k in range(2) if _in_share(item, c, (k, 2))} for c in counts]  # type: ignore[arg-type]
+        assert all(s for s in shares) and set().union(*shares) == {0, 1}, (counts, shares)
+        if len(counts) >= 2:
+            assert all(len(s) == 1 for s in shares)
 
 
 def test_rank_independent_tests_run_in_every_share() -> None:
