@@ -97,10 +97,15 @@ def _share() -> tuple[int, int] | None:
     return k, n
 
 
+def _runs_at(mark: pytest.Mark, nranks: int) -> bool:
+    """Whether a case marked ``mark`` (``mpi``, with its ``min_ranks`` and ``ranks``) runs on ``nranks`` ranks."""
+    ranks = mark.kwargs.get("ranks")
+    return nranks >= mark.kwargs.get("min_ranks", 1) and (ranks is None or nranks in ranks)
+
+
 def _counts(mark: pytest.Mark) -> list[int]:
     """The rank counts of ``RANK_COUNTS`` where a case marked ``mark`` (``mpi``) runs."""
-    lo, ranks = mark.kwargs.get("min_ranks", 1), mark.kwargs.get("ranks")
-    return [c for c in RANK_COUNTS if c >= lo and (ranks is None or c in ranks)]
+    return [c for c in RANK_COUNTS if _runs_at(mark, c)]
 
 
 def _in_share(item: pytest.Item, nranks: int, share: tuple[int, int] | None) -> bool:
@@ -127,10 +132,10 @@ def _runs_here(item: pytest.Item, nranks: int) -> bool | str:
     mark = item.get_closest_marker("mpi")
     if mark is None:
         return nranks == 1
-    lo, ranks = mark.kwargs.get("min_ranks", 1), mark.kwargs.get("ranks")
-    if nranks >= lo and (ranks is None or nranks in ranks):
+    if _runs_at(mark, nranks):
         return True
     if nranks == 1:
+        lo, ranks = mark.kwargs.get("min_ranks", 1), mark.kwargs.get("ranks")
         counts = ", ".join(map(str, ranks)) if ranks is not None else f"{lo} or more"
         return f"rank-sensitive: runs under mpiexec on {counts} ranks"
     return False

@@ -377,10 +377,9 @@ impl TransposeRun<'_> {
         // the input's fastest read a few of every input row; each line then comes from
         // memory once per piece. So the cut goes along the slowest of the other axes with a
         // cell per piece, else along the longest of them (in fewer, larger pieces).
-        let fastest = |strides: &[i64; 3]| (0..3).min_by_key(|&g| strides[g].abs()).unwrap_or(0);
         let (in_fast, out_fast) = (
-            fastest(&plan.in_layout.strides),
-            fastest(&plan.out_layout.strides),
+            plan.in_layout.fastest_axis(),
+            plan.out_layout.fastest_axis(),
         );
         let mut cut_axes: Vec<Axis> = (0..3).filter(|&g| g != in_fast && g != out_fast).collect();
         cut_axes.sort_by_key(|&g| std::cmp::Reverse(plan.in_layout.strides[g].abs()));

@@ -30,6 +30,11 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The global axis whose cells are adjacent in memory (the rows' axis).
+    pub fn fastest_axis(&self) -> Axis {
+        (0..3).min_by_key(|&g| self.strides[g].abs()).unwrap_or(0)
+    }
+
     /// The layout of a pencil buffer as described by its pencil info (halos and padding included).
     pub fn of_pencil(info: &PencilInfo) -> Layout {
         let mut strides = [0; 3];

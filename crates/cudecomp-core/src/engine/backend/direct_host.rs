@@ -379,9 +379,7 @@ fn single_copy_block(plan: &TransposePlan, threads: usize, set: Option<i64>) -> 
 /// Whether some chunk sent to a peer covers only part of the input's rows (its fastest
 /// axis in memory).
 fn cuts_rows(plan: &TransposePlan) -> bool {
-    let fast = (0..3)
-        .min_by_key(|&g| plan.in_layout.strides[g].abs())
-        .unwrap_or(0);
+    let fast = plan.in_layout.fastest_axis();
     let whole = plan.input.interior().len[fast];
     plan.sends
         .iter()
