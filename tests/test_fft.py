@@ -266,7 +266,7 @@ def test_arguments_agree_across_ranks(handle: cudecomp.Handle) -> None:
         with pytest.raises(cudecomp.InvalidUsageError, match=want):
             FFT(handle, (6, 6, 6), PDIMS[0], **kw)
     # An argument that fails on one rank: it raises its own error, the others name it.
-    with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed before"):
+    with pytest.raises(cudecomp.InvalidUsageError, match="kind" if last else f"rank {COMM.size - 1} failed in"):
         FFT(handle, (6, 6, 6), PDIMS[0], kind="C2C" if last else "c2c")  # type: ignore[arg-type]
     # Streaming settings decide collective steps: the ranks agree on them when a handle is
     # made.

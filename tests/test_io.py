@@ -197,14 +197,14 @@ def test_a_failed_write_leaves_no_file(handle: cudecomp.Handle, tmp_path: Any, m
     """A rank failing while the bytes go out: every rank raises, and neither the file nor its temporary copy is left."""
     gdims = (6, 5, 4)
     path = shared_path(tmp_path, "failed.h5")
-    real = cio._local_write
+    real = cio._data.write_part
 
     def failing(*args: Any) -> None:
         if COMM.rank == NRANKS - 1:
             raise OSError(28, "No space left on device (simulated)")
         real(*args)
 
-    monkeypatch.setattr(cio, "_local_write", failing)
+    monkeypatch.setattr(cio._data, "write_part", failing)
     cfg = cudecomp.GridDescConfig()
     cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[-1]
     with handle.create_grid(cfg) as g:
@@ -214,7 +214,7 @@ def test_a_failed_write_leaves_no_file(handle: cudecomp.Handle, tmp_path: Any, m
         COMM.Barrier()
         assert not os.path.exists(path)
         assert not any(n.startswith(".failed.h5") for n in os.listdir(os.path.dirname(path)))
-        monkeypatch.setattr(cio, "_local_write", real)
+        monkeypatch.setattr(cio._data, "write_part", real)
         cio.write(path, {"u": u}, g.pencil(0))  # the handle and grid still work
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), make(g.get_pencil_info(0), gdims, DataType.DOUBLE))
 
@@ -229,17 +229,17 @@ def test_overwrite_replaces_the_file_or_keeps_the_old_one(handle: cudecomp.Handl
         info = g.get_pencil_info(0)
         old = make(info, gdims, DataType.DOUBLE)
         cio.write(path, {"u": device(old)}, g.pencil(0))
-        real = cio._local_write
+        real = cio._data.write_part
 
         def failing(*args: Any) -> None:
             if COMM.rank == 0:
                 raise OSError(28, "No space left on device (simulated)")
             real(*args)
 
-        monkeypatch.setattr(cio, "_local_write", failing)
+        monkeypatch.setattr(cio._data, "write_part", failing)
         with pytest.raises(OSError if COMM.rank == 0 else cudecomp.InvalidUsageError):
             cio.write(path, {"u": device(-old)}, g.pencil(0), overwrite=True)
-        monkeypatch.setattr(cio, "_local_write", real)
+        monkeypatch.setattr(cio._data, "write_part", real)
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), old)
         cio.write(path, {"u": device(-old)}, g.pencil(0), overwrite=True)
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), -old)

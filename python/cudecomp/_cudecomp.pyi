@@ -176,8 +176,8 @@ class Handle:
         """Write this rank's owned cells of ``array`` into the file ``path`` (local).
 
         For ``cudecomp.io``: ``info`` describes the array, ``gdims`` the field, which
-        starts at byte ``offset`` of the existing file. The array must keep X fastest, then Y, then Z, and own whole X rows
-        (``_owns_whole_rows``). Host arrays at once; device arrays after the work on
+        starts at byte ``offset`` of the existing file. The array must keep X fastest, then
+        Y, then Z, and own whole X rows. Host arrays at once; device arrays after the work on
         ``stream``, piece by piece through page-locked buffers. ``OSError`` where the
         system refuses.
         """
@@ -188,14 +188,26 @@ class Handle:
 
         As ``_write_part``, the other way; the array's other cells are left alone.
         """
-    def _owns_whole_rows(self, info: PencilInfo, gdims: tuple[int, int, int]) -> bool:
-        """Whether an array of ``info`` owns whole X rows in file order (local).
+    def _gather_boxes(
+        self, which: str, gdims: tuple[int, int, int], info: PencilInfo
+    ) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+        """Every rank's owned box of one layout of the global grid ``gdims`` (collective).
 
-        True where it keeps X fastest, then Y, then Z, and owns whole X rows of a field of
-        ``gdims``: then its cells go to the file as they are.
+        ``info`` describes this rank's array; returns ``[(lo, len), ...]`` in rank order
+        (global X, Y, Z). ``InvalidUsageError`` on every rank, naming ``which``, unless the
+        boxes cover the grid exactly once (no gap, overlap or stray box; sizes that fit in
+        64 bits).
         """
-    def _all(self, flag: bool) -> bool:
-        """Whether ``flag`` is true on every rank (collective)."""
+    def _share_from_rank0(self, data: bytes) -> bytes:
+        """Rank 0's ``data`` on every rank (collective; the others' ``data`` is ignored)."""
+    def _check_array(self, array: Any, writable: bool, stream: Stream = None) -> None:
+        """Check that ``array`` is one the package's data path takes (local).
+
+        As the operations convert their arrays: ``InvalidUsageError`` or ``TypeError``
+        for an array of the wrong kind, layout or byte order, or (``writable``) a
+        read-only one; ``stream`` is parsed as they parse it. For the package's own
+        collective calls (``cudecomp.io``), which check every array before the ranks meet.
+        """
     def one_node(self) -> bool:
         """Whether every rank of the handle runs on one node (collective).
 
@@ -208,16 +220,16 @@ class Handle:
         False where ranks share a GPU (NCCL and the NVSHMEM backends then refuse to run,
         and GPU FFT plans do not stream their slabs), and always in the CPU variant.
         """
-    def _agree(self, what: str, fields: list[tuple[str, str]] | None, why: str | None = None) -> None:
-        """Check that every rank passes the same ``fields`` (collective).
+    def _settle(self, what: str, fields: list[tuple[str, str]] | None = None, error: str | None = None) -> None:
+        """Settle the outcome of one of the package's collective calls (collective).
 
-        ``fields`` is a list of ``(name, canonical text)`` pairs, in the same order on every
-        rank. Where they differ, every rank raises ``InvalidUsageError`` naming ``what``, the
-        first field that differs and both values. A rank that failed before it could
-        describe its part passes ``fields=None`` and its error's text as ``why`` (and then
-        raises that error itself); the other ranks raise ``InvalidUsageError`` naming it
-        instead of waiting. For the package's own checks of collective calls, such as
-        ``cudecomp.fft.FFT``'s arguments.
+        Every rank passes the call's name ``what``, ``fields`` (``(name, canonical text)``
+        pairs, in the same order on every rank: the arguments that must be alike) and,
+        where this rank failed locally, ``error`` (the text of its error, which the caller
+        raises itself after this returns). Unless every rank is at the same call with the
+        same fields and none failed, every other rank raises ``InvalidUsageError`` naming
+        the failed rank and its error, both calls, or the first field that differs and
+        both values. ``cudecomp._collective.collective`` wraps it for a block of code.
         """
     def finalize(self) -> None:
         """Release the handle and its workspaces (collective).
@@ -353,14 +365,6 @@ class GridDesc:
         """Whether the ranks agree on every operation before it moves data.
 
         ``CUDECOMP_CHECK_COLLECTIVES=1`` when the grid's handle was created.
-        """
-    def _agree(self, what: str, fields: list[tuple[str, str]] | None, why: str | None = None) -> None:
-        """Check that every rank passes the same ``fields`` (collective over this grid).
-
-        As ``Handle._agree`` does over the handle's communicator: for the package's own
-        collective steps on a grid, such as an FFT plan's transforms. ``fields=None`` with
-        ``why``: this rank failed (the others raise naming it; this one raises nothing
-        here and then raises its own error).
         """
     def destroy(self) -> None:
         """Release the descriptor (collective).

@@ -530,7 +530,7 @@ pub fn create_grid(
     o: &AutotuneOptions,
 ) -> Result<(GridDesc, Option<AutotuneReport>)> {
     let mine = cfg.fields().extended(o.fields());
-    handle.check_agreement("grid configurations or autotuning options", &mine)?;
+    handle.settle("create_grid(autotune_options)", &mine, Ok(()))?;
     cfg.validate_static()?;
     o.validate()?;
     if !o.wants_tuning(cfg) {

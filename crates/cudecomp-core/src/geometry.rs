@@ -72,6 +72,43 @@ impl Box3 {
     pub fn volume(&self) -> i64 {
         self.len.iter().product()
     }
+
+    /// Number of cells, `None` where it does not fit in 64 bits.
+    pub fn cells(&self) -> Option<i64> {
+        self.len
+            .iter()
+            .try_fold(1i64, |n, &l| n.checked_mul(l.max(0)))
+    }
+
+    /// The box of the cells `lo[i]..=hi[i]` along each global axis (`what` names it in
+    /// messages): InvalidUsage unless `lo >= 0`, and its end and cell count fit in 64
+    /// bits. A `hi` below `lo` along any axis makes the box empty (the one empty box,
+    /// lo and len zero).
+    pub fn from_bounds(what: &str, lo: [i64; 3], hi: [i64; 3]) -> Result<Box3> {
+        if lo.iter().any(|&l| l < 0) {
+            invalid!("{what}: expected lo >= 0 along every axis, got lo {lo:?}");
+        }
+        if (0..3).any(|g| hi[g] < lo[g]) {
+            return Ok(Box3::default());
+        }
+        // hi < i64::MAX, so that the end (hi + 1) and the extent fit.
+        if hi.contains(&i64::MAX) {
+            invalid!("{what}: expected hi below 2**63 - 1 along every axis, got hi {hi:?}");
+        }
+        let b = Box3 {
+            lo,
+            len: std::array::from_fn(|g| hi[g] - lo[g] + 1),
+        };
+        if b.cells().is_none() {
+            invalid!(
+                "{what}: a box of {} x {} x {} cells: its number of cells does not fit in 64 bits",
+                b.len[0],
+                b.len[1],
+                b.len[2]
+            );
+        }
+        Ok(b)
+    }
 }
 
 /// `cudecompPencilInfo_t`: shape/lo/hi in local memory order, halos and padding in global order.

@@ -86,17 +86,23 @@ pub fn int_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
             "{what}: expected an int, got a bool"
         )));
     }
-    v.call_method0("__index__")
-        .and_then(|i| i.extract::<i64>())
-        .map_err(|_| {
-            PyTypeError::new_err(format!(
-                "{what}: expected an int, got {}",
-                v.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })
+    let index = v.call_method0("__index__").map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what}: expected an int, got {}",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    index.extract::<i64>().map_err(|_| {
+        invalid(
+            v.py(),
+            format!(
+                "{what}: expected an int that fits in 64 bits (-2**63 to 2**63 - 1), got {index}"
+            ),
+        )
+    })
 }
 
 /// An axis or dimension index: an int in 0..=2 (TypeError for other types,

@@ -33,6 +33,17 @@ pub fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
     }
 }
 
+/// This rank's Python error as the core error its collective call settles with
+/// ([`cudecomp_core::Handle::settle`]): the other ranks' messages quote its class and text.
+pub fn local_error(py: Python<'_>, e: &PyErr) -> Error {
+    let class = e
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
+    Error::InvalidUsage(format!("{class}: {}", e.value(py)))
+}
+
 /// `InvalidUsageError(msg)`.
 pub fn invalid(py: Python<'_>, msg: String) -> PyErr {
     raise(py, "InvalidUsageError", msg)

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use cudecomp_core as core;
-use cudecomp_core::{Direction, Error, Fields, Steps, TransposeSteps};
+use cudecomp_core::{Direction, Steps, TransposeSteps};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -405,39 +405,6 @@ impl GridDesc {
     #[getter]
     fn _checks_collectives(&self, py: Python<'_>) -> PyResult<bool> {
         Ok(self.live(py)?.checks_collectives())
-    }
-
-    /// Check that every rank passes the same ``fields`` (collective over this grid).
-    ///
-    /// As ``Handle._agree`` does over the handle's communicator: for the package's own
-    /// collective steps on a grid, such as an FFT plan's transforms. ``fields=None`` with
-    /// ``why``: this rank failed (the others raise naming it; this one raises nothing
-    /// here and then raises its own error).
-    #[pyo3(signature = (what, fields, why = None))]
-    fn _agree(
-        &self,
-        py: Python<'_>,
-        what: &str,
-        fields: Option<Vec<(String, String)>>,
-        why: Option<&str>,
-    ) -> PyResult<()> {
-        let gd = self.live(py)?;
-        match fields {
-            Some(pairs) => {
-                let mut f = Fields::new();
-                for (name, text) in pairs {
-                    f.push(&name, text);
-                }
-                py.detach(|| gd.agree_fields(what, Ok(&f))).py(py)
-            }
-            None => {
-                let why = why.unwrap_or("an error");
-                match py.detach(|| gd.agree_fields(what, Err(why))) {
-                    Err(Error::InvalidUsage(_)) => Ok(()),
-                    other => other.py(py),
-                }
-            }
-        }
     }
 
     /// A copy of the resolved configuration (process grid, backends, rank order).

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::args::{autotune_options_class, grid_config, int_arg, read_autotune_options};
-use crate::errors::{invalid, log_lines, warn_notices, warn_resource, IntoPy};
+use crate::errors::{invalid, local_error, log_lines, warn_notices, warn_resource, IntoPy};
 use crate::grid::GridDesc;
 use crate::pencil::PencilInfo;
 use crate::redistribution::Redistribution;
@@ -131,8 +131,8 @@ impl Handle {
     /// Write this rank's owned cells of ``array`` into the file ``path`` (local).
     ///
     /// For ``cudecomp.io``: ``info`` describes the array, ``gdims`` the field, which
-    /// starts at byte ``offset`` of the existing file. The array must keep X fastest, then Y, then Z, and own whole X rows
-    /// (``_owns_whole_rows``). Host arrays at once; device arrays after the work on
+    /// starts at byte ``offset`` of the existing file. The array must keep X fastest, then
+    /// Y, then Z, and own whole X rows. Host arrays at once; device arrays after the work on
     /// ``stream``, piece by piece through page-locked buffers. ``OSError`` where the
     /// system refuses.
     #[pyo3(signature = (path, offset, info, gdims, array, stream = None))]
@@ -174,18 +174,61 @@ impl Handle {
             .py(py)
     }
 
-    /// Whether an array of ``info`` owns whole X rows in file order (local).
+    /// Every rank's owned box of one layout of the global grid ``gdims`` (collective).
     ///
-    /// True where it keeps X fastest, then Y, then Z, and owns whole X rows of a field of
-    /// ``gdims``: then its cells go to the file as they are.
-    fn _owns_whole_rows(&self, info: &PencilInfo, gdims: [i64; 3]) -> bool {
-        core::FilePart::of(info.core(), gdims, 1).is_some()
+    /// ``info`` describes this rank's array; returns ``[(lo, len), ...]`` in rank order
+    /// (global X, Y, Z). ``InvalidUsageError`` on every rank, naming ``which``, unless the
+    /// boxes cover the grid exactly once (no gap, overlap or stray box; sizes that fit in
+    /// 64 bits).
+    fn _gather_boxes(
+        &self,
+        py: Python<'_>,
+        which: &str,
+        gdims: [i64; 3],
+        info: &PencilInfo,
+    ) -> PyResult<Vec<([i64; 3], [i64; 3])>> {
+        let h = self.live(py)?;
+        let mine = info.core().interior();
+        let boxes = py.detach(|| h.gather_boxes(which, gdims, mine)).py(py)?;
+        Ok(boxes.iter().map(|b| (b.lo, b.len)).collect())
     }
 
-    /// Whether ``flag`` is true on every rank (collective).
-    fn _all(&self, py: Python<'_>, flag: bool) -> PyResult<bool> {
+    /// Rank 0's ``data`` on every rank (collective; the others' ``data`` is ignored).
+    fn _share_from_rank0<'py>(
+        &self,
+        py: Python<'py>,
+        data: Vec<u8>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         let h = self.live(py)?;
-        py.detach(|| h.all_ranks(flag)).py(py)
+        let got = py.detach(|| h.share_from_rank0(&data)).py(py)?;
+        Ok(pyo3::types::PyBytes::new(py, &got))
+    }
+
+    /// Check that ``array`` is one the package's data path takes (local).
+    ///
+    /// As the operations convert their arrays: ``InvalidUsageError`` or ``TypeError``
+    /// for an array of the wrong kind, layout or byte order, or (``writable``) a
+    /// read-only one; ``stream`` is parsed as they parse it. For the package's own
+    /// collective calls (``cudecomp.io``), which check every array before the ranks meet.
+    #[pyo3(signature = (array, writable, stream = None))]
+    fn _check_array(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        writable: bool,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let a = variant::array(py, array, "array", true)?;
+        variant::exec(py, stream, array)?;
+        // SAFETY: the array object lives for the whole call.
+        let arr = unsafe { a.array() };
+        match arr.read_only {
+            Some(why) if writable => Err(invalid(
+                py,
+                format!("array: expected a writable array, got {why}"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Whether every rank of the handle runs on one node (collective).
@@ -209,36 +252,34 @@ impl Handle {
         py.detach(|| h.one_gpu_per_rank()).py(py)
     }
 
-    /// Check that every rank passes the same ``fields`` (collective).
+    /// Settle the outcome of one of the package's collective calls (collective).
     ///
-    /// ``fields`` is a list of ``(name, canonical text)`` pairs, in the same order on every
-    /// rank. Where they differ, every rank raises ``InvalidUsageError`` naming ``what``, the
-    /// first field that differs and both values. A rank that failed before it could
-    /// describe its part passes ``fields=None`` and its error's text as ``why`` (and then
-    /// raises that error itself); the other ranks raise ``InvalidUsageError`` naming it
-    /// instead of waiting. For the package's own checks of collective calls, such as
-    /// ``cudecomp.fft.FFT``'s arguments.
-    #[pyo3(signature = (what, fields, why = None))]
-    fn _agree(
+    /// Every rank passes the call's name ``what``, ``fields`` (``(name, canonical text)``
+    /// pairs, in the same order on every rank: the arguments that must be alike) and,
+    /// where this rank failed locally, ``error`` (the text of its error, which the caller
+    /// raises itself after this returns). Unless every rank is at the same call with the
+    /// same fields and none failed, every other rank raises ``InvalidUsageError`` naming
+    /// the failed rank and its error, both calls, or the first field that differs and
+    /// both values. ``cudecomp._collective.collective`` wraps it for a block of code.
+    #[pyo3(signature = (what, fields = None, error = None))]
+    fn _settle(
         &self,
         py: Python<'_>,
         what: &str,
         fields: Option<Vec<(String, String)>>,
-        why: Option<&str>,
+        error: Option<String>,
     ) -> PyResult<()> {
         let h = self.live(py)?;
-        match fields {
-            Some(pairs) => {
-                let mut f = Fields::new();
-                for (name, text) in pairs {
-                    f.push(&name, text);
-                }
-                py.detach(|| h.check_agreement(what, &f)).py(py)
-            }
-            None => {
-                let why = why.unwrap_or("an error");
-                py.detach(|| h.refuse_agreement(why)).py(py)
-            }
+        let mut f = Fields::new();
+        for (name, text) in fields.unwrap_or_default() {
+            f.push(&name, text);
+        }
+        let failed = error.is_some();
+        let local = error.map_or(Ok(()), |e| Err(core::Error::InvalidUsage(e)));
+        match py.detach(|| h.settle(what, &f, local)) {
+            // This rank failed: its own error is the caller's to raise.
+            Err(_) if failed => Ok(()),
+            other => other.py(py),
         }
     }
 
@@ -351,8 +392,8 @@ impl Handle {
             Err(e) => {
                 // The other ranks are entering the creation's agreement: join it with the
                 // error, so that they raise too instead of waiting for this rank.
-                let why = format!("{}: {}", e.get_type(py).name()?, e.value(py));
-                let _ = py.detach(|| h.refuse_agreement(&why));
+                let local = Err(local_error(py, &e));
+                let _ = py.detach(|| h.settle("create_grid", &Fields::new(), local));
                 return Err(e);
             }
         };

@@ -12,7 +12,7 @@ use pyo3::types::{PyTuple, PyType};
 
 use crate::args::{class, int_triple, parse_dtype};
 use crate::array::resolve_dtype;
-use crate::errors::{invalid, log_lines, IntoPy};
+use crate::errors::{invalid, local_error, log_lines, IntoPy};
 use crate::grid::GridDesc;
 use crate::handle::Handle;
 use crate::operation_args::work_arg;
@@ -93,15 +93,19 @@ impl PencilLayout {
 pub struct BoxLayout {
     lo: [i64; 3],
     hi: [i64; 3],
+    /// The core's box (lo and extents; the one empty box where it holds no cells).
+    cells: Box3,
 }
 
 impl BoxLayout {
     /// The core's box (lo and extents).
-    fn box3(&self) -> Box3 {
-        Box3 {
-            lo: self.lo,
-            len: std::array::from_fn(|g| (self.hi[g] - self.lo[g] + 1).max(0)),
-        }
+    pub fn box3(&self) -> Box3 {
+        self.cells
+    }
+
+    fn of_bounds(py: Python<'_>, lo: [i64; 3], hi: [i64; 3]) -> PyResult<Self> {
+        let cells = Box3::from_bounds("BoxLayout", lo, hi).py(py)?;
+        Ok(BoxLayout { lo, hi, cells })
     }
 }
 
@@ -111,7 +115,7 @@ impl BoxLayout {
     fn new(py: Python<'_>, lo: &Bound<'_, PyAny>, hi: &Bound<'_, PyAny>) -> PyResult<Self> {
         let lo = int_triple(py, Some(lo), "lo")?;
         let hi = signed_triple(hi, "hi")?;
-        Ok(BoxLayout { lo, hi })
+        BoxLayout::of_bounds(py, lo, hi)
     }
 
     /// Return a box with no cells (this rank holds nothing on this side).
@@ -120,6 +124,7 @@ impl BoxLayout {
         BoxLayout {
             lo: [0; 3],
             hi: [-1; 3],
+            cells: Box3::default(),
         }
     }
 
@@ -127,10 +132,13 @@ impl BoxLayout {
     #[staticmethod]
     fn whole(py: Python<'_>, gdims: &Bound<'_, PyAny>) -> PyResult<Self> {
         let g = int_triple(py, Some(gdims), "gdims")?;
-        Ok(BoxLayout {
-            lo: [0; 3],
-            hi: [g[0] - 1, g[1] - 1, g[2] - 1],
-        })
+        if g.iter().any(|&n| n < 1) {
+            return Err(invalid(
+                py,
+                format!("gdims: expected positive extents along X, Y, Z, got {g:?}"),
+            ));
+        }
+        BoxLayout::of_bounds(py, [0; 3], [g[0] - 1, g[1] - 1, g[2] - 1])
     }
 
     /// The first cell along X, Y, Z.
@@ -148,18 +156,13 @@ impl BoxLayout {
     /// Describe the box's array as a ``PencilInfo`` (X fastest, no halos).
     #[getter]
     fn info(&self) -> PencilInfo {
-        let b = self.box3();
-        let b = if b.volume() == 0 { Box3::default() } else { b };
-        PencilInfo::from(core::PencilInfo::of_box(&b))
+        PencilInfo::from(core::PencilInfo::of_box(&self.cells))
     }
 
     /// The C-contiguous array shape ``(nz, ny, nx)`` of the box (empty: ``(0, 0, 0)``).
     #[getter]
     fn array_shape(&self) -> (i64, i64, i64) {
-        let b = self.box3();
-        if b.volume() == 0 {
-            return (0, 0, 0);
-        }
+        let b = self.cells;
         (b.len[2], b.len[1], b.len[0])
     }
 
@@ -281,8 +284,8 @@ pub fn create(
         Ok(p) => p,
         Err(e) => {
             // The other ranks wait in the creation's agreement: join it with the error.
-            let why = format!("{}: {}", e.get_type(py).name()?, e.value(py));
-            let _ = py.detach(|| h.refuse_agreement(&why));
+            let local = Err(local_error(py, &e));
+            let _ = py.detach(|| h.settle("create_redistribution", &core::Fields::new(), local));
             return Err(e);
         }
     };

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .._collective import collective
 from .._config import GridDescConfig
 from .._cudecomp import CPU_ONLY, GridDesc, Handle, PencilInfo, _host_threads
 from .._cupy import external_stream
@@ -132,15 +133,10 @@ class FFT:
             raise TypeError(f"handle: expected a cudecomp.Handle, got {type(handle).__name__}")
         # Every argument is checked, then the ranks agree on them: a rank whose arguments
         # fail, or differ, would otherwise leave the others waiting in the first exchange.
-        what = "cudecomp.fft.FFT arguments"
-        try:
+        with collective(handle, "cudecomp.fft.FFT") as call:
             a = _parse(gdims, pdims, kind, dtype, norm, transposed_out, backend, config, autotune_reps, workers, comm)
             local = _make_local(fft_library, a.norm, a.workers)
-        except Exception as e:
-            with contextlib.suppress(Exception):  # a finalized handle: this rank's own error stands
-                handle._agree(what, None, f"{type(e).__name__}: {e}")
-            raise
-        handle._agree(what, a.agreement_key())
+            call.fields += a.agreement_key()
         if CPU_ONLY:
             # Collective the first time on a handle, so every rank asks, whatever its library.
             threads = _host_threads(handle)
@@ -513,16 +509,13 @@ class FFT:
         checking mode only a ``destroy()`` every rank agreed on destroys it, so no rank
         waits in a call of it.
         """
-        try:
+        if not (self._checking and self._grids):
+            self._alive()
+            return check()
+        with collective(self._handle, _CALLS) as settled:
             self._alive()
             stream = check()
-        except Exception as e:
-            if self._checking and self._grids:
-                with contextlib.suppress(Exception):  # a finalized handle: this rank's own error stands
-                    self.spectral_grid._agree(_CALLS, None, f"{type(e).__name__}: {e}")
-            raise
-        if self._checking:
-            self.spectral_grid._agree(_CALLS, self._call_fields(call))
+            settled.fields += self._call_fields(call)
         return stream
 
     def _checked(self, name: str, a: Any, out: Any, stream: Any) -> int | None:
@@ -770,7 +763,7 @@ class FFT:
             except InvalidUsageError:  # the handle was finalized, or the grid destroyed directly: nothing to agree on
                 checking = False
             if checking:
-                self.spectral_grid._agree(_CALLS, self._call_fields("destroy"))
+                self._handle._settle(_CALLS, self._call_fields("destroy"))
             self._release()
 
     def __enter__(self) -> FFT:

@@ -6,9 +6,9 @@ pub mod dynmpi;
 #[cfg(any(test, feature = "testing"))]
 pub mod mock;
 
-pub use agree::agree_on;
+pub use agree::{settle, Call};
 
-use crate::{invalid, Error, Result};
+use crate::{Error, Result};
 
 /// An outstanding non-blocking operation. `Null` is a completed (or never started) one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -222,37 +222,6 @@ pub fn allgather_f64(comm: &dyn Communicator, v: f64) -> Result<Vec<f64>> {
         .into_iter()
         .map(f64::from_bits)
         .collect())
-}
-
-/// Collective: one agreement among the ranks of `comm`. Each rank passes `Ok(bytes)`, what
-/// it is about to do, or `Err(text)` when it failed before it could say (its error's text);
-/// returns every rank's bytes, or InvalidUsage naming the first rank that failed and its
-/// text (`what` names the agreement), so that nobody waits for a rank that gave up.
-pub fn agree_parts(
-    comm: &dyn Communicator,
-    what: &str,
-    mine: std::result::Result<&[u8], &str>,
-) -> Result<Vec<Vec<u8>>> {
-    const OK: u8 = 0;
-    const FAILED: u8 = 1;
-    let (tag, body) = match mine {
-        Ok(b) => (OK, b),
-        Err(t) => (FAILED, t.as_bytes()),
-    };
-    let mut tagged = Vec::with_capacity(body.len() + 1);
-    tagged.push(tag);
-    tagged.extend_from_slice(body);
-    let mut all = allgather_bytes(comm, &tagged)?;
-    if let Some((r, v)) = all.iter().enumerate().find(|(_, v)| v.first() != Some(&OK)) {
-        invalid!(
-            "rank {r} failed before {what}: {}",
-            String::from_utf8_lossy(v.get(1..).unwrap_or(&[]))
-        );
-    }
-    for v in &mut all {
-        v.remove(0);
-    }
-    Ok(all)
 }
 
 /// Gathers a byte string of any (per-rank different) length from every rank.

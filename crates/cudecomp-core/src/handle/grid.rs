@@ -18,7 +18,7 @@ use crate::handle::runner::{check_work, Array, Runner};
 use crate::handle::Handle;
 use crate::perf::Heading;
 use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
-use crate::{invalid, Error, Fields, Result};
+use crate::{invalid, Error, Result};
 
 /// One transpose request: direction, halos and padding of both pencils, element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,20 +119,10 @@ impl GridDesc {
         self.runner.check_collectives
     }
 
-    /// Checking mode: collective over the grid's communicator. Every rank passes the
-    /// text of the operation it is about to run, or the error that stops it locally;
-    /// unless all passed the same text, every rank fails (a rank that failed locally with
-    /// its own error, the others with InvalidUsage naming it) instead of hanging or moving
-    /// wrong data. Without checking mode, just returns `local`.
+    /// Checking mode: the operation `what` settled among the handle's ranks (see
+    /// [`Handle::settle`]); without it, just returns `local`.
     pub fn agree(&self, what: &str, local: Result<()>) -> Result<()> {
         self.runner.agree(what, local)
-    }
-
-    /// Collective over the grid's communicator: the named-field agreement for callers
-    /// that run collective steps of their own on this grid (an FFT plan's transforms):
-    /// every rank passes `Ok(fields)` or the text of the error that stops it.
-    pub fn agree_fields(&self, what: &str, mine: std::result::Result<&Fields, &str>) -> Result<()> {
-        self.runner.agree_fields(what, mine)
     }
 
     /// The resolved grid.

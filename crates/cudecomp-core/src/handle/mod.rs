@@ -9,6 +9,7 @@ pub mod grid;
 mod memory;
 pub(crate) mod redistribution;
 pub(crate) mod runner;
+mod tiling;
 
 pub use memory::{DeviceBuffer, LibraryArray};
 
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::autotune::{AutotuneOptions, AutotuneReport};
 use crate::comm::dynmpi::{self, MpiDescription};
-use crate::comm::{agree_on, Communicator};
+use crate::comm::{settle, Call, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
 use crate::cuda::nvshmem::SymmetricBuffer;
 use crate::cuda::Device;
@@ -64,6 +65,10 @@ struct Shared {
     device_ops: Mutex<()>,
     device: Option<DeviceState>,
     caps: Capabilities,
+    /// Calls settled so far ([`Handle::settle`]): the number of the next one, the same on
+    /// every rank that made the same calls. Held during the settling, so that threads
+    /// settle one at a time over the handle's communicator.
+    settled_calls: Mutex<u64>,
 }
 
 /// A library handle bound to a (private duplicate of a) communicator. Cloning shares it.
@@ -100,11 +105,20 @@ impl Handle {
             Memory::Cuda(libs) => Device::current().map(|d| Some((d, libs.clone()))),
         };
         let local = settings.and_then(|s| device.map(|d| (s, d)));
-        let what = "CUDECOMP_* settings";
-        let agreed = match &local {
-            Ok((s, _)) => agree_on(comm.as_ref(), what, Ok(&s.agreed_fields())),
-            Err(e) => agree_on(comm.as_ref(), what, Err(&e.to_string())),
+        let fields = match &local {
+            Ok((s, _)) => s.agreed_fields(),
+            Err(_) => Fields::new(),
         };
+        let call = Call {
+            what: "Handle(comm): the CUDECOMP_* settings",
+            fields: &fields,
+        };
+        let agreed = settle(
+            comm.as_ref(),
+            0,
+            call,
+            &local.as_ref().map(|_| ()).map_err(Error::clone),
+        );
         let (settings, device) = match (local, agreed) {
             (Ok(l), Ok(())) => l,
             (Err(e), _) | (Ok(_), Err(e)) => {
@@ -131,6 +145,7 @@ impl Handle {
                 device_ops: Mutex::new(()),
                 device,
                 caps: Capabilities::default(),
+                settled_calls: Mutex::new(1),
             }),
         })
     }
@@ -281,24 +296,21 @@ impl Handle {
         }
     }
 
-    /// Collective: fails on every rank, without hanging, unless all ranks pass the same
-    /// `fields`; the message names the first field that differs and both values. `what`
-    /// names the call. A rank that failed before it could describe its part joins through
-    /// [`Handle::refuse_agreement`] instead: the others then fail naming it.
-    pub fn check_agreement(&self, what: &str, fields: &Fields) -> Result<()> {
+    /// Collective over the handle's ranks: the outcome of one collective call, the same
+    /// on every rank (see [`crate::comm::settle`]). `what` names the call, `fields` are
+    /// its arguments that every rank must pass alike, and `local` is this rank's result
+    /// so far (its own argument check, its share of the work). A rank that failed gets its
+    /// error back; every other rank gets `InvalidUsage` naming it, its call and its error,
+    /// or the first argument (or the call) that differs. The handle's calls form one
+    /// sequence: each settled call has the next number, so ranks at different calls of
+    /// different objects (a grid destroyed on one rank while another runs a
+    /// redistribution) fail too, naming both. Threads settle one at a time.
+    pub fn settle(&self, what: &str, fields: &Fields, local: Result<()>) -> Result<()> {
         self.check_alive()?;
-        agree_on(self.comm(), what, Ok(fields))
-    }
-
-    /// Collective: the part of [`Handle::check_agreement`] for a rank whose arguments
-    /// failed before they could be described (`why`: the error it raises itself), so that
-    /// the other ranks raise too instead of waiting for it.
-    pub fn refuse_agreement(&self, why: &str) -> Result<()> {
-        self.check_alive()?;
-        match agree_on(self.comm(), "", Err(why)) {
-            Err(Error::InvalidUsage(_)) => Ok(()), // (what every rank learns: this one failed)
-            other => other,
-        }
+        let mut next = lock(&self.shared.settled_calls);
+        let seq = *next;
+        *next += 1;
+        settle(self.comm(), seq, Call { what, fields }, &local)
     }
 
     /// Collective: validates `cfg` (the same on all ranks: checked) and builds a grid
@@ -306,7 +318,7 @@ impl Handle {
     /// raise `NotSupported` on every rank.
     pub fn create_grid(&self, cfg: &GridConfig) -> Result<GridDesc> {
         self.check_alive()?;
-        self.check_agreement("grid configurations", &cfg.fields())?;
+        self.settle("create_grid", &cfg.fields(), Ok(()))?;
         let grid = Grid::new(cfg, self.nranks(), self.settings().col_major_rank_order)?;
         // Grids whose pencils the library cannot address are refused now, not at the
         // first query (the same on every rank).

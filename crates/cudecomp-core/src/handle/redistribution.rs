@@ -5,17 +5,18 @@
 //! The plan is an exchange plan of the same kind as a transpose's, between the two sides'
 //! boxes, run by the same engine over the object's own communicator.
 
-use crate::comm::{agree_on, allgather_words};
+use crate::comm::allgather_words;
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::engine::device::lock;
 use crate::engine::{self, Exec, TransposeCall};
 use crate::geometry::{align, Axis, Box3, PencilInfo};
 use crate::handle::grid::GridDesc;
 use crate::handle::runner::{Array, Runner};
+use crate::handle::tiling::{box_words, check_tiling, unbox_words};
 use crate::handle::Handle;
 use crate::perf::Heading;
 use crate::plan::{Side, TransposePlan};
-use crate::{invalid, Fields, Result};
+use crate::{invalid, Error, Fields, Result};
 
 /// One side of a redistribution, as this rank gives it.
 #[derive(Clone, Copy)]
@@ -95,6 +96,14 @@ impl Distribution<'_> {
                 if b.lo.iter().any(|&l| l < 0) {
                     invalid!("{which}: expected a box with lo >= 0, got lo {:?}", b.lo);
                 }
+                let ends = (0..3).all(|g| b.lo[g].checked_add(b.len[g]).is_some());
+                if b.cells().is_none() || !ends {
+                    invalid!(
+                        "{which}: a box of lo {:?} and extents {:?}: its end or number of cells does not fit in 64 bits",
+                        b.lo,
+                        b.len
+                    );
+                }
                 Ok(normalized(*b))
             }
         }
@@ -141,50 +150,6 @@ fn normalized(b: Box3) -> Box3 {
     }
 }
 
-/// Text of a box for messages: `lo (x, y, z) hi (x, y, z)` with `hi` inclusive.
-fn box_text(b: &Box3) -> String {
-    let hi: Vec<i64> = (0..3).map(|g| b.lo[g] + b.len[g] - 1).collect();
-    format!("lo {:?} hi {:?}", b.lo, hi)
-}
-
-/// InvalidUsage unless `boxes` (one per rank) cover every cell of the `gdims` grid
-/// exactly once. Every rank holds the same boxes, so every rank raises the same.
-fn check_tiling(which: &str, boxes: &[Box3], gdims: [i64; 3]) -> Result<()> {
-    let whole = Box3 {
-        lo: [0; 3],
-        len: gdims,
-    };
-    for (r, b) in boxes.iter().enumerate() {
-        if b.volume() > 0 && b.intersect(&whole) != *b {
-            invalid!(
-                "{which}: rank {r}'s box {} reaches outside the global grid {gdims:?}",
-                box_text(b)
-            );
-        }
-    }
-    for (r, a) in boxes.iter().enumerate() {
-        for (q, b) in boxes.iter().enumerate().skip(r + 1) {
-            let shared = a.intersect(b);
-            if shared.volume() > 0 {
-                invalid!(
-                    "{which}: the boxes of ranks {r} ({}) and {q} ({}) overlap in {}",
-                    box_text(a),
-                    box_text(b),
-                    box_text(&shared)
-                );
-            }
-        }
-    }
-    let covered: i64 = boxes.iter().map(Box3::volume).sum();
-    let total: i64 = gdims.iter().product();
-    if covered != total {
-        invalid!(
-            "{which}: expected boxes that cover the global grid {gdims:?} ({total} cells), got boxes that cover {covered}: some cells belong to no rank"
-        );
-    }
-    Ok(())
-}
-
 /// A global array moved between two decompositions of one handle, in one exchange.
 pub struct Redistribution {
     runner: Runner,
@@ -197,32 +162,6 @@ pub struct Redistribution {
     description: String,
     /// Every rank's source and destination arrays are the same (a run only copies).
     identity: bool,
-}
-
-/// The words of a box as four `u64`s per side: lo and len, three each.
-fn words(src: Box3, dst: Box3) -> [u64; 12] {
-    let mut w = [0u64; 12];
-    for g in 0..3 {
-        w[g] = src.lo[g] as u64;
-        w[3 + g] = src.len[g] as u64;
-        w[6 + g] = dst.lo[g] as u64;
-        w[9 + g] = dst.len[g] as u64;
-    }
-    w
-}
-
-fn unwords(w: &[u64; 12]) -> (Box3, Box3) {
-    let at = |i: usize| w[i] as i64;
-    (
-        Box3 {
-            lo: [at(0), at(1), at(2)],
-            len: [at(3), at(4), at(5)],
-        },
-        Box3 {
-            lo: [at(6), at(7), at(8)],
-            len: [at(9), at(10), at(11)],
-        },
-    )
 }
 
 impl Handle {
@@ -253,19 +192,20 @@ impl Handle {
             .extended(src.fields("source"))
             .extended(dst.fields("destination"))
             .with("backend", backend.enum_name());
-        let agreed = match &local {
-            Ok(_) => agree_on(self.comm(), "create_redistribution arguments", Ok(&fields)),
-            Err(e) => {
-                let text = format!("create_redistribution: {e}");
-                // This rank raises its own error; the others learn it failed.
-                let _ = agree_on(self.comm(), "create_redistribution arguments", Err(&text));
-                return Err(e.clone());
-            }
-        };
-        agreed?;
+        self.settle(
+            "create_redistribution",
+            &fields,
+            local.as_ref().map(|_| ()).map_err(Error::clone),
+        )?;
         let (src_box, dst_box) = local?;
-        let all = allgather_words(self.comm(), words(src_box, dst_box))?;
-        let (src_boxes, dst_boxes): (Vec<Box3>, Vec<Box3>) = all.iter().map(unwords).unzip();
+        let mut mine = [0u64; 12];
+        mine[..6].copy_from_slice(&box_words(src_box));
+        mine[6..].copy_from_slice(&box_words(dst_box));
+        let all = allgather_words(self.comm(), mine)?;
+        let (src_boxes, dst_boxes): (Vec<Box3>, Vec<Box3>) = all
+            .iter()
+            .map(|w| (unbox_words(&w[..6]), unbox_words(&w[6..])))
+            .unzip();
         let gdims = match src.grid().or(dst.grid()) {
             Some(g) => g.grid().gdims,
             None => std::array::from_fn(|g| {
@@ -509,30 +449,7 @@ mod tests {
     }
 
     #[test]
-    fn tiling_finds_gaps_overlaps_and_strays() {
-        let g = [4, 4, 2];
-        let halves = [b([0, 0, 0], [4, 2, 2]), b([0, 2, 0], [4, 2, 2])];
-        assert!(check_tiling("t", &halves, g).is_ok());
-        let gather = [b([0, 0, 0], [4, 4, 2]), Box3::default()];
-        assert!(check_tiling("t", &gather, g).is_ok());
-        let gap = [b([0, 0, 0], [4, 2, 2]), b([0, 2, 0], [4, 1, 2])];
-        let e = check_tiling("t", &gap, g).unwrap_err().to_string();
-        assert!(e.contains("cover 24") && e.contains("32 cells"), "{e}");
-        let overlap = [b([0, 0, 0], [4, 3, 2]), b([0, 2, 0], [4, 2, 2])];
-        let e = check_tiling("t", &overlap, g).unwrap_err().to_string();
-        assert!(
-            e.contains("ranks 0") && e.contains("overlap in lo [0, 2, 0] hi [3, 2, 1]"),
-            "{e}"
-        );
-        let stray = [b([0, 0, 0], [4, 2, 2]), b([0, 2, 0], [4, 2, 3])];
-        let e = check_tiling("t", &stray, g).unwrap_err().to_string();
-        assert!(e.contains("rank 1's box") && e.contains("outside"), "{e}");
-    }
-
-    #[test]
-    fn empty_boxes_are_one_box_and_words_round_trip() {
+    fn empty_boxes_are_one_box() {
         assert_eq!(normalized(b([3, 1, 2], [5, 0, 2])), Box3::default());
-        let (s, d) = (b([1, 2, 3], [4, 5, 6]), b([0, 0, 7], [1, 1, 1]));
-        assert_eq!(unwords(&words(s, d)), (s, d));
     }
 }

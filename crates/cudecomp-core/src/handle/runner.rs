@@ -6,9 +6,8 @@
 
 use std::sync::Mutex;
 
-use crate::comm::{agree_on, agree_parts, Communicator};
+use crate::comm::Communicator;
 use crate::cuda::Device;
-use crate::engine::device::lock;
 use crate::engine::workspace::Slot;
 use crate::engine::{Context, Exec};
 use crate::geometry::PencilInfo;
@@ -128,46 +127,18 @@ impl Runner {
         })
     }
 
-    /// Checking mode: collective over the object's communicator. Every rank passes the
-    /// text of the operation it is about to run, or the error that stops it locally;
-    /// unless all passed the same text, every rank fails (a rank that failed locally with
-    /// its own error, the others with InvalidUsage naming it) instead of hanging or moving
-    /// wrong data. Without checking mode, just returns `local`.
+    /// Checking mode: collective over the handle's ranks. Every rank passes the text of
+    /// the operation it is about to run (`what`), or the error that stops it locally;
+    /// the handle settles the call ([`Handle::settle`]), in its one sequence of calls, so
+    /// that a rank at another operation, of this object or any other of the handle,
+    /// makes every rank fail naming both, and a rank that failed locally makes the others
+    /// fail naming it, instead of hanging or moving wrong data. Without checking mode,
+    /// just returns `local`.
     pub(crate) fn agree(&self, what: &str, local: Result<()>) -> Result<()> {
         if !self.check_collectives {
             return local;
         }
-        let failed = local.as_ref().err().map(|e| format!("{what}: {e}"));
-        let mine = match &failed {
-            Some(t) => Err(t.as_str()),
-            None => Ok(what.as_bytes()),
-        };
-        let all = agree_parts(self.comm.as_ref(), "the collective operation", mine);
-        local?;
-        let all = all?;
-        let text = |v: &Vec<u8>| String::from_utf8_lossy(v).into_owned();
-        let differing: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
-        if let Some(&r) = differing.first() {
-            invalid!(
-                "ranks disagree on the collective operation: rank 0 runs {}, but rank(s) {differing:?} run {}",
-                text(&all[0]),
-                text(&all[r])
-            );
-        }
-        Ok(())
-    }
-
-    /// Collective over the object's communicator: the named-field agreement for callers
-    /// that run collective steps of their own on it (an FFT plan's transforms):
-    /// every rank passes `Ok(fields)` or the text of the error that stops it.
-    pub(crate) fn agree_fields(
-        &self,
-        what: &str,
-        mine: std::result::Result<&Fields, &str>,
-    ) -> Result<()> {
-        let _grid_turn = lock(&self.turn);
-        self.handle.check_alive()?;
-        agree_on(self.comm.as_ref(), what, mine)
+        self.handle.settle(what, &Fields::new(), local)
     }
 
     /// What one operation runs with, in the workspace `slot`.
