@@ -239,7 +239,17 @@ def test_every_option_has_help_showing_its_default() -> None:
     assert "(default:" in p.format_help()
 
 
-@pytest.mark.parametrize("argv", [["--backends", "NOPE"], ["--gdims", "0^3"], ["--gdims", "4,4"], ["--dtypes", "f16"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--backends", "NOPE"],
+        ["--gdims", "0^3"],
+        ["--gdims", "4,4"],
+        ["--dtypes", "f16"],
+        ["--gdims", "99999999999^3"],
+        ["--pdims", "banana"],
+    ],
+)
 def test_bad_arguments_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         bench.parser().parse_args(argv)
@@ -271,6 +281,7 @@ def test_plot_without_matplotlib_fails_before_measuring(
         (["--progress", "bar"], "--progress bar needs tqdm"),
         (["--pdims", "3x7"], "no process grid"),
         (["--json", "/nonexistent-dir/rows.json"], "does not exist"),
+        (["--csv", "/"], "--csv /: is a directory"),
         (["--record", "/nonexistent-dir/history.csv"], "does not exist"),
         (["--machine", "box"], "give --record FILE too"),
         (["--fft-stages"], "add fft to --ops"),
@@ -817,3 +828,10 @@ def test_fft_compare_records_each_grid_and_each_sides_best() -> None:
     ]
     m = {k: history.format_value(v) for _, k, v in got[3:]}
     assert history.compared(m, {}) == "0.625× mpi4py-fft PFFT with FFTW (16 ms); grids ours 4x4, theirs 1x16"
+
+
+def test_history_of_a_page_that_cannot_be_read_is_an_error(tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from cudecomp.bench import history
+
+    assert history.main([os.path.join(os.path.dirname(__file__), "..", "bench", "history.csv"), "--update", "no/page.md"]) == 2
+    assert "no/page.md: No such file or directory" in capsys.readouterr().err

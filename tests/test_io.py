@@ -245,3 +245,25 @@ def test_overwrite_replaces_the_file_or_keeps_the_old_one(handle: cudecomp.Handl
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), -old)
         COMM.Barrier()
         assert sorted(n for n in os.listdir(os.path.dirname(path)) if "replaced.h5" in n) == ["replaced.h5"]
+
+
+@pytest.mark.mpi(ranks=(1,))
+def test_killed_appends_keep_every_complete_step(tmp_path: Any) -> None:
+    """A few rounds of scripts/io_soak.py: a rank killed (SIGKILL, SIGTERM) at a random point of its appends."""
+    import subprocess
+    import sys
+
+    if MPI.get_vendor()[0] != "MPICH":
+        pytest.skip("the soak runs under one MPI family (MPICH); the journal does not depend on it")
+    launcher = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.path.exists(launcher):
+        pytest.skip("no mpiexec beside the interpreter")
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "io_soak.py")
+    run = subprocess.run(
+        [sys.executable, script, "--rounds", "4", "--ranks", "2", "--mpiexec", launcher, "--dir", str(tmp_path), "--max-wait", "0.8"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all readable" in run.stdout

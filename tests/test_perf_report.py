@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import cudecomp
-from conftest import requires_data_path
+from conftest import handle_with, requires_data_path
 from cudecomp import DataType
 from oracle import device, factor_pairs, make, variant_transpose_backends, xp
 
@@ -102,3 +102,50 @@ def test_redistributions_report_their_runs(tmp_path: os.PathLike[str], capfd: py
         assert "CUDECOMP: Redistribution:" in text and "Redistribute,D," in text, text
         assert glob.glob(os.path.join(out, "cudecomp-perf-report-transpose-aggregated-redistribution*-gdims_8x9x10.csv"))
     comm.Barrier()
+
+
+@pytest.mark.parametrize(
+    "var, bad",
+    [
+        ("CUDECOMP_PERFORMANCE_REPORT_DETAIL", "3"),
+        ("CUDECOMP_PERFORMANCE_REPORT_SAMPLES", "0"),
+        ("CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES", "-1"),
+    ],
+)
+def test_report_settings_are_checked_while_the_report_is_off(var: str, bad: str) -> None:
+    with pytest.raises(cudecomp.InvalidUsageError, match=var):
+        with handle_with(CUDECOMP_ENABLE_PERFORMANCE_REPORT=None, **{var: bad}):
+            pass
+
+
+@pytest.mark.mpi(min_ranks=2)
+def test_a_report_setting_that_differs_is_named() -> None:
+    last = MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1
+    with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_PERFORMANCE_REPORT_SAMPLES is 5 on rank 0 and 7 on rank"):
+        with handle_with(CUDECOMP_ENABLE_PERFORMANCE_REPORT="1", CUDECOMP_PERFORMANCE_REPORT_SAMPLES="7" if last else "5"):
+            pass
+
+
+@pytest.mark.mpi(min_ranks=2)
+def test_a_write_dir_rank_0_cannot_make_raises_on_every_rank(tmp_path: os.PathLike[str]) -> None:
+    comm = MPI.COMM_WORLD
+    path = comm.bcast(os.path.join(str(tmp_path), "a-file") if comm.rank == 0 else None)
+    if comm.rank == 0:
+        open(path, "w").close()
+    comm.Barrier()
+    with handle_with(CUDECOMP_ENABLE_PERFORMANCE_REPORT="1", CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR=path) as h:
+        cfg = cudecomp.GridDescConfig()
+        cfg.gdims, cfg.pdims = (8, 8, 8), (1, comm.size)
+        g = h.create_grid(cfg)
+        x = np.zeros(g.get_pencil_info(0).array_shape)
+        g.transpose_x_to_y(x)
+        expected = "CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR" if comm.rank == 0 else "rank 0 failed in the performance report"
+        with pytest.raises(cudecomp.InvalidUsageError, match=expected):
+            g.destroy()
+        with pytest.raises(cudecomp.InvalidUsageError, match="destroyed"):
+            g.destroy()
+        # The handle goes on working (and each report it cannot write raises alike).
+        g2 = h.create_grid(cfg)
+        assert g2.transpose_x_to_y(x).shape == tuple(g2.get_pencil_info(1).array_shape)
+        with pytest.raises(cudecomp.InvalidUsageError, match=expected):
+            g2.destroy()

@@ -251,9 +251,15 @@ fn backend_candidates<B: CommBackend>(
                 || nvshmem && b.is_nvshmem()
         })
         .collect();
-    let list: Vec<B> = all
-        .into_iter()
+    let names = |v: &[B]| -> Vec<&str> { v.iter().map(|b| b.enum_name()).collect() };
+    let kept: Vec<B> = all
+        .iter()
+        .copied()
         .filter(|b| filter.is_none_or(|f| f.keeps(b.enum_name())))
+        .collect();
+    let list: Vec<B> = kept
+        .iter()
+        .copied()
         .filter(|b| {
             !(o.disable_mpi_backends && b.is_mpi()
                 || o.disable_nccl_backends && b.is_nccl()
@@ -261,8 +267,25 @@ fn backend_candidates<B: CommBackend>(
         })
         .collect();
     if list.is_empty() {
+        let var = format!("CUDECOMP_AUTOTUNE_{}_BACKENDS", what.to_uppercase());
+        let why = if kept.is_empty() {
+            format!("{var} keeps none of them")
+        } else {
+            let filtered = if filter.is_some() {
+                format!("{var} keeps {:?}", names(&kept))
+            } else {
+                format!("{var} is unset")
+            };
+            format!(
+                "{filtered}, and the options disable_mpi_backends={}, disable_nccl_backends={}, disable_nvshmem_backends={} remove the rest",
+                o.disable_mpi_backends,
+                o.disable_nccl_backends,
+                o.disable_nvshmem_backends
+            )
+        };
         invalid!(
-            "autotuning: no {what} backend left to try (environment filter and disable_* options)"
+            "autotuning: no {what} backend left to try: this handle can run {:?}, and {why}",
+            names(&all)
         );
     }
     Ok(list)

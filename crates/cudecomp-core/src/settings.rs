@@ -317,34 +317,32 @@ impl Settings {
             Some(false) => SingleCopy::Never,
             Some(true) => SingleCopy::Always,
         };
-        let perf = match r.flag("CUDECOMP_ENABLE_PERFORMANCE_REPORT")? {
-            Some(true) => {
-                let p = PerfSettings::default();
-                Some(PerfSettings {
-                    detail: r
-                        .number("CUDECOMP_PERFORMANCE_REPORT_DETAIL", 0..=2, "0, 1 or 2")?
-                        .unwrap_or(p.detail),
-                    samples: r
-                        .number(
-                            "CUDECOMP_PERFORMANCE_REPORT_SAMPLES",
-                            1..=usize::MAX,
-                            "a positive number of samples",
-                        )?
-                        .unwrap_or(p.samples),
-                    warmup: r
-                        .number(
-                            "CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES",
-                            0..=usize::MAX,
-                            "a non-negative number of samples",
-                        )?
-                        .unwrap_or(p.warmup),
-                    write_dir: r
-                        .text("CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR")
-                        .map(PathBuf::from),
-                })
-            }
-            _ => None,
+        // The report's own variables are checked whether the report is on or not: a typo
+        // waits for the day someone turns it on otherwise.
+        let p = PerfSettings::default();
+        let report = PerfSettings {
+            detail: r
+                .number("CUDECOMP_PERFORMANCE_REPORT_DETAIL", 0..=2, "0, 1 or 2")?
+                .unwrap_or(p.detail),
+            samples: r
+                .number(
+                    "CUDECOMP_PERFORMANCE_REPORT_SAMPLES",
+                    1..=usize::MAX,
+                    "a positive number of samples",
+                )?
+                .unwrap_or(p.samples),
+            warmup: r
+                .number(
+                    "CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES",
+                    0..=usize::MAX,
+                    "a non-negative number of samples",
+                )?
+                .unwrap_or(p.warmup),
+            write_dir: r
+                .text("CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR")
+                .map(PathBuf::from),
         };
+        let perf = (r.flag("CUDECOMP_ENABLE_PERFORMANCE_REPORT")? == Some(true)).then_some(report);
         let backward = match r.text("CUDECOMP_FFT_BACKWARD").as_deref() {
             None | Some("rows") => FftBackward::Rows,
             Some("planes") => FftBackward::Planes,
@@ -455,7 +453,19 @@ impl Settings {
             shown(&Some(self.col_major_rank_order)),
         );
         add("CUDECOMP_SIMULATE_NODES", shown(&self.nodes.simulate_nodes));
-        add("CUDECOMP_ENABLE_PERFORMANCE_REPORT", shown(&self.perf));
+        add(
+            "CUDECOMP_ENABLE_PERFORMANCE_REPORT",
+            shown(&Some(self.perf.is_some())),
+        );
+        if let Some(p) = &self.perf {
+            // What the report gathers (the directory is rank 0's alone).
+            add("CUDECOMP_PERFORMANCE_REPORT_DETAIL", p.detail.to_string());
+            add("CUDECOMP_PERFORMANCE_REPORT_SAMPLES", p.samples.to_string());
+            add(
+                "CUDECOMP_PERFORMANCE_REPORT_WARMUP_SAMPLES",
+                p.warmup.to_string(),
+            );
+        }
         add(
             "CUDECOMP_AUTOTUNE_TRANSPOSE_BACKENDS",
             shown(&a.transpose_backends),

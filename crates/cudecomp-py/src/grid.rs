@@ -384,8 +384,11 @@ impl GridDesc {
         let gd =
             gd.ok_or_else(|| invalid(py, "destroy(): the GridDesc was already destroyed".into()))?;
         // Released only once every rank agreed to destroy it (checking mode).
-        let summary = py.detach(|| gd.destroy()).py(py)?;
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let summary = py.detach(|| gd.destroy());
+        if gd.is_released() {
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
+        let summary = summary.py(py)?;
         if let Some(summary) = summary {
             let lines: Vec<String> = summary.lines().map(str::to_owned).collect();
             log_lines(py, &lines)?;

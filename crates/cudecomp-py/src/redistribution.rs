@@ -425,8 +425,11 @@ impl Redistribution {
     /// Release it (collective). Any later use raises ``InvalidUsageError``.
     fn destroy(&self, py: Python<'_>) -> PyResult<()> {
         let r = self.live(py)?;
-        let summary = py.detach(|| r.destroy()).py(py)?;
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let summary = py.detach(|| r.destroy());
+        if r.is_released() {
+            self.state.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
+        let summary = summary.py(py)?;
         if let Some(summary) = summary {
             let lines: Vec<String> = summary.lines().map(str::to_owned).collect();
             log_lines(py, &lines)?;

@@ -42,6 +42,8 @@ def parse_grid(s: str) -> tuple[int, int, int]:
         v = []
     if len(v) != 3 or min(v) < 1:
         raise argparse.ArgumentTypeError(f"invalid grid {s!r}: expected N^3, NX,NY,NZ or NXxNYxNZ with positive sizes")
+    if v[0] * v[1] * v[2] >= 2**63:
+        raise argparse.ArgumentTypeError(f"invalid grid {s!r}: {v[0]} x {v[1]} x {v[2]} cells do not fit in 64 bits")
     return (v[0], v[1], v[2])
 
 
@@ -78,15 +80,29 @@ def process_grids(spec: str, n: int) -> list[tuple[int, int]]:
     """Process grids of ``n`` ranks: ``all`` of them, or those of ``spec`` (``1x2,2x1``) whose product is ``n``."""
     if spec == "all":
         return [(r, n // r) for r in range(1, n + 1) if n % r == 0]
+    return [(r, c) for r, c in parse_pdims(spec) if r * c == n]
+
+
+def parse_pdims(spec: str) -> list[tuple[int, int]]:
+    """Validate ``--pdims``: ``all`` (an empty list here) or comma-separated ``RxC`` with positive ``R``, ``C``."""
+    if spec == "all":
+        return []
     out = []
     for s in spec.split(","):
         try:
             r, c = (int(v) for v in s.split("x"))
         except ValueError:
-            continue
-        if r * c == n:
-            out.append((r, c))
+            r = c = 0
+        if r < 1 or c < 1:
+            raise argparse.ArgumentTypeError(f"invalid process grid {s!r} in {spec!r}: expected all, or RxC[,RxC...] with positive R and C")
+        out.append((r, c))
     return out
+
+
+def pdims_arg(spec: str) -> str:
+    """``--pdims`` as given, once it parses (``parse_pdims``)."""
+    parse_pdims(spec)
+    return spec
 
 
 def default_backends(xp: Xp) -> list[str]:
@@ -168,7 +184,10 @@ def parser() -> argparse.ArgumentParser:
         help="global grids, each N^3, NX,NY,NZ or NXxNYxNZ (default: 64^3)",
     )
     p.add_argument(
-        "--pdims", default="all", help="process grids: all (every factorisation of the rank count) or a list like 1x2,2x1 (default: all)"
+        "--pdims",
+        default="all",
+        type=pdims_arg,
+        help="process grids: all (every factorisation of the rank count) or a list like 1x2,2x1 (default: all)",
     )
     p.add_argument(
         "--backends",
@@ -321,6 +340,8 @@ def _output_problem(args: argparse.Namespace) -> str:
         return "--progress bar needs tqdm, which is not installed (pip install tqdm)"
     for opt in ("json", "csv"):
         path = getattr(args, opt)
+        if path and os.path.isdir(path):
+            return f"--{opt} {path}: is a directory; expected the path of a file"
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             return f"--{opt} {path}: the directory does not exist"
     if args.record:

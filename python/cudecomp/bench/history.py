@@ -305,8 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{machine} | {case} | {run.date} {run.commit}")
         return 0
     path = args.update or args.check
-    with open(path) as f:
-        page = f.read()
+    try:
+        with open(path) as f:
+            page = f.read()
+    except OSError as e:
+        print(f"python -m cudecomp.bench.history: error: {path}: {e.strerror or e}", file=sys.stderr)
+        return 2
     try:
         new, missing = update(page, history)
     except ValueError as e:
@@ -320,8 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 1 if missing else 0
     if new != page:
-        with open(path, "w") as f:
-            f.write(new)
+        try:
+            with open(path, "w") as f:
+                f.write(new)
+        except OSError as e:
+            print(f"python -m cudecomp.bench.history: error: {path}: {e.strerror or e}", file=sys.stderr)
+            return 2
     return 1 if missing else 0
 
 

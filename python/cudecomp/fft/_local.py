@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _cudecomp
 from .._cudecomp import CPU_ONLY
-from .._errors import InvalidUsageError
+from .._errors import InvalidUsageError, NotSupportedError
 from ._args import _COMPLEX, _REAL
 
 
@@ -151,7 +151,10 @@ class _ScipyLocal(_Local):
 
     def __init__(self, norm: str, workers: int | None) -> None:
         super().__init__(norm)
-        import scipy.fft
+        try:
+            import scipy.fft
+        except ImportError as e:
+            raise NotSupportedError("fft_library 'scipy' needs SciPy, which is not installed (pip install scipy)") from e
 
         self.m = scipy.fft
         self.workers = workers

@@ -208,6 +208,8 @@ def locate(h5py: Any, path: str, name: str, step: int | None, gdims: tuple[int, 
         group = group_name(step)
         if step is not None and group not in f:
             raise InvalidUsageError(f"{path}: no step {step}")
+        if ours and step is None and COMPLETE not in f.attrs and "steps" in f:
+            raise InvalidUsageError(f"{path}: holds a time series; pass step= (see cudecomp.io.steps)")
         if ours and not _is_complete(f, group):
             raise InvalidUsageError(f"{path}: {'step ' + str(step) if step is not None else 'the file'} was not completely written")
         where = _dataset_path(group, name)

@@ -4,16 +4,20 @@
 
 use std::sync::Mutex;
 
-use crate::comm::{allgather_bytes, allgather_u64, Communicator};
+use crate::comm::{allgather_bytes, allgather_u64, settle, Call, Communicator};
 use crate::cuda::Device;
 use crate::engine::device::lock;
 use crate::mem::shm::SharedWorkspaces;
 use crate::settings::NodeSettings;
-use crate::{invalid, Error, Result};
+use crate::{invalid, Error, Fields, Result};
 
 /// Most threads a rank uses for host copies by default: beyond this many, memory
 /// bandwidth, not cores, bounds a copy.
 pub const MAX_HOST_THREADS: usize = 16;
+
+/// `CUDECOMP_HOST_THREADS` may ask for this many threads per core (of those a rank may
+/// run on, or of [`MAX_HOST_THREADS`] where it has fewer), no more.
+pub const HOST_THREADS_PER_CORE: usize = 4;
 
 /// Cached answers (each collective the first time it is asked).
 #[derive(Default)]
@@ -114,11 +118,28 @@ impl Capabilities {
             return Ok(t);
         }
         let (mine, all) = gather_nodes(comm, nodes, &[])?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = set.unwrap_or_else(|| {
             let local = all.iter().filter(|h| **h == mine).count().max(1);
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             (cores / local).clamp(1, MAX_HOST_THREADS)
         });
+        // More threads than cores only take turns: past a few per core, each copy costs
+        // more in thread start-up and switches than it moves.
+        let most = HOST_THREADS_PER_CORE * cores.max(MAX_HOST_THREADS);
+        let local = if threads > most {
+            Err(Error::InvalidUsage(format!(
+                "CUDECOMP_HOST_THREADS: expected at most {most} threads ({HOST_THREADS_PER_CORE} per core of the {} this rank may run on, or of {MAX_HOST_THREADS}), got {threads}",
+                cores.max(MAX_HOST_THREADS)
+            )))
+        } else {
+            Ok(())
+        };
+        let fields = Fields::new();
+        let call = Call {
+            what: "CUDECOMP_HOST_THREADS",
+            fields: &fields,
+        };
+        settle(comm, 0, call, &local)?;
         *cached = Some(threads);
         Ok(threads)
     }

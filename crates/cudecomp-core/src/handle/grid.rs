@@ -362,11 +362,15 @@ impl GridDesc {
             self.handle().check_alive()?;
             self.agree(&format!("grid {}: destroy()", self.runner.serial), Ok(()))?;
         }
-        let summary = self.runner.report(&Heading::of_grid(&self.grid))?;
-        for c in self.subcomms.iter().chain([&self.runner.comm]) {
-            c.free()?;
-        }
-        Ok(summary)
+        let subcomms: Vec<&dyn Communicator> = self.subcomms.iter().map(|c| c.as_ref()).collect();
+        self.runner
+            .release(&Heading::of_grid(&self.grid), &subcomms)
+    }
+
+    /// True once [`GridDesc::destroy`] released the grid (also when it returned the
+    /// error of the performance report that came last).
+    pub fn is_released(&self) -> bool {
+        self.runner.is_released()
     }
 }
 

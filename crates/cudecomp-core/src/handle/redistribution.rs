@@ -434,9 +434,13 @@ impl Redistribution {
                 self.runner.serial, self.backend as i32
             ),
         };
-        let summary = self.runner.report(&heading)?;
-        self.runner.comm.free()?;
-        Ok(summary)
+        self.runner.release(&heading, &[])
+    }
+
+    /// True once [`Redistribution::destroy`] released it (also when it returned the
+    /// error of the performance report that came last).
+    pub fn is_released(&self) -> bool {
+        self.runner.is_released()
     }
 }
 

@@ -100,6 +100,9 @@ pub(crate) struct Runner {
     /// their messages on its communicators (MPI aborts the job on the mismatched sizes).
     /// Taken before the handle's lease, never while holding it.
     pub turn: Mutex<()>,
+    /// Set once `destroy` released the object's communicators (also when its report then
+    /// failed): the object is gone whatever the error says.
+    pub released: std::sync::atomic::AtomicBool,
 }
 
 impl Runner {
@@ -124,6 +127,7 @@ impl Runner {
             serial,
             check_collectives,
             turn: Mutex::new(()),
+            released: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -228,13 +232,41 @@ impl Runner {
         self.check_on_device(exec, &[("input", i), ("out", o)], work)
     }
 
+    /// Collective: the end of a destroy the ranks agreed on: the report's summary (see
+    /// [`Runner::report`]), then `comms` and the object's own communicator freed, also
+    /// when the report failed (its error is returned after).
+    pub(crate) fn release(
+        &self,
+        heading: &Heading,
+        comms: &[&dyn Communicator],
+    ) -> Result<Option<String>> {
+        let summary = self.report(heading);
+        for c in comms.iter().copied().chain([self.comm.as_ref()]) {
+            c.free()?;
+        }
+        self.released
+            .store(true, std::sync::atomic::Ordering::Release);
+        summary
+    }
+
+    /// True once [`Runner::release`] freed the object.
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Collective: with the performance report on, its summary on rank 0 (and its CSV
     /// files if asked), under `heading`.
     pub(crate) fn report(&self, heading: &Heading) -> Result<Option<String>> {
-        match &self.perf {
-            Some(p) => p.finish(heading, self.comm.as_ref()),
-            None => Ok(None),
-        }
+        let Some(p) = &self.perf else {
+            return Ok(None);
+        };
+        // Rank 0 writes the files: a failure there (a directory it cannot make) is every
+        // rank's, or the others would go on alone.
+        let summary = p.finish(heading, self.comm.as_ref());
+        let local = summary.as_ref().map(|_| ()).map_err(Error::clone);
+        self.handle
+            .settle("the performance report", &Fields::new(), local)?;
+        summary
     }
 }
 
