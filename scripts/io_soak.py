@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         path, log, pids, first = args.append
         append(path, log, pids, int(first))
         return 0
+    import cudecomp.io as cio
+
     rng = random.Random(args.seed)
     os.makedirs(args.dir, exist_ok=True)
     path, log, pids = (os.path.join(args.dir, n) for n in ("series.h5", "complete.log", "pid"))
@@ -107,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     for rnd in range(args.rounds):
         reported = [int(s) for s in open(log).read().split()] if os.path.exists(log) else []
-        first = max(reported, default=0) + 1
+        # A step whose write was killed after it completed, before the job logged it, is
+        # in the file: go on after it.
+        listed = cio.steps(path) if os.path.exists(path) else []
+        first = max(reported + listed, default=0) + 1
         for r in range(args.ranks):
             if os.path.exists(f"{pids}.{r}"):
                 os.remove(f"{pids}.{r}")
