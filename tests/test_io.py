@@ -267,3 +267,52 @@ def test_killed_appends_keep_every_complete_step(tmp_path: Any) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "all readable" in run.stdout
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "chunked", "gzip", "big-endian", "float32-as-float64", "int32"])
+def test_files_other_programs_wrote(handle: cudecomp.Handle, tmp_path: Any, storage: str) -> None:
+    """Any HDF5 file with a dataset of the grid's shape reads into any decomposition, each rank its own part."""
+    gdims = (7, 6, 5)
+    path = shared_path(tmp_path, f"foreign-{storage}.h5")
+    want = global_array(gdims, DataType.DOUBLE)
+    if COMM.rank == 0:
+        with h5py.File(path, "w") as f:
+            grp = f.create_group("fields")
+            kw: dict[str, Any] = {
+                "contiguous": {},
+                "chunked": {"chunks": (2, 3, 4)},
+                "gzip": {"chunks": (5, 6, 7), "compression": "gzip", "shuffle": True},
+                "big-endian": {"dtype": ">f8"},
+                "float32-as-float64": {"dtype": "f4"},
+                "int32": {"dtype": "i4"},
+            }[storage]
+            grp.create_dataset("u", data=want.astype(kw.pop("dtype", "f8")), **kw)
+    COMM.Barrier()
+    rng = random.Random(NRANKS)
+    with handle.create_grid(grid_config(gdims, rng)) as g:
+        for axis in range(3):
+            info = g.get_pencil_info(axis, (1, 0, 1))
+            layout = g.pencil(axis, (1, 0, 1))
+            if storage == "int32":
+                with pytest.raises(cudecomp.InvalidUsageError, match="stored as int32; pass dtype="):
+                    cio.read(path, "/fields/u", layout)
+                got = cio.read(path, "/fields/u", layout, dtype=np.float64)
+            elif storage == "float32-as-float64":
+                assert cio.read(path, "/fields/u", layout).dtype == np.float32
+                with pytest.raises(cudecomp.InvalidUsageError, match="is float32; out is float64"):
+                    cio.read(path, "/fields/u", layout, out=xp.zeros(info.array_shape))
+                got = cio.read(path, "/fields/u", layout, out=xp.zeros(info.array_shape), dtype=np.float64)
+            else:
+                got = cio.read(path, "/fields/u", layout)
+            mask = interior(info)
+            assert np.array_equal(to_host(got)[mask], make(info, gdims, DataType.DOUBLE)[mask]), (storage, axis)
+        # Into bricks, converted to float32 on the way.
+        box = split_bricks(gdims)[COMM.rank]
+        got = cio.read(path, "fields/u", box, handle=handle, gdims=gdims, dtype=np.float32)
+        assert got.dtype == np.float32
+        r = handle.create_redistribution(g.pencil(0), box)
+        expected = make(r.output_info, gdims, DataType.FLOAT)
+        r.destroy()
+        assert np.array_equal(to_host(got), expected)
+        with pytest.raises(cudecomp.InvalidUsageError, match="no field 'v'"):
+            cio.read(path, "v", g.pencil(0))
