@@ -316,3 +316,33 @@ def test_files_other_programs_wrote(handle: cudecomp.Handle, tmp_path: Any, stor
         assert np.array_equal(to_host(got), expected)
         with pytest.raises(cudecomp.InvalidUsageError, match="no field 'v'"):
             cio.read(path, "v", g.pencil(0))
+
+
+@pytest.mark.parametrize("method", ["auto", "pwrite"])
+def test_both_ways_of_writing_give_the_same_file(tmp_path: Any, method: str) -> None:
+    """``CUDECOMP_IO_WRITE``: mapped where the blocks were allocated (auto), or positioned writes."""
+    from conftest import handle_with
+
+    gdims = (9, 7, 5)
+    path = shared_path(tmp_path, f"{method}.h5")
+    with handle_with(CUDECOMP_IO_WRITE=method) as h:
+        cfg = cudecomp.GridDescConfig()
+        cfg.gdims, cfg.pdims = gdims, factor_pairs(NRANKS)[-1]
+        with h.create_grid(cfg) as g:
+            for axis, halo in ((0, (1, 0, 1)), (2, (0, 0, 0))):
+                info = g.get_pencil_info(axis, halo)
+                cio.write(path, {"u": device(make(info, gdims, DataType.DOUBLE))}, g.pencil(axis, halo), overwrite=True)
+                if COMM.rank == 0:
+                    with h5py.File(path, "r") as f:
+                        assert np.array_equal(f["u"][...], global_array(gdims, DataType.DOUBLE))
+                COMM.Barrier()
+            cio.write(path, {"u": device(make(g.get_pencil_info(0), gdims, DataType.FLOAT))}, g.pencil(0), step=3, overwrite=True)
+            assert np.array_equal(to_host(cio.read(path, "u", g.pencil(1), step=3)), make(g.get_pencil_info(1), gdims, DataType.FLOAT))
+
+
+def test_io_write_setting_is_checked() -> None:
+    from conftest import handle_with
+
+    with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_IO_WRITE: expected auto or pwrite"):
+        with handle_with(CUDECOMP_IO_WRITE="mmap2"):
+            pass

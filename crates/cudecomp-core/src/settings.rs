@@ -197,6 +197,20 @@ pub struct Settings {
     pub fft: FftSettings,
     /// `CUDECOMP_NVRTC_LIB`, `CUDECOMP_NCCL_LIB`, `CUDECOMP_NVSHMEM_LIB`.
     pub libraries: LibraryOverrides,
+    /// `CUDECOMP_IO_WRITE`: how `cudecomp.io`'s ranks put their bytes into the file.
+    pub io_write: IoWrite,
+}
+
+/// `CUDECOMP_IO_WRITE`: how a rank's bytes go into a file of `cudecomp.io`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoWrite {
+    /// `auto` (default): the rank's range of the file mapped (`mmap`) and its bytes
+    /// copied in, where the file's blocks were allocated before the write (a mapping
+    /// could report a full disk only by a signal); positioned writes otherwise.
+    #[default]
+    Auto,
+    /// `pwrite`: positioned writes of large pieces, always.
+    Positioned,
 }
 
 impl Default for Settings {
@@ -218,6 +232,7 @@ impl Default for Settings {
             autotune: AutotuneFilters::default(),
             fft: FftSettings::default(),
             libraries: LibraryOverrides::default(),
+            io_write: IoWrite::Auto,
         }
     }
 }
@@ -424,6 +439,11 @@ impl Settings {
                 nvrtc: r.text("CUDECOMP_NVRTC_LIB"),
                 nccl: r.text("CUDECOMP_NCCL_LIB"),
                 nvshmem: r.text("CUDECOMP_NVSHMEM_LIB"),
+            },
+            io_write: match r.text("CUDECOMP_IO_WRITE").as_deref() {
+                None | Some("auto") => IoWrite::Auto,
+                Some("pwrite") => IoWrite::Positioned,
+                Some(v) => return Err(bad("CUDECOMP_IO_WRITE", "auto or pwrite", v)),
             },
         })
     }

@@ -25,6 +25,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+from .. import _cudecomp
+
 PAGE = 4096
 _MAGIC = b"CDCJRNL1"
 _HEAD = struct.Struct("<8sQQ")  # magic, the file's new length, number of pages
@@ -172,11 +174,7 @@ def _apply(path: str, pages: dict[int, bytearray], length: int) -> None:
         if length > size:
             # Room for the new metadata and the datasets first: a full file system then
             # fails here, before any byte of the file changed.
-            try:
-                os.posix_fallocate(fd, size, length - size)
-            except OSError as e:
-                if e.errno not in (getattr(os, "EOPNOTSUPP", 95), 22):  # EINVAL: no fallocate here
-                    raise
+            _cudecomp._allocate_file(path, size, length - size)
         for k in sorted(pages):
             start = k * PAGE
             if start < length:

@@ -2,15 +2,20 @@
 //! array `[z][y][x]` (C order, X fastest): [`FilePart`] says where each run of its rows
 //! lies in the rank's array and in the file, for arrays that keep X fastest, then Y,
 //! then Z, and own whole X rows (X-pencils of the default layout, Z slabs, boxes of whole
-//! rows). Each rank then writes (reads) its runs with `pwrite` (`pread`) into a file that
-//! exists already: straight from host memory where its rows are contiguous, through a
-//! staging buffer where halos or padding separate them, and from device memory through
-//! two page-locked buffers in turn, so that the copy of one piece overlaps the file I/O of
-//! the other and no host copy of the whole array is ever made. Which rank owns which
-//! cells, and the file's metadata, are the caller's.
+//! rows). Each rank then writes (reads) its runs into a file that exists already:
+//! straight from host memory where its rows are contiguous, through a staging buffer
+//! where halos or padding separate them, and from device memory through two page-locked
+//! buffers in turn, so that the copy of one piece overlaps the file I/O of the other and
+//! no host copy of the whole array is ever made. Reads use `pread`. Writes go through a
+//! [`Sink`]: `pwrite`, or, where the caller allocated the file's blocks beforehand, a
+//! shared mapping of the rank's range of the file that the bytes are copied into (many
+//! ranks writing one file through `pwrite` take turns on the file's lock in local file
+//! systems; page faults into a mapping do not). Which rank owns which cells, and the
+//! file's metadata, are the caller's.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 use crate::cuda::{self, Event, PinnedAlloc, Stream, Way};
@@ -19,6 +24,7 @@ use crate::geometry::PencilInfo;
 use crate::handle::Handle;
 use crate::mem::Buf;
 use crate::plan::Layout;
+use crate::settings::IoWrite;
 use crate::{invalid, Error, Result};
 
 /// Bytes of each piece of file I/O (and of each page-locked buffer): large enough for
@@ -114,10 +120,150 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
 
 fn open(path: &Path, write: bool) -> Result<File> {
     OpenOptions::new()
-        .read(!write)
+        .read(true)
         .write(write)
         .open(path)
         .map_err(|e| io_error("open", path, e))
+}
+
+/// A shared, writable mapping of bytes `start..start + len` of a file, unmapped on drop.
+struct Mapping {
+    base: *mut u8,
+    len: usize,
+    start: u64,
+}
+
+impl Mapping {
+    /// The pages holding bytes `lo..hi` of `file`, or `None` where the file is shorter
+    /// (touching a mapping past its end raises a signal) or the system refuses.
+    fn of(file: &File, lo: u64, hi: u64) -> Option<Mapping> {
+        let size = file.metadata().ok()?.len();
+        // SAFETY: sysconf has no preconditions.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        if hi <= lo || size < hi || page == 0 {
+            return None;
+        }
+        let start = lo / page * page;
+        let len = usize::try_from(hi - start).ok()?;
+        // SAFETY: a fresh mapping of a file open for reading and writing; the kernel picks
+        // the address, and the range lies inside the file (checked above).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                libc::off_t::try_from(start).ok()?,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        // Fault the pages in writable in one call where the kernel can (Linux 5.14+), not
+        // one fault per page; older kernels refuse and the copies fault them in.
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: advice on the mapping just made, of its own length.
+        let _ = unsafe { libc::madvise(base, len, MADV_POPULATE_WRITE) };
+        Some(Mapping {
+            base: base.cast(),
+            len,
+            start,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `of` made, once; nothing refers into it after.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Where a rank's written pieces go: positioned writes, or a mapping of its range of the
+/// file.
+enum Sink<'a> {
+    Positioned { file: &'a File, path: &'a Path },
+    Mapped(Mapping),
+}
+
+impl Sink<'_> {
+    /// The sink of `method` for the pieces of `part` at byte `offset` of `file`:
+    /// mapped where asked for (`mapped`) and possible, positioned otherwise.
+    fn of<'a>(
+        file: &'a File,
+        path: &'a Path,
+        offset: u64,
+        pieces: &[(Run, usize, usize)],
+        mapped: bool,
+    ) -> Sink<'a> {
+        let ends = pieces.iter().map(|&(r, first, rows)| {
+            let (at, _, len) = place(offset, &r, first, rows);
+            (at, at + len as u64)
+        });
+        let (lo, hi) = ends.fold((u64::MAX, 0), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)));
+        match mapped.then(|| Mapping::of(file, lo, hi)).flatten() {
+            Some(m) => Sink::Mapped(m),
+            None => Sink::Positioned { file, path },
+        }
+    }
+
+    /// Puts `bytes` at byte `at` of the file.
+    fn put(&self, bytes: &[u8], at: u64) -> Result<()> {
+        match self {
+            Sink::Positioned { file, path } => file
+                .write_all_at(bytes, at)
+                .map_err(|e| io_error("write", path, e)),
+            Sink::Mapped(m) => {
+                let inside = at >= m.start && at - m.start + bytes.len() as u64 <= m.len as u64;
+                if !inside {
+                    return Err(Error::Internal(format!(
+                        "file write of {} bytes at {at} outside the mapped bytes {}..{}",
+                        bytes.len(),
+                        m.start,
+                        m.start + m.len as u64
+                    )));
+                }
+                // SAFETY: the destination lies inside the mapping (checked), which outlives
+                // the copy; the source is the caller's slice, disjoint from the mapping.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        m.base.add((at - m.start) as usize),
+                        bytes.len(),
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Allocates the blocks of bytes `start..start + len` of the existing file `path` (growing
+/// it where it is shorter), so that a full disk fails here, before any data is written,
+/// and the bytes may then go in through a mapping ([`Handle::write_part`]). `Ok(false)`
+/// where the file system cannot allocate ahead (it then allocates as the bytes come);
+/// never emulated by writing zeros, which would cost a pass over the file.
+pub fn allocate(path: &Path, start: u64, len: u64) -> Result<bool> {
+    if len == 0 {
+        return Ok(true);
+    }
+    let file = open(path, true)?;
+    let (Ok(at), Ok(n)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
+        invalid!(
+            "allocate {}: bytes {start}..+{len} beyond a 64-bit file offset",
+            path.display()
+        );
+    };
+    // SAFETY: fallocate on an open descriptor with checked offsets; no memory is passed.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, at, n) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(false),
+        _ => Err(io_error("allocate", path, e)),
+    }
 }
 
 /// Byte offset in the file and in the array of row `first` of `r`, and the piece's bytes.
@@ -132,8 +278,10 @@ fn place(offset: u64, r: &Run, first: usize, rows: usize) -> (u64, usize, usize)
 impl Handle {
     /// Writes this rank's cells of `part` from `data` (its array) into the existing file
     /// `path`, whose field starts at byte `offset` (host memory: at once; device memory:
-    /// after the work already on the stream). Returns when the bytes are in the operating
-    /// system's hands.
+    /// after the work already on the stream). `allocated`: the caller allocated the
+    /// file's blocks for the field beforehand (`fallocate`), so that the bytes may go
+    /// through a mapping (`CUDECOMP_IO_WRITE`). Returns when the bytes are in the
+    /// operating system's hands.
     pub fn write_part(
         &self,
         path: &Path,
@@ -141,11 +289,14 @@ impl Handle {
         part: &FilePart,
         data: Buf,
         exec: Exec,
+        allocated: bool,
     ) -> Result<()> {
         self.check_alive()?;
         check_array(part, data)?;
         let file = open(path, true)?;
         let pieces = part.pieces();
+        let mapped = allocated && self.settings().io_write == IoWrite::Auto;
+        let sink = Sink::of(&file, path, offset, &pieces, mapped);
         match exec {
             Exec::Host => {
                 let mut staging = Vec::new();
@@ -166,12 +317,11 @@ impl Handle {
                         }
                         &staging
                     };
-                    file.write_all_at(bytes, at)
-                        .map_err(|e| io_error("write", path, e))?;
+                    sink.put(bytes, at)?;
                 }
                 Ok(())
             }
-            Exec::Device(stream) => self.device_write(&file, path, offset, &pieces, data, stream),
+            Exec::Device(stream) => self.device_write(&sink, offset, &pieces, data, stream),
         }
     }
 
@@ -227,8 +377,7 @@ impl Handle {
     /// while piece `k` is written.
     fn device_write(
         &self,
-        file: &File,
-        path: &Path,
+        sink: &Sink<'_>,
         offset: u64,
         pieces: &[(Run, usize, usize)],
         data: Buf,
@@ -268,8 +417,7 @@ impl Handle {
                 let (at, _, len) = place(offset, &r, first, rows);
                 // SAFETY: the copy into this buffer completed (its event was waited for).
                 let bytes = unsafe { std::slice::from_raw_parts(bufs[k % 2].ptr(), len) };
-                file.write_all_at(bytes, at)
-                    .map_err(|e| io_error("write", path, e))?;
+                sink.put(bytes, at)?;
                 if k + 2 < pieces.len() {
                     down(k + 2)?;
                 }
