@@ -31,13 +31,6 @@ def get_data_type_size(dtype: int) -> int:
 def _compile_kernels(major: int, minor: int) -> int: ...
 def _single_copy_count() -> int: ...
 def _queue_notice(text: str) -> None: ...
-def _allocate_file(path: str | os.PathLike[str], start: int, length: int) -> bool:
-    """Allocate the blocks of bytes ``start .. start + length`` of the existing file ``path``.
-
-    For ``cudecomp.io``: a full disk fails here (``OSError``), before any data is
-    written; ``False`` where the file system cannot allocate ahead. Never emulated by
-    writing zeros.
-    """
 
 def _local_fft(
     kind: str,
@@ -186,16 +179,14 @@ class Handle:
         gdims: tuple[int, int, int],
         array: Any,
         stream: Stream = None,
-        allocated: bool = False,
     ) -> None:
         """Write this rank's owned cells of ``array`` into the file ``path`` (local).
 
         For ``cudecomp.io``: ``info`` describes the array, ``gdims`` the field, which
         starts at byte ``offset`` of the existing file. The array must keep X fastest, then
         Y, then Z, and own whole X rows. Host arrays at once; device arrays after the work on
-        ``stream``, piece by piece through page-locked buffers. ``allocated``: the file's
-        blocks were allocated beforehand, so that the bytes may go through a mapping of the
-        file (``CUDECOMP_IO_WRITE``). ``OSError`` where the system refuses.
+        ``stream``, piece by piece through page-locked buffers. ``OSError`` where the
+        system refuses.
         """
     def _read_part(
         self, path: str | os.PathLike[str], offset: int, info: PencilInfo, gdims: tuple[int, int, int], array: Any, stream: Stream = None

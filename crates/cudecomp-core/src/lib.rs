@@ -129,7 +129,7 @@ pub use engine::{Exec, ReadyMark, Steps, TransposeSteps};
 pub use error::{Error, Result};
 pub use fields::Fields;
 pub use geometry::{Axis, Box3, Grid, PencilInfo};
-pub use handle::file_io::{allocate as allocate_file, FilePart};
+pub use handle::file_io::FilePart;
 pub use handle::grid::TransposeOp;
 pub use handle::redistribution::{Distribution, Redistribution};
 pub use handle::runner::Array;

@@ -133,10 +133,9 @@ impl Handle {
     /// For ``cudecomp.io``: ``info`` describes the array, ``gdims`` the field, which
     /// starts at byte ``offset`` of the existing file. The array must keep X fastest, then
     /// Y, then Z, and own whole X rows. Host arrays at once; device arrays after the work on
-    /// ``stream``, piece by piece through page-locked buffers. ``allocated``: the file's
-    /// blocks were allocated beforehand, so that the bytes may go through a mapping of the
-    /// file (``CUDECOMP_IO_WRITE``). ``OSError`` where the system refuses.
-    #[pyo3(signature = (path, offset, info, gdims, array, stream = None, allocated = false))]
+    /// ``stream``, piece by piece through page-locked buffers. ``OSError`` where the
+    /// system refuses.
+    #[pyo3(signature = (path, offset, info, gdims, array, stream = None))]
     #[allow(clippy::too_many_arguments)]
     fn _write_part(
         &self,
@@ -147,11 +146,10 @@ impl Handle {
         gdims: [i64; 3],
         array: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
-        allocated: bool,
     ) -> PyResult<()> {
         let h = self.live(py)?;
         let (part, buf, exec) = file_part(py, info, gdims, array, stream, false)?;
-        py.detach(|| h.write_part(&path, offset, &part, buf, exec, allocated))
+        py.detach(|| h.write_part(&path, offset, &part, buf, exec))
             .py(py)
     }
 

@@ -68,23 +68,6 @@ fn _single_copy_count() -> u64 {
     cudecomp_core::single_copy_count()
 }
 
-/// Allocate the blocks of bytes ``start .. start + length`` of the existing file ``path``.
-///
-/// For ``cudecomp.io``: a full disk fails here (``OSError``), before any data is
-/// written; ``False`` where the file system cannot allocate ahead. Never emulated by
-/// writing zeros.
-#[pyfunction]
-fn _allocate_file(
-    py: Python<'_>,
-    path: std::path::PathBuf,
-    start: u64,
-    length: u64,
-) -> PyResult<bool> {
-    use errors::IntoPy;
-    py.detach(|| cudecomp_core::allocate_file(&path, start, length))
-        .py(py)
-}
-
 /// Queues `text` as the library's advice (a testing aid: the next `create_grid` warns).
 #[pyfunction]
 fn _queue_notice(text: String) {
@@ -107,7 +90,6 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_compile_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(_single_copy_count, m)?)?;
     m.add_function(wrap_pyfunction!(_queue_notice, m)?)?;
-    m.add_function(wrap_pyfunction!(_allocate_file, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_local_fft, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_host_threads, m)?)?;
     #[cfg(not(cpu_only))]

@@ -144,19 +144,11 @@ def write(
     with collective(h, f"{what}: laying out the file"):
         if h.rank == 0:
             plan = _file.plan(path, step, overwrite)
-            offsets = _file.lay_out(h5py, plan, names, dtypes, t.gdims, stored)
-            cells = t.gdims[0] * t.gdims[1] * t.gdims[2]
-            try:
-                allocated = _file.allocate(plan, offsets, [cells * np.dtype(d).itemsize for d in dtypes])
-            except BaseException:
-                _file.discard(plan)
-                raise
-            laid_out = {"target": plan.target, "offsets": offsets, "allocated": allocated}
+            laid_out = {"target": plan.target, "offsets": _file.lay_out(h5py, plan, names, dtypes, t.gdims, stored)}
     laid_out = json.loads(h._share_from_rank0(json.dumps(laid_out).encode()))
-    target, offsets, allocated = laid_out["target"], laid_out["offsets"], laid_out["allocated"]
     try:
         with collective(h, f"{what}: writing the fields"):
-            _data.write_fields(h, t, layout, direct, target, offsets, allocated, [fields[n] for n in names], stream)
+            _data.write_fields(h, t, layout, direct, laid_out["target"], laid_out["offsets"], [fields[n] for n in names], stream)
         with collective(h, f"{what}: completing the file"):
             if plan is not None:
                 _file.complete(h5py, plan)

@@ -48,9 +48,9 @@ def owns_whole_rows(t: Target, boxes: list[tuple[Any, Any]]) -> bool:
     return in_order and all(0 in ln or (lo[0] == 0 and ln[0] == t.gdims[0]) for lo, ln in boxes)
 
 
-def write_part(h: Handle, path: str, offset: int, info: PencilInfo, g: tuple[int, int, int], a: Any, stream: Any, allocated: bool) -> None:
+def write_part(h: Handle, path: str, offset: int, info: PencilInfo, g: tuple[int, int, int], a: Any, stream: Any) -> None:
     """Write this rank's owned cells of ``a`` (local: the step that meets the file system)."""
-    h._write_part(path, offset, info, g, a, stream, allocated)
+    h._write_part(path, offset, info, g, a, stream)
 
 
 @contextlib.contextmanager
@@ -63,17 +63,15 @@ def _redistribution(h: Handle, layout: Any, s: BoxLayout, to_slab: bool) -> Iter
         r.destroy()
 
 
-def write_fields(
-    h: Handle, t: Target, layout: Any, direct: bool, path: str, offsets: list[int], allocated: bool, arrays: list[Any], stream: Any
-) -> None:
-    """Write every rank's owned cells of ``arrays`` to the file at ``offsets`` (collective; ``allocated``: its blocks are)."""
+def write_fields(h: Handle, t: Target, layout: Any, direct: bool, path: str, offsets: list[int], arrays: list[Any], stream: Any) -> None:
+    """Write every rank's owned cells of ``arrays`` to the file at ``offsets`` (collective)."""
     error: BaseException | None = None
 
     def local(off: int, part: PencilInfo, a: Any) -> None:
         nonlocal error
         if error is None:
             try:
-                write_part(h, path, off, part, t.gdims, a, stream, allocated)
+                write_part(h, path, off, part, t.gdims, a, stream)
             except Exception as e:  # raised after the collective steps
                 error = e
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import _cudecomp
 from .._errors import InvalidUsageError
 from . import _journal
 from ._args import DTYPES
@@ -148,15 +147,6 @@ def complete(h5py: Any, p: Plan) -> None:
             del f[final]
         f.move(p.group, final)
         f[final].attrs[COMPLETE] = True
-
-
-def allocate(p: Plan, offsets: list[int], nbytes: list[int]) -> bool:
-    """Rank 0: allocate the datasets' blocks before the ranks write (a full disk fails here); False where the file system cannot."""
-    if not offsets:
-        return False
-    start = min(offsets)
-    end = max(o + n for o, n in zip(offsets, nbytes, strict=True))
-    return bool(_cudecomp._allocate_file(p.target, start, end - start))
 
 
 def discard(p: Plan) -> None:

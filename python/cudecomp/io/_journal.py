@@ -25,8 +25,6 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _cudecomp
-
 PAGE = 4096
 _MAGIC = b"CDCJRNL1"
 _HEAD = struct.Struct("<8sQQ")  # magic, the file's new length, number of pages
@@ -170,11 +168,6 @@ def _apply(path: str, pages: dict[int, bytearray], length: int) -> None:
     """Write journaled pages into the file and give it its new length (idempotent)."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        size = os.fstat(fd).st_size
-        if length > size:
-            # Room for the new metadata and the datasets first: a full file system then
-            # fails here, before any byte of the file changed.
-            _cudecomp._allocate_file(path, size, length - size)
         for k in sorted(pages):
             start = k * PAGE
             if start < length:

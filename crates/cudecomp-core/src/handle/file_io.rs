@@ -7,11 +7,11 @@
 //! where halos or padding separate them, and from device memory through two page-locked
 //! buffers in turn, so that the copy of one piece overlaps the file I/O of the other and
 //! no host copy of the whole array is ever made. Reads use `pread`. Writes go through a
-//! [`Sink`]: `pwrite`, or, where the caller allocated the file's blocks beforehand, a
-//! shared mapping of the rank's range of the file that the bytes are copied into (many
-//! ranks writing one file through `pwrite` take turns on the file's lock in local file
-//! systems; page faults into a mapping do not). Which rank owns which cells, and the
-//! file's metadata, are the caller's.
+//! [`Sink`]: `pwrite`, or, where several ranks write one file from host memory, a shared
+//! mapping of the rank's range of the file, its blocks allocated first, that the bytes are
+//! copied into (ranks writing one file through `pwrite` take turns on the file's lock in
+//! local file systems; page faults into a mapping do not). Which rank owns which cells,
+//! and the file's metadata, are the caller's.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -134,17 +134,32 @@ struct Mapping {
 }
 
 impl Mapping {
-    /// The pages holding bytes `lo..hi` of `file`, or `None` where the file is shorter
-    /// (touching a mapping past its end raises a signal) or the system refuses.
-    fn of(file: &File, lo: u64, hi: u64) -> Option<Mapping> {
-        let size = file.metadata().ok()?.len();
+    /// The pages holding bytes `lo..hi` of `file`, their blocks allocated first; `Ok(None)`
+    /// where the file is shorter (touching a mapping past its end raises a signal), the
+    /// file system cannot allocate ahead, or the system refuses the mapping; an error
+    /// where the allocation fails (a full disk).
+    fn of(file: &File, path: &Path, lo: u64, hi: u64) -> Result<Option<Mapping>> {
+        let size = file
+            .metadata()
+            .map_err(|e| io_error("stat", path, e))?
+            .len();
         // SAFETY: sysconf has no preconditions.
-        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0);
         if hi <= lo || size < hi || page == 0 {
-            return None;
+            return Ok(None);
         }
         let start = lo / page * page;
-        let len = usize::try_from(hi - start).ok()?;
+        let Ok(len) = usize::try_from(hi - start) else {
+            return Ok(None);
+        };
+        if !allocate(file, path, start, hi - start)? {
+            return Ok(None);
+        }
+        Ok(Mapping::map(file, start, len))
+    }
+
+    /// A fresh shared mapping of `len` bytes of `file` from byte `start` (page-aligned).
+    fn map(file: &File, start: u64, len: usize) -> Option<Mapping> {
         // SAFETY: a fresh mapping of a file open for reading and writing; the kernel picks
         // the address, and the range lies inside the file (checked above).
         let base = unsafe {
@@ -188,24 +203,29 @@ enum Sink<'a> {
 }
 
 impl Sink<'_> {
-    /// The sink of `method` for the pieces of `part` at byte `offset` of `file`:
-    /// mapped where asked for (`mapped`) and possible, positioned otherwise.
+    /// The sink for the pieces of `part` at byte `offset` of `file`: mapped where asked
+    /// for (`mapped`) and possible, positioned otherwise.
     fn of<'a>(
         file: &'a File,
         path: &'a Path,
         offset: u64,
         pieces: &[(Run, usize, usize)],
         mapped: bool,
-    ) -> Sink<'a> {
+    ) -> Result<Sink<'a>> {
         let ends = pieces.iter().map(|&(r, first, rows)| {
             let (at, _, len) = place(offset, &r, first, rows);
             (at, at + len as u64)
         });
         let (lo, hi) = ends.fold((u64::MAX, 0), |(lo, hi), (a, b)| (lo.min(a), hi.max(b)));
-        match mapped.then(|| Mapping::of(file, lo, hi)).flatten() {
+        let mapping = if mapped {
+            Mapping::of(file, path, lo, hi)?
+        } else {
+            None
+        };
+        Ok(match mapping {
             Some(m) => Sink::Mapped(m),
             None => Sink::Positioned { file, path },
-        }
+        })
     }
 
     /// Puts `bytes` at byte `at` of the file.
@@ -239,21 +259,14 @@ impl Sink<'_> {
     }
 }
 
-/// Allocates the blocks of bytes `start..start + len` of the existing file `path` (growing
-/// it where it is shorter), so that a full disk fails here, before any data is written,
-/// and the bytes may then go in through a mapping ([`Handle::write_part`]). `Ok(false)`
-/// where the file system cannot allocate ahead (it then allocates as the bytes come);
-/// never emulated by writing zeros, which would cost a pass over the file.
-pub fn allocate(path: &Path, start: u64, len: u64) -> Result<bool> {
-    if len == 0 {
-        return Ok(true);
-    }
-    let file = open(path, true)?;
+/// Allocates the blocks of bytes `start..start + len` of the open file `file` (`path`), so
+/// that a full disk fails here, before any byte is written, and the bytes may then go in
+/// through a mapping (which could report a full disk only by a signal). `Ok(false)` where
+/// the file system cannot allocate ahead; never emulated by writing zeros, which would
+/// cost a pass over the range.
+fn allocate(file: &File, path: &Path, start: u64, len: u64) -> Result<bool> {
     let (Ok(at), Ok(n)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
-        invalid!(
-            "allocate {}: bytes {start}..+{len} beyond a 64-bit file offset",
-            path.display()
-        );
+        return Ok(false);
     };
     // SAFETY: fallocate on an open descriptor with checked offsets; no memory is passed.
     if unsafe { libc::fallocate(file.as_raw_fd(), 0, at, n) } == 0 {
@@ -278,10 +291,10 @@ fn place(offset: u64, r: &Run, first: usize, rows: usize) -> (u64, usize, usize)
 impl Handle {
     /// Writes this rank's cells of `part` from `data` (its array) into the existing file
     /// `path`, whose field starts at byte `offset` (host memory: at once; device memory:
-    /// after the work already on the stream). `allocated`: the caller allocated the
-    /// file's blocks for the field beforehand (`fallocate`), so that the bytes may go
-    /// through a mapping (`CUDECOMP_IO_WRITE`). Returns when the bytes are in the
-    /// operating system's hands.
+    /// after the work already on the stream). Where the handle's ranks write the file
+    /// together from host memory (`CUDECOMP_IO_WRITE=auto`), the bytes go through a
+    /// mapping of the rank's range of the file, its blocks allocated first. Returns when
+    /// the bytes are in the operating system's hands.
     pub fn write_part(
         &self,
         path: &Path,
@@ -289,14 +302,16 @@ impl Handle {
         part: &FilePart,
         data: Buf,
         exec: Exec,
-        allocated: bool,
     ) -> Result<()> {
         self.check_alive()?;
         check_array(part, data)?;
         let file = open(path, true)?;
         let pieces = part.pieces();
-        let mapped = allocated && self.settings().io_write == IoWrite::Auto;
-        let sink = Sink::of(&file, path, offset, &pieces, mapped);
+        // One writer has no lock to wait for; device memory arrives piece by piece
+        // through page-locked buffers, where positioned writes measured faster.
+        let mapped =
+            self.settings().io_write == IoWrite::Auto && self.nranks() > 1 && exec == Exec::Host;
+        let sink = Sink::of(&file, path, offset, &pieces, mapped)?;
         match exec {
             Exec::Host => {
                 let mut staging = Vec::new();
