@@ -243,6 +243,8 @@ def test_overwrite_replaces_the_file_or_keeps_the_old_one(handle: cudecomp.Handl
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), old)
         cio.write(path, {"u": device(-old)}, g.pencil(0), overwrite=True)
         assert np.array_equal(to_host(cio.read(path, "u", g.pencil(0))), -old)
+        for removal in list(cio._file._removing.values()):  # the old file goes in the background
+            removal.join()
         COMM.Barrier()
         assert sorted(n for n in os.listdir(os.path.dirname(path)) if "replaced.h5" in n) == ["replaced.h5"]
 

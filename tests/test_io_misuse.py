@@ -221,6 +221,10 @@ def test_long_file_names(handle: cudecomp.Handle, tmp_path: Any) -> None:
     cio.write(path, {"u": filled(slab_box())}, slab_box(), handle=handle, gdims=GDIMS)
     cio.write(path, {"u": 2 * filled(slab_box())}, slab_box(), handle=handle, gdims=GDIMS, overwrite=True)
     assert_readable(handle, path, scale=2)
+    for removal in list(cio._file._removing.values()):
+        removal.join()
+    COMM.Barrier()
+    assert not leftovers(path)
     other = shared_path(tmp_path, "s" * 252 + ".h5")
     series(handle, other, range(1, 3))
     assert_series(handle, other, [1, 2])

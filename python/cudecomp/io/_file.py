@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -156,6 +157,10 @@ def discard(p: Plan) -> None:
             os.remove(p.target)
 
 
+_removing: dict[str, threading.Thread] = {}
+"""Files replaced by a write, being removed in the background (by their aside name)."""
+
+
 def _put_in_place(target: str, path: str) -> None:
     """Rename the complete ``target`` to ``path``, replacing a file there.
 
@@ -163,19 +168,33 @@ def _put_in_place(target: str, path: str) -> None:
     existing file makes some file systems (ext4's ``auto_da_alloc``) write the new file's
     bytes to the disk before the rename returns, which would make a replaced checkpoint
     cost a flush that a new one does not. ``path`` holds the old file or the new one at
-    every moment but the one between the two renames.
+    every moment but the one between the two renames. The old file is removed by a
+    thread of its own: freeing a large file's blocks takes as long as a good part of the
+    write, and nothing waits for it (a later replacement of the same file first waits for
+    the removal before it, and the interpreter for the last one at exit; a process killed
+    meanwhile leaves the aside file, which the next replacement takes the place of).
     """
     if not os.path.lexists(path):
         os.replace(target, path)
         return
     aside = _journal.sibling(path, "replaced")
+    earlier = _removing.pop(aside, None)
+    if earlier is not None:
+        earlier.join()
     os.replace(path, aside)
     try:
         os.replace(target, path)
     except OSError:
         os.replace(aside, path)  # the old file back under its name
         raise
-    os.remove(aside)
+
+    def remove() -> None:
+        with contextlib.suppress(OSError):
+            os.remove(aside)
+
+    t = threading.Thread(target=remove, name="cudecomp.io: removing a replaced file")
+    t.start()
+    _removing[aside] = t
 
 
 @dataclass(frozen=True)
