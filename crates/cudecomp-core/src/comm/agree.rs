@@ -34,10 +34,15 @@ fn digest(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The call as [`Fields::encode`] writes fields: its name as a first, unnamed field.
 fn encode(call: &Call<'_>) -> Vec<u8> {
-    let mut named = Fields::new();
-    named.push("", call.what.to_owned());
-    named.extended(call.fields.clone()).encode()
+    let mut out = Vec::with_capacity(16 + call.what.len());
+    for s in ["", call.what] {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    out.extend(call.fields.encode());
+    out
 }
 
 fn decode(bytes: &[u8]) -> Option<(String, Fields)> {
