@@ -297,7 +297,7 @@ impl Handle {
     }
 
     /// Collective over the handle's ranks: the outcome of one collective call, the same
-    /// on every rank (see [`crate::comm::settle`]). `what` names the call, `fields` are
+    /// on every rank. `what` names the call, `fields` are
     /// its arguments that every rank must pass alike, and `local` is this rank's result
     /// so far (its own argument check, its share of the work). A rank that failed gets its
     /// error back; every other rank gets `InvalidUsage` naming it, its call and its error,
