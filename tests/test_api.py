@@ -712,6 +712,7 @@ def test_host_threads_beyond_a_few_per_core_are_refused(monkeypatch: pytest.Monk
             h.create_grid(cfg)
 
 
+@requires_data_path()
 def test_an_autotune_filter_that_leaves_nothing_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = cudecomp.GridDescConfig()
     cfg.gdims, cfg.pdims = (8, 8, 8), (1, MPI.COMM_WORLD.size)
