@@ -283,6 +283,86 @@ pub fn _local_fft(
     .py(py)
 }
 
+/// Cosine or sine transform of a real NumPy array in place along ``axis``, on the core's transforms.
+///
+/// ``kind`` is ``"dct1"`` ... ``"dct4"`` or ``"dst1"`` ... ``"dst4"``; ``inverse`` runs
+/// ``scipy.fft.idct`` (``idst``) instead of ``dct`` (``dst``); ``norm`` is
+/// ``scipy.fft``'s (``"backward"``, ``"ortho"``, ``"forward"``); ``threads`` above 1 runs
+/// on that many threads. A writable C-contiguous float32 or float64 array (a complex
+/// array's values as real ones with a last axis of 2 transform its real and imaginary
+/// parts); the GIL is released while it runs.
+#[pyfunction]
+#[pyo3(signature = (kind, array, axis, inverse = false, norm = "backward", threads = 1))]
+pub fn _local_r2r(
+    py: Python<'_>,
+    kind: &str,
+    array: &Bound<'_, PyAny>,
+    axis: i64,
+    inverse: bool,
+    norm: &str,
+    threads: usize,
+) -> PyResult<()> {
+    let Some(kind) = fft::R2r::from_name(kind) else {
+        let names: Vec<&str> = fft::R2r::ALL.iter().map(|k| k.name()).collect();
+        return Err(invalid(
+            py,
+            format!("kind {kind:?}: expected one of {names:?}"),
+        ));
+    };
+    let norm = match norm {
+        "backward" => fft::Norm::Backward,
+        "ortho" => fft::Norm::Ortho,
+        "forward" => fft::Norm::Forward,
+        _ => {
+            return Err(invalid(
+                py,
+                format!("norm {norm:?}: expected 'backward', 'ortho' or 'forward'"),
+            ))
+        }
+    };
+    let a = host_array(py, array, "array")?;
+    if a.readonly {
+        return Err(invalid(
+            py,
+            "array: expected a writable array, got a read-only one".into(),
+        ));
+    }
+    let double = match a.dtype {
+        Some(DataType::Double) => true,
+        Some(DataType::Float) => false,
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "array: expected float32 or float64 values, got {:?}",
+                a.typestr
+            )))
+        }
+    };
+    let shape = shape_of(&a);
+    let nd = shape.len() as i64;
+    let ax = if axis < 0 { axis + nd } else { axis };
+    if ax < 0 || ax >= nd {
+        return Err(invalid(
+            py,
+            format!("axis {axis}: out of range for an array of {nd} axes"),
+        ));
+    }
+    let (ptr, len) = (a.ptr, a.nbytes() / a.itemsize.max(1));
+    py.detach(move || {
+        // SAFETY: the array is writable, C-contiguous, aligned (checked) and of `len`
+        // elements; the caller keeps it alive and untouched for the call.
+        unsafe {
+            if double {
+                let d = std::slice::from_raw_parts_mut(ptr as *mut f64, len);
+                fft::r2r(d, &shape, ax as usize, kind, inverse, norm, threads.max(1))
+            } else {
+                let d = std::slice::from_raw_parts_mut(ptr as *mut f32, len);
+                fft::r2r(d, &shape, ax as usize, kind, inverse, norm, threads.max(1))
+            }
+        }
+    })
+    .py(py)
+}
+
 /// Threads this rank uses for host work (collective the first time on a handle; the
 /// handle's grids have computed it already): ``CUDECOMP_HOST_THREADS``, or the cores it
 /// may run on shared among the ranks of its node.

@@ -91,6 +91,7 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_single_copy_count, m)?)?;
     m.add_function(wrap_pyfunction!(_queue_notice, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_local_fft, m)?)?;
+    m.add_function(wrap_pyfunction!(fft::_local_r2r, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_host_threads, m)?)?;
     #[cfg(not(cpu_only))]
     m.add_class::<variant::DeviceBuffer>()?;

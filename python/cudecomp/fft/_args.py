@@ -13,15 +13,21 @@ from .._config import GridDescConfig, _check_elements
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError
 
-Kind = Literal["c2c", "r2c"]
-"""Transform kind: ``"c2c"`` (complex to complex) or ``"r2c"`` (real to complex; backward is complex to real)."""
+Kind = Literal["c2c", "r2c", "r2r"]
+"""Transform kind: ``"c2c"`` (complex data), ``"r2c"`` (real data, X an FFT axis halved to ``X // 2 + 1``), or
+``"r2r"`` (real data, X a cosine or sine axis; spectral data complex where some axis is an FFT, real otherwise)."""
+
+Transform = Literal["fft", "dct1", "dct2", "dct3", "dct4", "dst1", "dst2", "dst3", "dst4"]
+"""The transform along one axis: ``"fft"`` (periodic) or a real-to-real type of ``scipy.fft``."""
+
+TRANSFORMS: tuple[str, ...] = ("fft", "dct1", "dct2", "dct3", "dct4", "dst1", "dst2", "dst3", "dst4")
 
 Norm = Literal["backward", "ortho", "forward"]
 """Normalisation as in ``numpy.fft``: which direction is scaled by ``1/N`` (``"ortho"``: both by ``1/sqrt(N)``)."""
 
 
 _NORMS = ("backward", "ortho", "forward")
-_KINDS = ("c2c", "r2c")
+_KINDS = ("c2c", "r2c", "r2r")
 _REAL: dict[np.dtype[Any], np.dtype[Any]] = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 _COMPLEX: dict[np.dtype[Any], np.dtype[Any]] = {v: k for k, v in _REAL.items()}
 
@@ -75,7 +81,7 @@ def _backend_list(backend: Any) -> list[TransposeCommBackend | None]:
     return backends
 
 
-def _dtypes(kind: str, dtype: Any) -> tuple[np.dtype, np.dtype]:
+def _dtypes(kind: str, dtype: Any, transforms: tuple[str, ...]) -> tuple[np.dtype, np.dtype]:
     """(real-space dtype, spectral dtype) of a plan."""
     d = np.dtype(np.complex128 if kind == "c2c" else np.float64) if dtype is None else numpy_dtype(dtype)
     if kind == "c2c":
@@ -83,8 +89,47 @@ def _dtypes(kind: str, dtype: Any) -> tuple[np.dtype, np.dtype]:
             raise TypeError(f"dtype {d}: a c2c plan takes complex64 or complex128")
         return d, d
     if d not in _COMPLEX:
-        raise TypeError(f"dtype {d}: an r2c plan takes float32 or float64 (its real-space type)")
-    return d, _COMPLEX[d]
+        raise TypeError(f"dtype {d}: an {kind} plan takes float32 or float64 (its real-space type)")
+    return d, (_COMPLEX[d] if "fft" in transforms else d)
+
+
+def _transforms(transforms: Any) -> tuple[str, str, str]:
+    """Return the per-axis transforms (X, Y, Z): ``None`` is three FFTs."""
+    if transforms is None:
+        return ("fft", "fft", "fft")
+    names = ", ".join(repr(t) for t in TRANSFORMS)
+    if isinstance(transforms, str | bytes):
+        raise TypeError(f"transforms: expected a sequence of 3 names (X, Y, Z) of {names}, got {transforms!r}")
+    try:
+        ts = list(transforms)
+    except TypeError:
+        raise TypeError(f"transforms: expected a sequence of 3 names (X, Y, Z) of {names}, got {transforms!r}") from None
+    if len(ts) != 3:
+        raise InvalidUsageError(f"transforms {transforms!r}: expected 3 names, one per axis (X, Y, Z)")
+    for g, t in enumerate(ts):
+        if not isinstance(t, str):
+            raise TypeError(f"transforms[{g}]: expected one of {names}, got {t!r}")
+        if t not in TRANSFORMS:
+            raise InvalidUsageError(f"transforms[{g}] {t!r}: expected one of {names}")
+    return (str(ts[0]), str(ts[1]), str(ts[2]))
+
+
+def _kind(kind: Any, transforms: tuple[str, str, str]) -> str:
+    """Return the plan's kind: the given one, checked against the per-axis transforms, or the one they imply."""
+    r2r = any(t != "fft" for t in transforms)
+    if kind is None:
+        return "r2c" if r2r and transforms[0] == "fft" else "r2r" if r2r else "c2c"
+    if not isinstance(kind, str):
+        raise TypeError(f"kind: expected 'c2c', 'r2c', 'r2r' or None, got {kind!r}")
+    if kind not in _KINDS:
+        raise InvalidUsageError(f"kind {kind!r}: expected 'c2c', 'r2c', 'r2r' or None")
+    if kind == "c2c" and r2r:
+        raise InvalidUsageError(f"kind 'c2c' with transforms {transforms}: cosine and sine transforms take real data (kind 'r2c' or 'r2r')")
+    if kind == "r2c" and transforms[0] != "fft":
+        raise InvalidUsageError(f"kind 'r2c' with transforms {transforms}: r2c halves X, which needs an FFT along X (kind 'r2r')")
+    if kind == "r2r" and transforms[0] == "fft":
+        raise InvalidUsageError(f"kind 'r2r' with transforms {transforms}: real data with an FFT along X is 'r2c'")
+    return str(kind)
 
 
 @dataclass(frozen=True)
@@ -94,6 +139,7 @@ class _PlanArgs:
     gdims: tuple[int, int, int]
     pdims: tuple[int, int] | None
     kind: Kind
+    transforms: tuple[str, str, str]
     norm: Norm
     transposed_out: bool
     in_dtype: np.dtype
@@ -121,6 +167,7 @@ class _PlanArgs:
         search = self.pdims is None or self.pdims == (0, 0) or len(self.backends) > 1
         return [
             ("kind", self.kind),
+            ("transforms", str(self.transforms)),
             ("norm", self.norm),
             ("transposed_out", str(self.transposed_out)),
             ("gdims", str(self.gdims)),
@@ -145,16 +192,19 @@ def _parse(
     autotune_reps: Any,
     workers: Any,
     comm: Any,
+    transforms: Any = None,
 ) -> _PlanArgs:
     """Check a plan's arguments on this rank (``TypeError``, ``InvalidUsageError``) and return them parsed."""
     g = _ints("gdims", gdims, 3)
     if min(g) < 1:
         raise InvalidUsageError(f"gdims {g}: expected three positive extents (X, Y, Z)")
     p = None if pdims is None else _ints("pdims", pdims, 2)
-    if not isinstance(kind, str):
-        raise TypeError(f"kind: expected 'c2c' or 'r2c', got {kind!r}")
-    if kind not in _KINDS:
-        raise InvalidUsageError(f"kind {kind!r}: expected 'c2c' or 'r2c'")
+    ts = _transforms(transforms)
+    kind = _kind(kind, ts)
+    for ax, t in enumerate(ts):
+        least = 2 if t == "dct1" else 1
+        if g[ax] < least:
+            raise InvalidUsageError(f"transforms[{ax}] {t!r}: needs at least {least} points along its axis, gdims[{ax}] is {g[ax]}")
     if not isinstance(norm, str):
         raise TypeError(f"norm: expected 'backward', 'ortho' or 'forward', got {norm!r}")
     if norm not in _NORMS:
@@ -162,7 +212,7 @@ def _parse(
     # As the configurations' boolean fields: a string such as "False" is not taken as true.
     if not isinstance(transposed_out, bool | np.bool_):
         raise TypeError(f"transposed_out: expected a bool, got {transposed_out!r}")
-    in_dtype, out_dtype = _dtypes(kind, dtype)
+    in_dtype, out_dtype = _dtypes(kind, dtype, ts)
     backends = _backend_list(backend)
     if config is not None and not isinstance(config, GridDescConfig):
         raise TypeError(f"config: expected a cudecomp.GridDescConfig, got {type(config).__name__}")
@@ -180,4 +230,4 @@ def _parse(
     # str(): a numpy.str_ kind or norm is kept as the plain string it equals.
     k: Any = str(kind)
     n: Any = str(norm)
-    return _PlanArgs((g[0], g[1], g[2]), pd, k, n, bool(transposed_out), in_dtype, out_dtype, backends, config, reps, w, comm)
+    return _PlanArgs((g[0], g[1], g[2]), pd, k, ts, n, bool(transposed_out), in_dtype, out_dtype, backends, config, reps, w, comm)

@@ -25,6 +25,8 @@ class _Local:
 
     name = ""
     gpu = False
+    #: Whether ``r2r`` (the cosine and sine transforms) is there.
+    cosine_sine = False
 
     def __init__(self, norm: str) -> None:
         self.norm = norm
@@ -38,9 +40,22 @@ class _Local:
     def c2r(self, a: Any, axes: tuple[int, ...], s: tuple[int, ...], out: Any = None, overwrite: bool = False) -> Any:
         raise NotImplementedError
 
+    def r2r(self, a: Any, axis: int, kind: str, inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        """Cosine or sine transform ``kind`` (``"dct2"`` ...) along ``axis``, normalised (``scipy.fft``'s ``dct``/``idct``).
+
+        Real or complex ``a`` (a complex array's real and imaginary parts are transformed).
+        """
+        raise NotImplementedError
+
     def scale(self, inverse: bool, n: int) -> float:
-        """Factor to apply once after all stages (1 when the stages normalise themselves)."""
+        """Factor to apply once after all FFT stages (1 when the stages normalise themselves)."""
         return 1.0
+
+
+def _scipy_r2r(m: Any, a: Any, axis: int, kind: str, inverse: bool, norm: str, **kw: Any) -> Any:
+    """``dct``/``dst``/``idct``/``idst`` of ``scipy.fft`` (or ``cupyx.scipy.fft``) for ``kind``."""
+    f = getattr(m, ("i" if inverse else "") + kind[:3])
+    return f(a, type=int(kind[3]), axis=axis, norm=norm, **kw)
 
 
 def _into(r: Any, out: Any) -> Any:
@@ -102,6 +117,7 @@ class _RustLocal(_Local):
     """
 
     name = "rustfft"
+    cosine_sine = True
 
     def __init__(self, norm: str, threads: int | None) -> None:
         super().__init__(norm)
@@ -139,6 +155,16 @@ class _RustLocal(_Local):
         _cudecomp._local_fft("c2r", a, out, list(axes), True, scale, self._t(), overwrite and a.flags.writeable)
         return out
 
+    def r2r(self, a: Any, axis: int, kind: str, inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        if out is not None and out is not a:
+            np.copyto(out, a)
+            a = out
+        elif not (overwrite and a.flags.writeable and a.flags.c_contiguous):
+            a = np.array(a, order="C")
+        view = a if a.dtype.kind == "f" else a.view(_REAL[a.dtype]).reshape(*a.shape, 2)
+        _cudecomp._local_r2r(kind, view, axis, inverse, self.norm, self._t())
+        return a
+
 
 class _ScipyLocal(_Local):
     """``scipy.fft`` with worker threads; each stage applies the norm itself.
@@ -148,6 +174,7 @@ class _ScipyLocal(_Local):
     """
 
     name = "scipy"
+    cosine_sine = True
 
     def __init__(self, norm: str, workers: int | None) -> None:
         super().__init__(norm)
@@ -180,6 +207,10 @@ class _ScipyLocal(_Local):
         r = self.m.irfft(a, n=s[0], axis=axes[0], **kw) if len(axes) == 1 else self.m.irfftn(a, s=s, axes=axes, **kw)
         return _into(r, out)
 
+    def r2r(self, a: Any, axis: int, kind: str, inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        r = _scipy_r2r(self.m, a, axis, kind, inverse, self.norm, overwrite_x=overwrite, workers=self.workers)
+        return _into(r, out)
+
 
 class _CupyLocal(_Local):
     """cuFFT through CuPy, on CuPy's current stream.
@@ -194,6 +225,7 @@ class _CupyLocal(_Local):
     """
 
     name = "cupy"
+    cosine_sine = True
     gpu = True
 
     def __init__(self, norm: str) -> None:
@@ -258,6 +290,10 @@ class _CupyLocal(_Local):
         else:
             r = self.m.irfftn(a, s=s, axes=axes, norm="forward", overwrite_x=overwrite)
         return _into(r, out)
+
+    def r2r(self, a: Any, axis: int, kind: str, inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        # The norm inside the transform: only the FFT stages leave theirs to the plan.
+        return _into(_scipy_r2r(self.m, a, axis, kind, inverse, self.norm, overwrite_x=overwrite), out)
 
     def scale(self, inverse: bool, n: int) -> float:
         if self.norm == "ortho":

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -22,10 +23,52 @@ from ._args import _REAL, Kind, Norm, _lengths, _parse
 from ._gpu import FftSettings, _SlabStream, _stream_ptr
 from ._local import _into, _make_local, _RustLocal
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
+from ._stages import Stage, forward_stages
 
 # What the ranks' agreements on a plan's transforms and destroy() are called in their
 # messages (checking mode).
 _CALLS = "cudecomp.fft.FFT calls"
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step of a transform as the plan runs it: the stage, whether it makes a new array (of ``dtype``) and delivers ``out``."""
+
+    stage: Stage
+    makes: bool
+    dtype: np.dtype
+    #: The local stage where a real plan's data turns complex (forward) or real (backward).
+    turns: bool
+    delivers: bool = False
+
+
+#: Offset of coefficient m's wavenumber, pi (m + shift) / L, per cosine or sine type.
+_SHIFT = {"dct1": 0.0, "dct2": 0.0, "dct3": 0.5, "dct4": 0.5, "dst1": 1.0, "dst2": 1.0, "dst3": 0.5, "dst4": 0.5}
+
+
+def _spacing(transform: str, n: int, length: float) -> float:
+    """Grid spacing of ``n`` points over a box of ``length`` on the grid of ``transform`` (vertex or cell-centred)."""
+    if transform == "dct1":
+        return length / max(n - 1, 1)
+    if transform == "dst1":
+        return length / (n + 1)
+    return length / n
+
+
+def _as(xp: Any, y: Any, dtype: np.dtype, out: Any) -> Any:
+    """``y`` as ``dtype`` (real data made complex), in ``out`` where given."""
+    if out is not None:
+        out[...] = y
+        return out
+    return xp.asarray(y, dtype=dtype)
+
+
+def _real_part(xp: Any, y: Any, out: Any) -> Any:
+    """Return the real part of ``y``, contiguous, in ``out`` where given."""
+    if out is not None:
+        out[...] = y.real
+        return out
+    return xp.ascontiguousarray(y.real)
 
 
 class FFT:
@@ -42,8 +85,18 @@ class FFT:
             fastest (see ``autotune_times``). The grid decides the schedule: ``local``
             (one rank), ``slab-xy`` (``P_rows == 1``), ``slab-yz`` (``P_cols == 1``) or
             ``pencil``.
-        kind: ``"c2c"`` or ``"r2c"`` (``forward`` real to complex, ``backward`` complex
-            to real).
+        kind: ``"c2c"``, ``"r2c"`` (``forward`` real to complex along X first, halving
+            it, ``backward`` complex to real) or ``"r2r"`` (real data whose X is a cosine
+            or sine axis); ``None`` (the default): ``"c2c"`` unless ``transforms`` has a
+            cosine or sine axis, then ``"r2c"`` where X is an FFT axis and ``"r2r"``
+            otherwise.
+        transforms: The transform along each global axis (X, Y, Z): ``"fft"``
+            (periodic), or ``scipy.fft``'s real-to-real types ``"dct1"`` ... ``"dct4"``,
+            ``"dst1"`` ... ``"dst4"`` (the backward transform runs their inverses,
+            ``idct``/``idst``, with the plan's ``norm``); ``None``: three FFTs. Cosine
+            and sine axes take real data; spectral data is complex where some axis is an
+            FFT (the first FFT axis makes it complex: halved along X for ``r2c``, cast
+            otherwise) and real where none is.
         dtype: Real-space element type: ``complex64`` or ``complex128`` for ``c2c``
             (default ``complex128``), ``float32`` or ``float64`` for ``r2c`` (default
             ``float64``); a NumPy dtype, its name, or a ``cudecomp.DataType`` member.
@@ -113,7 +166,7 @@ class FFT:
         gdims: Sequence[int],
         pdims: Sequence[int] | None = None,
         *,
-        kind: Kind = "c2c",
+        kind: Kind | None = None,
         dtype: Any = None,
         norm: Norm = "backward",
         transposed_out: bool = False,
@@ -123,6 +176,7 @@ class FFT:
         workers: int | None = None,
         autotune_reps: int = 3,
         comm: Any = None,
+        transforms: Sequence[str] | None = None,
     ) -> None:
         self._grids: list[GridDesc] = []
         # One call of the plan at a time (per process): its calls share the scratch arrays
@@ -134,8 +188,10 @@ class FFT:
         # Every argument is checked, then the ranks agree on them: a rank whose arguments
         # fail, or differ, would otherwise leave the others waiting in the first exchange.
         with collective(handle, "cudecomp.fft.FFT") as call:
-            a = _parse(gdims, pdims, kind, dtype, norm, transposed_out, backend, config, autotune_reps, workers, comm)
+            a = _parse(gdims, pdims, kind, dtype, norm, transposed_out, backend, config, autotune_reps, workers, comm, transforms)
             local = _make_local(fft_library, a.norm, a.workers)
+            if any(t != "fft" for t in a.transforms) and not local.cosine_sine:
+                raise NotSupportedError(f"fft_library {local.name!r} has no cosine or sine transforms: use 'rustfft' or 'scipy'")
             call.fields += a.agreement_key()
         if CPU_ONLY:
             # Collective the first time on a handle, so every rank asks, whatever its library.
@@ -144,6 +200,7 @@ class FFT:
                 local.threads = threads
         g, p, kind = a.gdims, a.pdims, a.kind
         self._kind: Kind = kind
+        self._transforms: tuple[str, str, str] = a.transforms
         self._norm: Norm = a.norm
         self._transposed = a.transposed_out
         self._gdims = g
@@ -153,7 +210,7 @@ class FFT:
         self._local = local
         self._base = a.config.copy() if a.config is not None else GridDescConfig()
         self._streams: dict[int, Any] = {}
-        self._scratch: dict[str, Any] = {}
+        self._scratch: dict[tuple[int, str], Any] = {}
         self._one_gpu_each: bool | None = None
         self._comm = a.comm
         self.autotune_times: dict[tuple[tuple[int, int], str], float] = {}
@@ -209,7 +266,8 @@ class FFT:
     def _build(self, pdims: tuple[int, int], backend: TransposeCommBackend | None) -> None:
         self._release()
         self._schedule: Schedule = schedule_of(pdims)
-        cfg, streams = self._config(self._gdims, pdims, backend)
+        # Streamed slabs run FFTs alone (their stages are their own).
+        cfg, streams = self._config(self._gdims, pdims, backend, False if self._real_to_real_axes else None)
         grid = self._handle.create_grid(cfg)
         self._grids = [grid]
         if self._kind == "r2c":
@@ -226,6 +284,7 @@ class FFT:
         self._in_info = grid.get_pencil_info(0)
         self._out_axis = 2 if self._transposed else 0
         self._out_info = self.spectral_grid.get_pencil_info(self._out_axis)
+        self._steps = {inverse: self._plan_steps(inverse) for inverse in (False, True)}
 
     def _autotune(self, trials: list[tuple[tuple[int, int], TransposeCommBackend | None]], reps: int) -> None:
         comm_max = self._allreduce_max
@@ -299,8 +358,13 @@ class FFT:
 
     @property
     def kind(self) -> Kind:
-        """``"c2c"`` or ``"r2c"``."""
+        """``"c2c"``, ``"r2c"`` or ``"r2r"``."""
         return self._kind
+
+    @property
+    def transforms(self) -> tuple[str, str, str]:
+        """The transform along each global axis (X, Y, Z): ``"fft"``, ``"dct1"`` ... ``"dst4"``."""
+        return self._transforms
 
     @property
     def norm(self) -> Norm:
@@ -372,9 +436,14 @@ class FFT:
         return self._out_axis
 
     @property
+    def _real_to_real_axes(self) -> bool:
+        """Whether some axis is a cosine or sine transform."""
+        return any(t != "fft" for t in self._transforms)
+
+    @property
     def _real_dtype(self) -> np.dtype:
         """The real type of the plan's precision (wavenumbers, coordinates)."""
-        return self._in_dtype if self._kind == "r2c" else _REAL[self._in_dtype]
+        return self._in_dtype if self._kind != "c2c" else _REAL[self._in_dtype]
 
     def _alive(self) -> None:
         if not self._grids:
@@ -424,42 +493,86 @@ class FFT:
         """Integer mode numbers ``(mx, my, mz)`` of this rank's spectral pencil (``output_info``).
 
         Each is an ``int64`` array (NumPy or CuPy) of three axes with one of extent more
-        than 1, so that they broadcast against a spectral array. Along a full axis of
+        than 1, so that they broadcast against a spectral array. Along a full FFT axis of
         ``N`` points the modes are ``numpy.fft.fftfreq(N, 1 / N)``: ``0, 1, ..., -1``,
         with ``-N // 2`` at the Nyquist index of an even ``N``. Along the halved X axis
-        of ``r2c`` they are ``0 .. X // 2`` (``numpy.fft.rfftfreq(X, 1 / X)``).
+        of ``r2c`` they are ``0 .. X // 2`` (``numpy.fft.rfftfreq(X, 1 / X)``). Along a
+        cosine or sine axis they are the indices ``0 .. N - 1`` of its coefficients.
         """
         full = []
         for g in range(3):
-            n = self._gdims[g]
-            f = np.fft.rfftfreq(n, 1.0 / n) if (g == 0 and self._kind == "r2c") else np.fft.fftfreq(n, 1.0 / n)
+            n, t = self._gdims[g], self._transforms[g]
+            f: np.ndarray
+            if t != "fft":
+                f = np.arange(n, dtype=np.float64)
+            elif g == 0 and self._kind == "r2c":
+                f = np.fft.rfftfreq(n, 1.0 / n)
+            else:
+                f = np.fft.fftfreq(n, 1.0 / n)
             full.append(np.rint(f).astype(np.int64))
         return self._broadcast(self.output_info, full, np.int64)
 
     def wavenumbers(self, lengths: float | Sequence[float] = 2 * math.pi) -> tuple[Any, Any, Any]:
-        """Angular wavenumbers ``(kx, ky, kz)`` of this rank's spectral pencil: ``2 pi m / L``.
+        """Angular wavenumbers ``(kx, ky, kz)`` of this rank's spectral pencil.
 
         Args:
             lengths: Box length ``L`` per global axis (X, Y, Z), or one for all three;
-                the default ``2 pi`` gives ``k = m``, the mode numbers as floats.
+                the default ``2 pi`` gives ``k = m`` along FFT axes.
 
         Returns:
             Three real arrays (the plan's precision, NumPy or CuPy) broadcastable
-            against a spectral array, as ``modes()`` but scaled; along an axis they
-            equal ``2 * pi * numpy.fft.fftfreq(N, L / N)`` (``rfftfreq`` along the
-            halved X axis of ``r2c``) at this rank's indices.
+            against a spectral array. Along an FFT axis ``2 pi m / L``, ``m`` as
+            ``modes()``: ``2 * pi * numpy.fft.fftfreq(N, L / N)`` (``rfftfreq`` along the
+            halved X axis of ``r2c``). Along a cosine or sine axis the wavenumber of
+            coefficient ``m``'s basis function on ``coordinates()``: ``pi (m + s) / L``,
+            ``s`` 0 for DCT-I and -II, 1 for DST-I and -II, 1/2 for the others.
         """
         ls = _lengths(lengths)
         mx, my, mz = self.modes()
         real = self._real_dtype
-        return tuple(m.astype(real) * real.type(2 * math.pi / L) for m, L in zip((mx, my, mz), ls, strict=True))  # type: ignore[return-value]
+        out = []
+        for g, (m, L) in enumerate(zip((mx, my, mz), ls, strict=True)):
+            t = self._transforms[g]
+            if t == "fft":
+                out.append(m.astype(real) * real.type(2 * math.pi / L))
+            else:
+                out.append((m.astype(real) + real.type(_SHIFT[t])) * real.type(math.pi / L))
+        return out[0], out[1], out[2]
+
+    def eigenvalues(self, lengths: float | Sequence[float] = 2 * math.pi, operator: str = "spectral") -> tuple[Any, Any, Any]:
+        """Eigenvalues of the second derivative along each axis, broadcastable against a spectral array.
+
+        ``operator="spectral"``: ``-k**2`` (``k`` as ``wavenumbers(lengths)``);
+        ``"fd2"``: those of the second-order central difference on the plan's grid points
+        (``coordinates(lengths)``), ``-(2 - 2 cos(k h)) / h**2`` with ``h`` the spacing
+        along the axis. Their sum is the Laplacian's eigenvalue of each spectral
+        coefficient: cosine axes (DCT-I, -II) carry Neumann boundaries, sine axes
+        (DST-I, -II) Dirichlet ones, FFT axes periodic ones (DCT-I and DST-I on vertex
+        grids, the others on cell-centred ones; see ``coordinates``).
+        """
+        if operator not in ("spectral", "fd2"):
+            raise InvalidUsageError(f"operator {operator!r}: expected 'spectral' or 'fd2'")
+        ls = _lengths(lengths)
+        ks = self.wavenumbers(ls)
+        real = self._real_dtype
+        out = []
+        for g, k in enumerate(ks):
+            if operator == "spectral":
+                out.append(-(k * k))
+                continue
+            h = real.type(_spacing(self._transforms[g], self._gdims[g], ls[g]))
+            out.append((self._xp().cos(k * h) - real.type(1)) * real.type(2) / (h * h))
+        return out[0], out[1], out[2]
 
     def coordinates(self, lengths: float | Sequence[float] = 2 * math.pi) -> tuple[Any, Any, Any]:
         """Grid-point coordinates ``(x, y, z)`` of this rank's real-space pencil (``input_info``).
 
         Args:
-            lengths: Box length per global axis (X, Y, Z), or one for all three; point
-                ``i`` of an axis of ``N`` points lies at ``i * L / N``.
+            lengths: Box length per global axis (X, Y, Z), or one for all three. Point
+                ``i`` of an FFT axis of ``N`` points lies at ``i * L / N`` (periodic); of
+                a DCT-I axis at ``i * L / (N - 1)`` (vertices, both walls included); of a
+                DST-I axis at ``(i + 1) * L / (N + 1)`` (vertices, walls excluded); of
+                the other cosine and sine types at ``(i + 1/2) * L / N`` (cell centres).
 
         Returns:
             Three real arrays (the plan's precision, NumPy or CuPy) broadcastable
@@ -467,7 +580,11 @@ class FFT:
         """
         ls = _lengths(lengths)
         real = self._real_dtype
-        full = [np.arange(n) * (L / n) for n, L in zip(self._gdims, ls, strict=True)]
+        full = []
+        for n, L, t in zip(self._gdims, ls, self._transforms, strict=True):
+            h = _spacing(t, n, L)
+            first = {"fft": 0.0, "dct1": 0.0, "dst1": h}.get(t, h / 2)
+            full.append(first + np.arange(n) * h)
         return self._broadcast(self.input_info, full, real)
 
     # -- transforms --------------------------------------------------------------------
@@ -493,7 +610,7 @@ class FFT:
         messages and tells it from the grid's own operations on that communicator.
         """
         plan = (
-            f"{self._kind} {self._in_dtype} gdims={self._gdims} pdims={self._pdims} {self._schedule} "
+            f"{self._kind} {'/'.join(self._transforms)} {self._in_dtype} gdims={self._gdims} pdims={self._pdims} {self._schedule} "
             f"norm={self._norm} transposed_out={self._transposed}"
         )
         return [("plan", plan), ("call", call)]
@@ -570,19 +687,130 @@ class FFT:
             return r
         return self._xp().multiply(r, scale, out=out)
 
-    def _tmp(self, key: str, axis: int) -> Any:
-        """Scratch pencil ``axis`` of the spectral grid, kept by the plan (CPU variant); None on GPUs.
+    def _tmp(self, axis: int, dtype: np.dtype | None = None) -> Any:
+        """Scratch pencil ``axis`` of ``dtype`` (default: the spectral one), kept by the plan (CPU variant); None on GPUs.
 
         Reusing it spares the page faults of fresh arrays on every call; on GPUs CuPy's
-        memory pool already recycles memory (stream-ordered).
+        memory pool already recycles memory (stream-ordered). Real pencils of an ``r2c``
+        plan are the real grid's, every other one the spectral grid's.
         """
         if self._local.gpu:
             return None
+        dtype = self._out_dtype if dtype is None else dtype
+        key = (axis, dtype.str)
         buf = self._scratch.get(key)
         if buf is None:
-            buf = self.spectral_grid.empty_pencil(axis, self._out_dtype)
+            grid = self.grid if (self._kind == "r2c" and dtype.kind == "f") else self.spectral_grid
+            buf = grid.empty_pencil(axis, dtype)
             self._scratch[key] = buf
         return buf
+
+    # -- the schedule --------------------------------------------------------------------
+
+    def _plan_steps(self, inverse: bool) -> tuple[_Step, ...]:
+        """List the steps of ``forward`` (``backward``: ``inverse``) on this plan's schedule, with what each makes.
+
+        The data turns complex (forward) at the local stage of the first FFT axis of a
+        real plan, and real again there (backward). A step makes a new array where it
+        reads the caller's input (the first local stage), where it is a transpose, or
+        where it turns the data's type; local stages otherwise work in place. The last
+        step that makes an array makes the caller's ``out``.
+        """
+        stages = forward_stages(self._schedule, self._transposed)
+        fft = [g for g in range(3) if self._transforms[g] == "fft"]
+        turn = None
+        if self._kind != "c2c" and fft:
+            turn = next(i for i, s in enumerate(stages) if s.local and any(g in fft for g in s.axes))
+        spectral = self._out_dtype
+        base = self._in_dtype
+
+        def after(i: int) -> np.dtype:  # the data's type after forward step i
+            return spectral if turn is not None and i >= turn else base if turn is not None else spectral
+
+        n = len(stages)
+        steps = []
+        for j in range(n):
+            i = n - 1 - j if inverse else j
+            stage = stages[i].reversed() if inverse else stages[i]
+            dtype = (after(i - 1) if i > 0 else base) if inverse else after(i)
+            makes = (not stage.local) or j == 0 or i == turn
+            steps.append(_Step(stage, makes, dtype, i == turn))
+        last = max(k for k, s in enumerate(steps) if s.makes)
+        steps[last] = _Step(steps[last].stage, True, steps[last].dtype, steps[last].turns, True)
+        return tuple(steps)
+
+    def _run(self, a: Any, out: Any, s: int | None, inverse: bool) -> Any:
+        """Run the plan's steps on ``a`` (``backward``: ``inverse``), delivering into ``out`` where given."""
+        L, G = self._local, self.spectral_grid
+        fft_points = math.prod(self._gdims[g] for g in range(3) if self._transforms[g] == "fft")
+        scale = L.scale(inverse, fft_points) if "fft" in self._transforms else 1.0
+        steps = self._steps[inverse]
+        x, own = a, False
+        for k, step in enumerate(steps):
+            st = step.stage
+            if step.delivers:
+                # The caller's array; a backward that still scales delivers by the scaling.
+                target = None if (inverse and scale != 1.0 and k == len(steps) - 1) else out
+            else:
+                target = self._tmp(st.pencil if st.local else st.to, step.dtype) if step.makes else None  # type: ignore[arg-type]
+            if st.local:
+                x = self._local_stage(x, st, inverse, target, own, step.turns)
+            else:
+                x = getattr(G, st.transpose_name())(x, target, stream=s)
+            own = True
+        return self._finish(x, out, scale)
+
+    def _local_stage(self, x: Any, st: Stage, inverse: bool, target: Any, own: bool, turns: bool) -> Any:
+        """Transform the axes of local stage ``st`` of ``x`` (its inverse: ``inverse``), into ``target`` where given.
+
+        FFT axes run as one transform; cosine and sine axes one by one, on real data
+        where there is some (before the data turns complex, after it turns real again).
+        ``turns``: this stage holds the first FFT axis of a real plan (``r2c`` along X,
+        or a cast to complex for ``r2r``).
+        """
+        L, xp = self._local, self._xp()
+        order = self._pencil_order(st.pencil)
+        npax = {g: 2 - order.index(g) for g in st.axes}
+        fft = [g for g in st.axes if self._transforms[g] == "fft"]
+
+        def cosine_or_sine(g: int) -> Callable[[Any, Any, bool], Any]:
+            return lambda y, o, w: L.r2r(y, npax[g], self._transforms[g], inverse, o, w)
+
+        cos_sin = [cosine_or_sine(g) for g in st.axes if self._transforms[g] != "fft"]
+        halved = self._kind == "r2c" and 0 in fft
+        # r2c / c2r: the halved X last, as the local libraries take it.
+        axes = tuple(sorted(npax[g] for g in fft if not (halved and g == 0))) + ((npax[0],) if halved else ())
+        ops: list[Callable[[Any, Any, bool], Any]] = []
+        if not inverse:
+            if turns:
+                ops += cos_sin
+                if halved:
+                    ops.append(lambda y, o, w: L.r2c(y, axes, o))
+                else:
+                    ops.append(lambda y, o, w: L.c2c(_as(xp, y, self._out_dtype, o), axes, False, overwrite=True))
+            else:
+                if fft:
+                    ops.append(lambda y, o, w: L.c2c(y, axes, False, o, w))
+                ops += cos_sin
+        elif turns:
+            if halved:
+                lengths = tuple(self._gdims[order[2 - ax]] for ax in axes)
+                ops.append(lambda y, o, w: L.c2r(y, axes, lengths, o, overwrite=w))
+            else:
+                ops.append(lambda y, o, w: _real_part(xp, L.c2c(y, axes, True, None, w), o))
+            ops += cos_sin
+        else:
+            ops += cos_sin
+            if fft:
+                ops.append(lambda y, o, w: L.c2c(y, axes, True, o, w))
+        for k, op in enumerate(ops):
+            x = op(x, target if k == len(ops) - 1 else None, own)
+            own = True
+        return x
+
+    def _pencil_order(self, axis: int) -> tuple[int, int, int]:
+        """Return the memory order (global axes, fastest first) of the plan's ``axis``-pencils."""
+        return tuple(int(v) for v in self.spectral_grid.get_pencil_info(axis).order)  # type: ignore[return-value]
 
     def forward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Forward transform of this rank's real-space pencil (collective).
@@ -619,42 +847,13 @@ class FFT:
             return self._forward(a, out, ptr)
 
     def _forward(self, a: Any, out: Any, ptr: int | None) -> Any:
-        L, G, r2c = self._local, self.spectral_grid, self._kind == "r2c"
-        scale = L.scale(False, math.prod(self._gdims))
-        T = self._tmp
-        tr = self._transposed
-
-        def first(x: Any, axes: tuple[int, ...], into: Any) -> Any:  # never overwrites the user's input
-            return L.r2c(x, axes, into) if r2c else L.c2c(x, axes, False, into)
-
         with self._on(ptr) as s:
-            sch = self._schedule
-            if sch == "local":
-                return self._finish(first(a, (0, 1, 2), out), out, scale)
             if self._slabs is not None:
+                tr = self._transposed
+                scale = self._local.scale(False, math.prod(self._gdims))
                 c = self._slabs.forward(a, out if tr else None, not tr, scale)
-                return _into(c, out) if tr else G.transpose_z_to_y(c, out, stream=s)  # scaled slab by slab
-            if sch == "slab-xy":
-                c = G.transpose_y_to_z(first(a, (1, 2), T("x", 0)), out if tr else T("z", 2), stream=s)
-                c = L.c2c(c, (2,), False, overwrite=True)
-                if tr:
-                    return self._finish(c, out, scale)
-                return G.transpose_z_to_y(self._finish(c, None, scale), out, stream=s)
-            if sch == "slab-yz":
-                c = G.transpose_x_to_y(first(a, (2,), T("x", 0)), out if tr else T("y", 1), stream=s)
-                c = L.c2c(c, (1, 2), False, overwrite=True)
-                if tr:
-                    return self._finish(c, out, scale)
-                return G.transpose_y_to_x(self._finish(c, None, scale), out, stream=s)
-            b = first(a, (2,), T("x", 0))
-            c = L.c2c(G.transpose_x_to_y(b, T("y", 1), stream=s), (2,), False, overwrite=True)
-            del b
-            d = L.c2c(G.transpose_y_to_z(c, out if tr else T("z", 2), stream=s), (2,), False, overwrite=True)
-            del c
-            if tr:
-                return self._finish(d, out, scale)
-            # Back to the X-pencil in one exchange: each cell moves once.
-            return G.transpose_z_to_x(self._finish(d, None, scale), out, stream=s)
+                return _into(c, out) if tr else self.spectral_grid.transpose_z_to_y(c, out, stream=s)  # scaled slab by slab
+            return self._run(a, out, s, inverse=False)
 
     def backward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Backward (inverse) transform of this rank's spectral pencil into its real-space X-pencil (collective).
@@ -687,34 +886,15 @@ class FFT:
             return self._backward(a, out, ptr)
 
     def _backward(self, a: Any, out: Any, ptr: int | None) -> Any:
-        L, G, r2c = self._local, self.spectral_grid, self._kind == "r2c"
+        if self._slabs is None:
+            with self._on(ptr) as st:
+                return self._run(a, out, st, inverse=True)
+        L, r2c = self._local, self._kind == "r2c"
         X, Y, Z = self._gdims
         scale = L.scale(True, X * Y * Z)
-        T = self._tmp
         tr = self._transposed
-
-        def middle(x: Any, axes: tuple[int, ...], scratch: tuple[str, int] | None = None) -> Any:
-            """Run an inner c2c stage: in place on our arrays (``scratch`` None), else from the user's into scratch ``(key, axis)``."""
-            return L.c2c(x, axes, True, overwrite=True) if scratch is None else L.c2c(x, axes, True, T(*scratch))
-
-        def last(x: Any, axes: tuple[int, ...], s: tuple[int, ...], own: bool, kept: bool = False) -> Any:
-            """Run the final stage, into ``out`` or a new array (never into scratch).
-
-            When the result is still to be scaled, the stage writes a new array (or ``x``
-            in place, when ``x`` is a fresh array of ours: the GPU variant keeps no
-            scratch, except the streamed slabs' buffers, ``kept``, which may be
-            overwritten but never returned) and the scaling delivers it into ``out``.
-            """
-            into = out if scale == 1.0 else None
-            fresh = own and L.gpu and not kept
-            r = L.c2r(x, axes, s, into, overwrite=own) if r2c else L.c2c(x, axes, True, into, overwrite=fresh)
-            return self._finish(r, out, scale)
-
         with self._on(ptr) as st:
-            sch = self._schedule
-            if sch == "local":
-                return last(a, (0, 1, 2), (Z, Y, X), False)
-            if self._slabs is not None and self._slabs.order == "planes":
+            if self._slabs.order == "planes":
 
                 def fft2(y: Any, o: Any) -> None:  # one slab of the last stage, scaled already
                     if r2c:
@@ -724,23 +904,11 @@ class FFT:
 
                 dst = out if out is not None else self._xp().empty(self._in_info.array_shape, self._in_dtype)
                 return self._slabs.backward_planes(a, dst, tr, st, scale, fft2)
-            if self._slabs is not None:
-                c = self._slabs.backward(a, tr, st, scale)
-                scale = 1.0  # applied slab by slab, beside the exchange
-                return last(c, (1, 2), (Y, X), True, kept=True)
-            if sch == "slab-xy":
-                c = middle(a, (2,), ("z", 2)) if tr else middle(G.transpose_y_to_z(a, T("z", 2), stream=st), (2,))
-                return last(G.transpose_z_to_y(c, T("x", 0), stream=st), (1, 2), (Y, X), True)
-            if sch == "slab-yz":
-                c = middle(a, (1, 2), ("y", 1)) if tr else middle(G.transpose_x_to_y(a, T("y", 1), stream=st), (1, 2))
-                return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)
-            if tr:
-                d = middle(a, (2,), ("z", 2))
-            else:
-                d = middle(G.transpose_x_to_z(a, T("z", 2), stream=st), (2,))
-            c = middle(G.transpose_z_to_y(d, T("y", 1), stream=st), (2,))
-            del d
-            return last(G.transpose_y_to_x(c, T("x", 0), stream=st), (2,), (X,), True)
+            c = self._slabs.backward(a, tr, st, scale)
+            # Scaled slab by slab, beside the exchange; the slabs' buffers (kept) are
+            # overwritten by the last stage but never returned.
+            r = L.c2r(c, (1, 2), (Y, X), out, overwrite=True) if r2c else L.c2c(c, (1, 2), True, out)
+            return _into(r, out)
 
     # -- lifetime ----------------------------------------------------------------------
 

@@ -49,12 +49,14 @@
 
 mod exec;
 mod plans;
+mod r2r;
 mod real;
 mod simd;
 
 use std::any::Any;
 use std::sync::OnceLock;
 
+pub use r2r::{r2r, R2r};
 pub use rustfft::num_complex::Complex;
 
 use crate::{invalid, Result};
@@ -69,7 +71,7 @@ mod sealed {
 
 /// The real element types of the transforms: `f32` and `f64` (complex values are
 /// [`Complex`] of them, laid out as NumPy's `complex64` and `complex128`).
-pub trait Float: rustfft::FftNum + sealed::Sealed {}
+pub trait Float: rustfft::FftNum + rustdct::DctNum + sealed::Sealed {}
 impl Float for f32 {}
 impl Float for f64 {}
 

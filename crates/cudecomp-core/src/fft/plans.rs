@@ -46,7 +46,7 @@ impl<T: FftNum> Planners<T> {
 
 /// A planner's lock; a panic elsewhere while it was held leaves the cache usable (plans
 /// are only ever added whole).
-fn lock<P>(m: &Mutex<P>) -> MutexGuard<'_, P> {
+pub(super) fn lock<P>(m: &Mutex<P>) -> MutexGuard<'_, P> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
