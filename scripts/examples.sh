@@ -35,6 +35,7 @@ CASES=(
     "halo_stencil.py --boundary dirichlet --pencil z --backend MPI_BLOCKING"
     "demo.py -n 32"
     "taylor_green.py -n 32 --t-end 1 --check"
+    "poisson.py --sizes 8 16 32 --pdims 2x2"
 )
 
 for case in "${CASES[@]}"; do

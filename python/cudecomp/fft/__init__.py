@@ -42,11 +42,12 @@ with cudecomp.Handle(MPI.COMM_WORLD) as handle, cudecomp.fft.FFT(handle, (64, 64
 ```
 """
 
-from ._args import Kind, Norm
+from ._args import Kind, Norm, Transform
 from ._plan import FFT
+from ._poisson import Poisson
 from ._schedule import Schedule, schedule_of
 
-__all__ = ["FFT", "Kind", "Norm", "Schedule", "schedule_of"]
+__all__ = ["FFT", "Kind", "Norm", "Poisson", "Schedule", "Transform", "schedule_of"]
 
 # Shown where it is imported from (e.g. in type(plan) and tracebacks), not from its private module.
-FFT.__module__ = schedule_of.__module__ = __name__
+FFT.__module__ = Poisson.__module__ = schedule_of.__module__ = __name__
