@@ -38,7 +38,7 @@ LENGTHS = (2.0, 1.0, 1.5)
 
 
 def exact(x: Any, y: Any, z: Any, xp: Any) -> tuple[Any, Any]:
-    """The manufactured solution and its Laplacian at the given points."""
+    """Return the manufactured solution and its Laplacian at the given points."""
     kx, ky, kz = 2 * np.pi / LENGTHS[0], np.pi / LENGTHS[1], np.pi / LENGTHS[2]
     a, b = xp.exp(xp.sin(kx * x)), xp.exp(xp.cos(ky * y))
     s, e = xp.sin(kz * z), xp.exp(xp.cos(kz * z))
@@ -50,6 +50,7 @@ def exact(x: Any, y: Any, z: Any, xp: Any) -> tuple[Any, Any]:
 
 
 def main() -> int:
+    """Solve on every grid with both operators; 1 unless both converge as they should."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64], help="points per axis, one grid each (default: 8 16 32 64)")
     p.add_argument("--pdims", default=None, help="process grid RxC (default: the autotuner's)")

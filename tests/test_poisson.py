@@ -69,7 +69,8 @@ def test_one_mode_on_both_grids(handle: cudecomp.Handle, grid: str, bc: str) -> 
             for g in range(3):
                 k = np.pi * modes[g] / L[g]
                 u = u * (xp.cos(k * coords[g]) if bc == "neumann" else xp.sin(k * coords[g]))
-                h = L[g] / ((s.plan.gdims[g] - 1) if (grid == "vertex" and bc == "neumann") else (s.plan.gdims[g] + 1) if grid == "vertex" else s.plan.gdims[g])
+                n_g = s.plan.gdims[g]
+                h = L[g] / ((n_g - 1) if (grid == "vertex" and bc == "neumann") else (n_g + 1) if grid == "vertex" else n_g)
                 eig += -(k**2) if op == "spectral" else -(2 - 2 * np.cos(k * h)) / h**2
             u = xp.ascontiguousarray(xp.broadcast_to(u, s.plan.input_info.array_shape))
             got = s.solve(xp.ascontiguousarray(eig * u))
@@ -108,7 +109,8 @@ def test_other_pencils_and_in_place(handle: cudecomp.Handle, axis: int) -> None:
     with Poisson(handle, (12, 10, 8), PDIMS[-1], bc=("dirichlet", "periodic", "neumann"), lengths=L) as s:
         g = s.plan.grid
         x, y, z = s.plan.coordinates(L)
-        u = xp.ascontiguousarray(xp.broadcast_to(xp.sin(np.pi * x / L[0]) * xp.cos(2 * np.pi * y / L[1]) * xp.cos(np.pi * z / L[2]), s.plan.input_info.array_shape))
+        mode = xp.sin(np.pi * x / L[0]) * xp.cos(2 * np.pi * y / L[1]) * xp.cos(np.pi * z / L[2])
+        u = xp.ascontiguousarray(xp.broadcast_to(mode, s.plan.input_info.array_shape))
         eig = -((np.pi / L[0]) ** 2 + (2 * np.pi / L[1]) ** 2 + (np.pi / L[2]) ** 2)
         f = xp.ascontiguousarray(eig * u)
         if axis:

@@ -293,7 +293,9 @@ class _CupyLocal(_Local):
 
     def r2r(self, a: Any, axis: int, kind: str, inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
         # The norm inside the transform: only the FFT stages leave theirs to the plan.
-        return _into(_scipy_r2r(self.m, a, axis, kind, inverse, self.norm, overwrite_x=overwrite), out)
+        from ._gpu_r2r import r2r
+
+        return _into(r2r(a, axis, kind, inverse, self.norm), out)
 
     def scale(self, inverse: bool, n: int) -> float:
         if self.norm == "ortho":

@@ -1,5 +1,7 @@
-"""A distributed Poisson / Helmholtz solver: ``lap(u) - lam * u = f`` on a box with, per axis,
-periodic, Neumann or Dirichlet boundaries, by the transforms whose basis functions meet them.
+"""A distributed Poisson / Helmholtz solver: ``lap(u) - lam * u = f`` on a box with walls.
+
+Per axis the boundaries are periodic, Neumann or Dirichlet, and the transforms whose basis
+functions meet them diagonalise the Laplacian.
 
 Each axis's boundaries pick its transform (periodic: FFT; Neumann: DCT-II on cell
 centres, DCT-I on vertices; Dirichlet: DST-II on cell centres, DST-I on interior
@@ -49,7 +51,7 @@ def _choice(what: str, value: Any, options: Sequence[str]) -> str:
 
 
 def _boundaries(bc: Any) -> tuple[str, str, str]:
-    """The boundary conditions per axis (X, Y, Z): one name for all three, or three."""
+    """Return the boundary conditions per axis (X, Y, Z) from one name for all three, or three."""
     if isinstance(bc, str):
         bc = (bc, bc, bc)
     try:
@@ -184,7 +186,7 @@ class Poisson:
         return getattr(g, f"transpose_x_to_{names[axis]}")(u, out, stream=stream)
 
     def _check_mean(self, spec: Any) -> None:
-        """The null space: ``f``'s mean (its zero mode's coefficient) must vanish (see the class).
+        """Check the null space: ``f``'s mean (its zero mode's coefficient) must vanish (see the class).
 
         Collective: the largest coefficient over all ranks sets the scale the mean's is
         compared with, on the rank that holds it.
@@ -218,10 +220,10 @@ class Poisson:
 
 
 def to_float(v: Any) -> float:
-    """A NumPy or CuPy scalar as a Python float."""
+    """Return a NumPy or CuPy scalar as a Python float."""
     return float(v.item() if hasattr(v, "item") else v)
 
 
 def to_bool(v: Any) -> bool:
-    """A NumPy or CuPy boolean as a Python bool."""
+    """Return a NumPy or CuPy boolean as a Python bool."""
     return bool(v.item() if hasattr(v, "item") else v)

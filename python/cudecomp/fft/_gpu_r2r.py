@@ -1,0 +1,61 @@
+"""Cosine and sine transforms of CuPy arrays: ``scipy.fft``'s definitions and norms on cuFFT.
+
+``cupyx.scipy.fft`` has types 2 and 3; types 1 and 4 are computed here from one cuFFT
+transform each, on the current stream: DCT-I and DST-I as the real FFT of the even (odd)
+extension of length ``2 (N - 1)`` (``2 (N + 1)``), DCT-IV and DST-IV as the complex FFT of
+length ``2 N`` of the pre-twiddled data, then a post-twiddle. Complex arrays transform
+their real and imaginary parts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def r2r(a: Any, axis: int, kind: str, inverse: bool, norm: str) -> Any:
+    """``scipy.fft.dct``/``dst`` (``idct``/``idst``: ``inverse``) of type ``kind[3]`` along ``axis``: a new C-contiguous array."""
+    import cupy
+    import cupyx.scipy.fft as cf
+
+    t = int(kind[3])
+    if t in (2, 3):
+        f = getattr(cf, ("i" if inverse else "") + kind[:3])
+        return cupy.ascontiguousarray(f(a, type=t, axis=axis, norm=norm))
+    if a.dtype.kind == "c":
+        re = r2r(cupy.ascontiguousarray(a.real), axis, kind, inverse, norm)
+        im = r2r(cupy.ascontiguousarray(a.imag), axis, kind, inverse, norm)
+        return cupy.ascontiguousarray(re + 1j * im)
+    x = cupy.moveaxis(a, axis, -1)
+    n = x.shape[-1]
+    big_n = 2 * (n - 1) if kind == "dct1" else 2 * (n + 1) if kind == "dst1" else 2 * n
+    if norm == "ortho":
+        factor = 1.0 / math.sqrt(big_n)
+    elif (norm == "backward") == inverse:
+        factor = 1.0 / big_n
+    else:
+        factor = 1.0
+    ortho = norm == "ortho"
+    if kind == "dct1":
+        x = x.copy()
+        if ortho:
+            x[..., 0] *= math.sqrt(2)
+            x[..., -1] *= math.sqrt(2)
+        ext = cupy.concatenate([x, x[..., -2:0:-1]], axis=-1)
+        y = cupy.fft.rfft(ext, axis=-1).real[..., :n]
+        if ortho:
+            y[..., 0] /= math.sqrt(2)
+            y[..., -1] /= math.sqrt(2)
+    elif kind == "dst1":
+        zero = cupy.zeros((*x.shape[:-1], 1), x.dtype)
+        ext = cupy.concatenate([zero, x, zero, -x[..., ::-1]], axis=-1)
+        y = -cupy.fft.rfft(ext, axis=-1).imag[..., 1 : n + 1]
+    else:
+        j = cupy.arange(n, dtype=x.dtype)
+        pre = cupy.exp(-1j * math.pi * (2 * j + 1) / (4 * n))
+        v = cupy.zeros((*x.shape[:-1], 2 * n), pre.dtype if x.dtype == cupy.float64 else cupy.complex64)
+        v[..., :n] = x * pre
+        w = cupy.fft.fft(v, axis=-1)[..., :n] * cupy.exp(-1j * math.pi * j / (2 * n))
+        y = 2 * (w.real if kind == "dct4" else -w.imag)
+    y = (y * factor).astype(a.dtype, copy=False)
+    return cupy.ascontiguousarray(cupy.moveaxis(y, -1, axis))
