@@ -806,7 +806,9 @@ class FFT:
         for k, op in enumerate(ops):
             x = op(x, target if k == len(ops) - 1 else None, own)
             own = True
-        return x
+        # A library's transform along an axis other than the contiguous one may return a
+        # strided array (CuPy does): the transposes and the caller take C-contiguous ones.
+        return x if x.flags.c_contiguous else xp.ascontiguousarray(x)
 
     def _pencil_order(self, axis: int) -> tuple[int, int, int]:
         """Return the memory order (global axes, fastest first) of the plan's ``axis``-pencils."""
