@@ -7,7 +7,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -19,59 +18,19 @@ from .._cudecomp import CPU_ONLY, GridDesc, Handle, PencilInfo, _host_threads
 from .._cupy import external_stream
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError, NotSupportedError
-from ._args import _REAL, Kind, Norm, _lengths, _parse
+from ._args import _REAL, Kind, Norm, _parse
 from ._gpu import FftSettings, _SlabStream, _stream_ptr
 from ._local import _into, _make_local, _RustLocal
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
-from ._stages import Stage, forward_stages
+from ._spectral import _SpectralHelpers
+from ._stages import _ScheduleRunner
 
 # What the ranks' agreements on a plan's transforms and destroy() are called in their
 # messages (checking mode).
 _CALLS = "cudecomp.fft.FFT calls"
 
 
-@dataclass(frozen=True)
-class _Step:
-    """One step of a transform as the plan runs it: the stage, whether it makes a new array (of ``dtype``) and delivers ``out``."""
-
-    stage: Stage
-    makes: bool
-    dtype: np.dtype
-    #: The local stage where a real plan's data turns complex (forward) or real (backward).
-    turns: bool
-    delivers: bool = False
-
-
-#: Offset of coefficient m's wavenumber, pi (m + shift) / L, per cosine or sine type.
-_SHIFT = {"dct1": 0.0, "dct2": 0.0, "dct3": 0.5, "dct4": 0.5, "dst1": 1.0, "dst2": 1.0, "dst3": 0.5, "dst4": 0.5}
-
-
-def _spacing(transform: str, n: int, length: float) -> float:
-    """Grid spacing of ``n`` points over a box of ``length`` on the grid of ``transform`` (vertex or cell-centred)."""
-    if transform == "dct1":
-        return length / max(n - 1, 1)
-    if transform == "dst1":
-        return length / (n + 1)
-    return length / n
-
-
-def _as(xp: Any, y: Any, dtype: np.dtype, out: Any) -> Any:
-    """``y`` as ``dtype`` (real data made complex), in ``out`` where given."""
-    if out is not None:
-        out[...] = y
-        return out
-    return xp.asarray(y, dtype=dtype)
-
-
-def _real_part(xp: Any, y: Any, out: Any) -> Any:
-    """Return the real part of ``y``, contiguous, in ``out`` where given."""
-    if out is not None:
-        out[...] = y.real
-        return out
-    return xp.ascontiguousarray(y.real)
-
-
-class FFT:
+class FFT(_SpectralHelpers, _ScheduleRunner):
     """A distributed 3-D FFT plan over ``handle``'s ranks (collective to create and destroy).
 
     Args:
@@ -467,125 +426,12 @@ class FFT:
         """As ``empty_output``, filled with zeros."""
         return self.spectral_grid.zeros_pencil(self._out_axis, self._out_dtype)
 
-    # -- index helpers -----------------------------------------------------------------
-
     def _xp(self) -> Any:
         if self._local.gpu:
             import cupy
 
             return cupy
         return np
-
-    def _broadcast(self, info: PencilInfo, full: Sequence[np.ndarray], dtype: Any) -> tuple[Any, Any, Any]:
-        """Per global axis, ``full[g]`` cut to this rank's range and shaped to broadcast against the pencil array."""
-        xp = self._xp()
-        out: list[Any] = [None, None, None]
-        for p in range(3):
-            g = info.order[p]
-            shape = [1, 1, 1]
-            k = 2 - p
-            v = full[g][info.lo[p] : info.hi[p] + 1]
-            shape[k] = v.size
-            out[g] = xp.asarray(v.astype(dtype).reshape(shape))
-        return out[0], out[1], out[2]
-
-    def modes(self) -> tuple[Any, Any, Any]:
-        """Integer mode numbers ``(mx, my, mz)`` of this rank's spectral pencil (``output_info``).
-
-        Each is an ``int64`` array (NumPy or CuPy) of three axes with one of extent more
-        than 1, so that they broadcast against a spectral array. Along a full FFT axis of
-        ``N`` points the modes are ``numpy.fft.fftfreq(N, 1 / N)``: ``0, 1, ..., -1``,
-        with ``-N // 2`` at the Nyquist index of an even ``N``. Along the halved X axis
-        of ``r2c`` they are ``0 .. X // 2`` (``numpy.fft.rfftfreq(X, 1 / X)``). Along a
-        cosine or sine axis they are the indices ``0 .. N - 1`` of its coefficients.
-        """
-        full = []
-        for g in range(3):
-            n, t = self._gdims[g], self._transforms[g]
-            f: np.ndarray
-            if t != "fft":
-                f = np.arange(n, dtype=np.float64)
-            elif g == 0 and self._kind == "r2c":
-                f = np.fft.rfftfreq(n, 1.0 / n)
-            else:
-                f = np.fft.fftfreq(n, 1.0 / n)
-            full.append(np.rint(f).astype(np.int64))
-        return self._broadcast(self.output_info, full, np.int64)
-
-    def wavenumbers(self, lengths: float | Sequence[float] = 2 * math.pi) -> tuple[Any, Any, Any]:
-        """Angular wavenumbers ``(kx, ky, kz)`` of this rank's spectral pencil.
-
-        Args:
-            lengths: Box length ``L`` per global axis (X, Y, Z), or one for all three;
-                the default ``2 pi`` gives ``k = m`` along FFT axes.
-
-        Returns:
-            Three real arrays (the plan's precision, NumPy or CuPy) broadcastable
-            against a spectral array. Along an FFT axis ``2 pi m / L``, ``m`` as
-            ``modes()``: ``2 * pi * numpy.fft.fftfreq(N, L / N)`` (``rfftfreq`` along the
-            halved X axis of ``r2c``). Along a cosine or sine axis the wavenumber of
-            coefficient ``m``'s basis function on ``coordinates()``: ``pi (m + s) / L``,
-            ``s`` 0 for DCT-I and -II, 1 for DST-I and -II, 1/2 for the others.
-        """
-        ls = _lengths(lengths)
-        mx, my, mz = self.modes()
-        real = self._real_dtype
-        out = []
-        for g, (m, L) in enumerate(zip((mx, my, mz), ls, strict=True)):
-            t = self._transforms[g]
-            if t == "fft":
-                out.append(m.astype(real) * real.type(2 * math.pi / L))
-            else:
-                out.append((m.astype(real) + real.type(_SHIFT[t])) * real.type(math.pi / L))
-        return out[0], out[1], out[2]
-
-    def eigenvalues(self, lengths: float | Sequence[float] = 2 * math.pi, operator: str = "spectral") -> tuple[Any, Any, Any]:
-        """Eigenvalues of the second derivative along each axis, broadcastable against a spectral array.
-
-        ``operator="spectral"``: ``-k**2`` (``k`` as ``wavenumbers(lengths)``);
-        ``"fd2"``: those of the second-order central difference on the plan's grid points
-        (``coordinates(lengths)``), ``-(2 - 2 cos(k h)) / h**2`` with ``h`` the spacing
-        along the axis. Their sum is the Laplacian's eigenvalue of each spectral
-        coefficient: cosine axes (DCT-I, -II) carry Neumann boundaries, sine axes
-        (DST-I, -II) Dirichlet ones, FFT axes periodic ones (DCT-I and DST-I on vertex
-        grids, the others on cell-centred ones; see ``coordinates``).
-        """
-        if operator not in ("spectral", "fd2"):
-            raise InvalidUsageError(f"operator {operator!r}: expected 'spectral' or 'fd2'")
-        ls = _lengths(lengths)
-        ks = self.wavenumbers(ls)
-        real = self._real_dtype
-        out = []
-        for g, k in enumerate(ks):
-            if operator == "spectral":
-                out.append(-(k * k))
-                continue
-            h = real.type(_spacing(self._transforms[g], self._gdims[g], ls[g]))
-            out.append((self._xp().cos(k * h) - real.type(1)) * real.type(2) / (h * h))
-        return out[0], out[1], out[2]
-
-    def coordinates(self, lengths: float | Sequence[float] = 2 * math.pi) -> tuple[Any, Any, Any]:
-        """Grid-point coordinates ``(x, y, z)`` of this rank's real-space pencil (``input_info``).
-
-        Args:
-            lengths: Box length per global axis (X, Y, Z), or one for all three. Point
-                ``i`` of an FFT axis of ``N`` points lies at ``i * L / N`` (periodic); of
-                a DCT-I axis at ``i * L / (N - 1)`` (vertices, both walls included); of a
-                DST-I axis at ``(i + 1) * L / (N + 1)`` (vertices, walls excluded); of
-                the other cosine and sine types at ``(i + 1/2) * L / N`` (cell centres).
-
-        Returns:
-            Three real arrays (the plan's precision, NumPy or CuPy) broadcastable
-            against a real-space array.
-        """
-        ls = _lengths(lengths)
-        real = self._real_dtype
-        full = []
-        for n, L, t in zip(self._gdims, ls, self._transforms, strict=True):
-            h = _spacing(t, n, L)
-            first = {"fft": 0.0, "dct1": 0.0, "dst1": h}.get(t, h / 2)
-            full.append(first + np.arange(n) * h)
-        return self._broadcast(self.input_info, full, real)
 
     # -- transforms --------------------------------------------------------------------
 
@@ -673,146 +519,6 @@ class FFT:
             finally:
                 if slabs is not None:
                     slabs.end()
-
-    def _finish(self, r: Any, out: Any, scale: float) -> Any:
-        """Scale ``r`` (ours, or already ``out``) and deliver it in ``out`` when given.
-
-        Scaling into ``out`` is one pass over memory (a scaled copy), not a copy and then
-        an in-place scaling.
-        """
-        if scale == 1.0:
-            return _into(r, out)
-        if out is None or r is out:
-            r *= scale
-            return r
-        return self._xp().multiply(r, scale, out=out)
-
-    def _tmp(self, axis: int, dtype: np.dtype | None = None) -> Any:
-        """Scratch pencil ``axis`` of ``dtype`` (default: the spectral one), kept by the plan (CPU variant); None on GPUs.
-
-        Reusing it spares the page faults of fresh arrays on every call; on GPUs CuPy's
-        memory pool already recycles memory (stream-ordered). Real pencils of an ``r2c``
-        plan are the real grid's, every other one the spectral grid's.
-        """
-        if self._local.gpu:
-            return None
-        dtype = self._out_dtype if dtype is None else dtype
-        key = (axis, dtype.str)
-        buf = self._scratch.get(key)
-        if buf is None:
-            grid = self.grid if (self._kind == "r2c" and dtype.kind == "f") else self.spectral_grid
-            buf = grid.empty_pencil(axis, dtype)
-            self._scratch[key] = buf
-        return buf
-
-    # -- the schedule --------------------------------------------------------------------
-
-    def _plan_steps(self, inverse: bool) -> tuple[_Step, ...]:
-        """List the steps of ``forward`` (``backward``: ``inverse``) on this plan's schedule, with what each makes.
-
-        The data turns complex (forward) at the local stage of the first FFT axis of a
-        real plan, and real again there (backward). A step makes a new array where it
-        reads the caller's input (the first local stage), where it is a transpose, or
-        where it turns the data's type; local stages otherwise work in place. The last
-        step that makes an array makes the caller's ``out``.
-        """
-        stages = forward_stages(self._schedule, self._transposed)
-        fft = [g for g in range(3) if self._transforms[g] == "fft"]
-        turn = None
-        if self._kind != "c2c" and fft:
-            turn = next(i for i, s in enumerate(stages) if s.local and any(g in fft for g in s.axes))
-        spectral = self._out_dtype
-        base = self._in_dtype
-
-        def after(i: int) -> np.dtype:  # the data's type after forward step i
-            return spectral if turn is not None and i >= turn else base if turn is not None else spectral
-
-        n = len(stages)
-        steps = []
-        for j in range(n):
-            i = n - 1 - j if inverse else j
-            stage = stages[i].reversed() if inverse else stages[i]
-            dtype = (after(i - 1) if i > 0 else base) if inverse else after(i)
-            makes = (not stage.local) or j == 0 or i == turn
-            steps.append(_Step(stage, makes, dtype, i == turn))
-        last = max(k for k, s in enumerate(steps) if s.makes)
-        steps[last] = _Step(steps[last].stage, True, steps[last].dtype, steps[last].turns, True)
-        return tuple(steps)
-
-    def _run(self, a: Any, out: Any, s: int | None, inverse: bool) -> Any:
-        """Run the plan's steps on ``a`` (``backward``: ``inverse``), delivering into ``out`` where given."""
-        L, G = self._local, self.spectral_grid
-        fft_points = math.prod(self._gdims[g] for g in range(3) if self._transforms[g] == "fft")
-        scale = L.scale(inverse, fft_points) if "fft" in self._transforms else 1.0
-        steps = self._steps[inverse]
-        x, own = a, False
-        for k, step in enumerate(steps):
-            st = step.stage
-            if step.delivers:
-                # The caller's array; a backward that still scales delivers by the scaling.
-                target = None if (inverse and scale != 1.0 and k == len(steps) - 1) else out
-            else:
-                target = self._tmp(st.pencil if st.local else st.to, step.dtype) if step.makes else None  # type: ignore[arg-type]
-            if st.local:
-                x = self._local_stage(x, st, inverse, target, own, step.turns)
-            else:
-                x = getattr(G, st.transpose_name())(x, target, stream=s)
-            own = True
-        return self._finish(x, out, scale)
-
-    def _local_stage(self, x: Any, st: Stage, inverse: bool, target: Any, own: bool, turns: bool) -> Any:
-        """Transform the axes of local stage ``st`` of ``x`` (its inverse: ``inverse``), into ``target`` where given.
-
-        FFT axes run as one transform; cosine and sine axes one by one, on real data
-        where there is some (before the data turns complex, after it turns real again).
-        ``turns``: this stage holds the first FFT axis of a real plan (``r2c`` along X,
-        or a cast to complex for ``r2r``).
-        """
-        L, xp = self._local, self._xp()
-        order = self._pencil_order(st.pencil)
-        npax = {g: 2 - order.index(g) for g in st.axes}
-        fft = [g for g in st.axes if self._transforms[g] == "fft"]
-
-        def cosine_or_sine(g: int) -> Callable[[Any, Any, bool], Any]:
-            return lambda y, o, w: L.r2r(y, npax[g], self._transforms[g], inverse, o, w)
-
-        cos_sin = [cosine_or_sine(g) for g in st.axes if self._transforms[g] != "fft"]
-        halved = self._kind == "r2c" and 0 in fft
-        # r2c / c2r: the halved X last, as the local libraries take it.
-        axes = tuple(sorted(npax[g] for g in fft if not (halved and g == 0))) + ((npax[0],) if halved else ())
-        ops: list[Callable[[Any, Any, bool], Any]] = []
-        if not inverse:
-            if turns:
-                ops += cos_sin
-                if halved:
-                    ops.append(lambda y, o, w: L.r2c(y, axes, o))
-                else:
-                    ops.append(lambda y, o, w: L.c2c(_as(xp, y, self._out_dtype, o), axes, False, overwrite=True))
-            else:
-                if fft:
-                    ops.append(lambda y, o, w: L.c2c(y, axes, False, o, w))
-                ops += cos_sin
-        elif turns:
-            if halved:
-                lengths = tuple(self._gdims[order[2 - ax]] for ax in axes)
-                ops.append(lambda y, o, w: L.c2r(y, axes, lengths, o, overwrite=w))
-            else:
-                ops.append(lambda y, o, w: _real_part(xp, L.c2c(y, axes, True, None, w), o))
-            ops += cos_sin
-        else:
-            ops += cos_sin
-            if fft:
-                ops.append(lambda y, o, w: L.c2c(y, axes, True, o, w))
-        for k, op in enumerate(ops):
-            x = op(x, target if k == len(ops) - 1 else None, own)
-            own = True
-        # A library's transform along an axis other than the contiguous one may return a
-        # strided array (CuPy does): the transposes and the caller take C-contiguous ones.
-        return x if x.flags.c_contiguous else xp.ascontiguousarray(x)
-
-    def _pencil_order(self, axis: int) -> tuple[int, int, int]:
-        """Return the memory order (global axes, fastest first) of the plan's ``axis``-pencils."""
-        return tuple(int(v) for v in self.spectral_grid.get_pencil_info(axis).order)  # type: ignore[return-value]
 
     def forward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Forward transform of this rank's real-space pencil (collective).
