@@ -85,7 +85,13 @@ class Poisson:
         lengths: The box's lengths (X, Y, Z), or one for all.
         lam: ``lam >= 0``: the Helmholtz term (0: Poisson).
         dtype: ``float32`` or ``float64``.
-        backend, config, fft_library, workers, comm: As for ``FFT``.
+        mean: What a non-zero mean of ``f`` does where the problem has a null space:
+            ``"warn"``, ``"raise"`` or ``"ignore"`` (see below).
+        backend: As for ``FFT``.
+        config: As for ``FFT``.
+        fft_library: As for ``FFT``.
+        workers: As for ``FFT``.
+        comm: As for ``FFT`` (also the communicator of the mean's check).
 
     The null space: with ``lam == 0`` and no Dirichlet axis, constants solve the
     homogeneous problem and ``f`` must have a zero mean. The solver returns the
