@@ -218,17 +218,7 @@ impl Handle {
         writable: bool,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let a = variant::array(py, array, "array", true)?;
-        variant::exec(py, stream, array)?;
-        // SAFETY: the array object lives for the whole call.
-        let arr = unsafe { a.array() };
-        match arr.read_only {
-            Some(why) if writable => Err(invalid(
-                py,
-                format!("array: expected a writable array, got {why}"),
-            )),
-            _ => Ok(()),
-        }
+        converted(py, array, stream, writable).map(|_| ())
     }
 
     /// Whether every rank of the handle runs on one node (collective).
@@ -543,6 +533,27 @@ impl Drop for Handle {
     }
 }
 
+/// An array argument of `cudecomp.io` as the data path takes it: its memory (checked
+/// writable where `written`) and where it runs.
+fn converted(
+    py: Python<'_>,
+    array: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+    written: bool,
+) -> PyResult<(core::Buf, core::Exec)> {
+    let a = variant::array(py, array, "array", true)?;
+    let exec = variant::exec(py, stream, array)?;
+    // SAFETY: the array object lives for the whole call, checked C-contiguous.
+    let arr = unsafe { a.array() };
+    match arr.read_only {
+        Some(why) if written => Err(invalid(
+            py,
+            format!("array: expected a writable array, got {why}"),
+        )),
+        _ => Ok((arr.buf, exec)),
+    }
+}
+
 /// The file part of an array argument described by `info`, its memory and where it runs.
 fn file_part(
     py: Python<'_>,
@@ -552,8 +563,7 @@ fn file_part(
     stream: Option<&Bound<'_, PyAny>>,
     written: bool,
 ) -> PyResult<(core::FilePart, core::Buf, core::Exec)> {
-    let a = variant::array(py, array, "array", true)?;
-    let exec = variant::exec(py, stream, array)?;
+    let (buf, exec) = converted(py, array, stream, written)?;
     let elem = array
         .getattr("dtype")?
         .getattr("itemsize")?
@@ -565,15 +575,5 @@ fn file_part(
                 .into(),
         )
     })?;
-    // SAFETY: the array object lives for the whole call, checked C-contiguous.
-    let arr = unsafe { a.array() };
-    if written {
-        if let Some(why) = arr.read_only {
-            return Err(invalid(
-                py,
-                format!("array: expected a writable array, got {why}"),
-            ));
-        }
-    }
-    Ok((part, arr.buf, exec))
+    Ok((part, buf, exec))
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -93,25 +94,34 @@ def _dtypes(kind: str, dtype: Any, transforms: tuple[str, ...]) -> tuple[np.dtyp
     return d, (_COMPLEX[d] if "fft" in transforms else d)
 
 
+def _name(what: str, value: Any, options: Sequence[str]) -> str:
+    """Return ``value`` checked to be one of ``options`` (``TypeError`` for a non-string, ``InvalidUsageError`` otherwise)."""
+    names = ", ".join(map(repr, options))
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: expected one of {names}, got {value!r}")
+    if value not in options:
+        raise InvalidUsageError(f"{what} {value!r}: expected one of {names}")
+    return str(value)
+
+
+def _per_axis(what: str, value: Any, options: Sequence[str], noun: str) -> tuple[str, str, str]:
+    """Return one name of ``options`` per axis (X, Y, Z) from a sequence of three (``noun``: what they are, in messages)."""
+    bad = f"{what}: expected a sequence of 3 {noun} (X, Y, Z) of {', '.join(map(repr, options))}, got {value!r}"
+    if isinstance(value, str | bytes):
+        raise TypeError(bad)
+    try:
+        items = list(value)
+    except TypeError:
+        raise TypeError(bad) from None
+    if len(items) != 3:
+        raise InvalidUsageError(f"{what} {value!r}: expected 3 {noun}, one per axis (X, Y, Z)")
+    a, b, c = (_name(f"{what}[{g}]", v, options) for g, v in enumerate(items))
+    return (a, b, c)
+
+
 def _transforms(transforms: Any) -> tuple[str, str, str]:
     """Return the per-axis transforms (X, Y, Z): ``None`` is three FFTs."""
-    if transforms is None:
-        return ("fft", "fft", "fft")
-    names = ", ".join(repr(t) for t in TRANSFORMS)
-    if isinstance(transforms, str | bytes):
-        raise TypeError(f"transforms: expected a sequence of 3 names (X, Y, Z) of {names}, got {transforms!r}")
-    try:
-        ts = list(transforms)
-    except TypeError:
-        raise TypeError(f"transforms: expected a sequence of 3 names (X, Y, Z) of {names}, got {transforms!r}") from None
-    if len(ts) != 3:
-        raise InvalidUsageError(f"transforms {transforms!r}: expected 3 names, one per axis (X, Y, Z)")
-    for g, t in enumerate(ts):
-        if not isinstance(t, str):
-            raise TypeError(f"transforms[{g}]: expected one of {names}, got {t!r}")
-        if t not in TRANSFORMS:
-            raise InvalidUsageError(f"transforms[{g}] {t!r}: expected one of {names}")
-    return (str(ts[0]), str(ts[1]), str(ts[2]))
+    return ("fft", "fft", "fft") if transforms is None else _per_axis("transforms", transforms, TRANSFORMS, "names")
 
 
 def _kind(kind: Any, transforms: tuple[str, str, str]) -> str:

@@ -26,7 +26,7 @@ from .._collective import collective
 from .._cudecomp import Handle
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError
-from ._args import _lengths
+from ._args import _lengths, _name, _per_axis
 from ._plan import FFT
 
 BOUNDARIES = ("periodic", "neumann", "dirichlet")
@@ -42,26 +42,9 @@ _TRANSFORM = {
 }
 
 
-def _choice(what: str, value: Any, options: Sequence[str]) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{what}: expected one of {', '.join(map(repr, options))}, got {value!r}")
-    if value not in options:
-        raise InvalidUsageError(f"{what} {value!r}: expected one of {', '.join(map(repr, options))}")
-    return value
-
-
 def _boundaries(bc: Any) -> tuple[str, str, str]:
     """Return the boundary conditions per axis (X, Y, Z) from one name for all three, or three."""
-    if isinstance(bc, str):
-        bc = (bc, bc, bc)
-    try:
-        items = list(bc)
-    except TypeError:
-        raise TypeError(f"bc: expected a boundary name or 3 of them (X, Y, Z), got {bc!r}") from None
-    if len(items) != 3:
-        raise InvalidUsageError(f"bc {bc!r}: expected 3 boundary conditions, one per axis (X, Y, Z)")
-    b = tuple(_choice(f"bc[{g}]", v, BOUNDARIES) for g, v in enumerate(items))
-    return (b[0], b[1], b[2])
+    return _per_axis("bc", (bc, bc, bc) if isinstance(bc, str) else bc, BOUNDARIES, "boundary conditions")
 
 
 class Poisson:
@@ -125,9 +108,9 @@ class Poisson:
     ) -> None:
         with collective(handle, "cudecomp.fft.Poisson") as call:
             b = _boundaries(bc)
-            g = _choice("grid", grid, ("cell", "vertex"))
-            op = _choice("operator", operator, ("spectral", "fd2"))
-            self._mean = _choice("mean", mean, ("warn", "raise", "ignore"))
+            g = _name("grid", grid, ("cell", "vertex"))
+            op = _name("operator", operator, ("spectral", "fd2"))
+            self._mean = _name("mean", mean, ("warn", "raise", "ignore"))
             ls = _lengths(lengths)
             if isinstance(lam, bool) or not isinstance(lam, int | float | np.floating | np.integer) or not math.isfinite(lam) or lam < 0:
                 raise InvalidUsageError(f"lam: expected a finite number >= 0, got {lam!r}")

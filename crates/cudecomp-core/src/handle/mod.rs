@@ -211,14 +211,6 @@ impl Handle {
         (turn, self.shared.pool.lease())
     }
 
-    /// Collective: true when `mine` is true on every rank.
-    pub fn all_ranks(&self, mine: bool) -> Result<bool> {
-        self.check_alive()?;
-        Ok(crate::comm::allgather_u64(self.comm(), u64::from(mine))?
-            .iter()
-            .all(|&v| v == 1))
-    }
-
     /// Collective: true when every rank runs on this rank's node.
     pub fn one_node(&self) -> Result<bool> {
         self.check_alive()?;
