@@ -285,6 +285,8 @@ def test_plot_without_matplotlib_fails_before_measuring(
         (["--record", "/nonexistent-dir/history.csv"], "does not exist"),
         (["--machine", "box"], "give --record FILE too"),
         (["--fft-stages"], "add fft to --ops"),
+        (["--fft-compare", "local", "--fft-transforms", "dct5"], "--fft-transforms 'dct5': expected one name or three"),
+        (["--fft-compare", "local", "--fft-transforms", "fft,dct2"], "--fft-transforms 'fft,dct2': expected one name or three"),
         (["--ops", "fft", "--fft-out", "natural", "--fft-stages"], "use --fft-out transposed or both"),
         (["--graph", "-1"], "argument --graph: invalid value '-1'"),
         (["--reps", "0"], "argument --reps: invalid value '0'"),
@@ -806,6 +808,21 @@ def test_fft_compare_records_the_local_stage_beside_the_other_libraries(tmp_path
         m = {x["metric"]: float(x["value"]) for x in h if x["case"] == case}
         assert m["ms"] > 0 and m["numpy_ms"] > 0
         assert math.isclose(m["ratio_vs_numpy"], m["ms"] / m["numpy_ms"], rel_tol=1e-4)
+
+
+@requires_cpu_variant()
+def test_fft_compare_times_a_cosine_transform_beside_scipy_and_fftw(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(str(tmp_path), "history.csv")
+    argv = ["--fft-compare", "local", "--fft-transforms", "dct2", "--gdims", "8^3", "--dtypes", "f64", "c128", "--reps", "1"]
+    assert bench.main([*argv, "--warmup", "0", "--fft-rounds", "1", "--record", path, "--machine", "box", "--commit", "abc1234"]) == 0
+    h = history.read(path)
+    lib = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("CUDECOMP_"))
+    # complex data has no cosine transform: that dtype's row is skipped, not recorded
+    assert list(dict.fromkeys(x["case"] for x in h)) == [f"fft-local 8^3 f64 1x1 dct2 {d} {lib}".strip() for d in ("forward", "backward")]
+    for case in {x["case"] for x in h}:
+        m = {x["metric"]: float(x["value"]) for x in h if x["case"] == case}
+        assert m["ms"] > 0 and m["scipy_ms"] > 0
+        assert math.isclose(m["ratio_vs_scipy"], m["ms"] / m["scipy_ms"], rel_tol=1e-4)
 
 
 def test_fft_compare_records_each_grid_and_each_sides_best() -> None:

@@ -17,7 +17,7 @@ from mpi4py import MPI
 import cudecomp
 from cudecomp import TransposeCommBackend
 
-from . import _fft_local
+from . import _fft_local, _fft_r2r
 from ._baselines import xy_baselines
 from ._common import DEFAULT_OPS, DTYPES, OPS, Case, Row
 from ._io import io_rows
@@ -321,6 +321,9 @@ def preflight(args: argparse.Namespace, comm: MPI.Comm) -> str:
         problem = _output_problem(args)
     if not problem and not process_grids(args.pdims, comm.size):
         problem = f"--pdims {args.pdims}: no process grid of {comm.size} ranks"
+    if not problem and args.fft_compare:
+        parsed = _fft_r2r.parse(args.fft_transforms)
+        problem = parsed if isinstance(parsed, str) else ""
     return comm.bcast(problem, root=0)
 
 

@@ -37,6 +37,7 @@ from mpi4py import MPI
 import cudecomp
 
 from ..fft import Kind
+from . import _fft_r2r
 from ._common import DTYPES, NP_DTYPES
 from ._record import grid_name
 
@@ -50,11 +51,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add this mode's options (the rest are the sweep's: --gdims, --pdims, --dtypes, --reps, ...)."""
     p.add_argument(
         "--fft-compare",
-        choices=["local", "pfft", "both"],
+        choices=["local", "pfft", "both", "gpu"],
         default=None,
         help="instead of the sweep, compare the CPU FFT with FFTW: local = each rank's batched FFT along X "
         "(rustfft vs pyfftw FFTW_MEASURE vs scipy vs numpy), pfft = the whole distributed transform vs mpi4py-fft's "
-        "PFFT with backend='fftw' on the same process grids (default: off)",
+        "PFFT with backend='fftw' on the same process grids; gpu = a GPU plan vs cupyx.scipy.fft and the complex "
+        "FFT plan (default: off)",
+    )
+    p.add_argument(
+        "--fft-transforms",
+        default="fft",
+        help="--fft-compare: the per-axis transforms (X,Y,Z), one name for all three or three comma-separated of fft, "
+        "dct1..dct4, dst1..dst4; a cosine or sine kind along X makes local compare it with FFTW's r2r, pfft runs "
+        "PFFT with FFTW's r2r along those axes (default: fft)",
     )
     p.add_argument("--fft-rounds", type=int, default=3, help="--fft-compare: rounds the methods alternate (default: 3)")
 
@@ -99,6 +108,12 @@ def _local_rows(
     grid = handle.create_grid(cfg)
     shape = tuple(grid.get_pencil_info(0).array_shape)
     grid.destroy()
+    kind_x = _transforms(args)[0]
+    if kind_x != "fft":
+        if not r2c:
+            return [{"mode": "local", "gdims": gdims, "pdims": pdims, "dtype": dname, "note": f"skipped: {kind_x} takes f32 or f64"}]
+        base = {"mode": "local", "gdims": gdims, "pdims": pdims, "dtype": dname}
+        return _fft_r2r.local_rows(comm, shape, real_dt, kind_x, base, args, _interleaved)
     n = shape[-1]
     sshape = (*shape[:-1], n // 2 + 1) if r2c else shape
     rng = np.random.default_rng(comm.rank)
@@ -169,24 +184,30 @@ def _pfft_grid(
     from cudecomp.fft import FFT
 
     real_dt = np.dtype(NP_DTYPES[DTYPES[dname]])
-    kind: Kind = "r2c" if real_dt.kind == "f" else "c2c"
+    transforms = _transforms(args)
+    r2r = [g for g in range(3) if transforms[g] != "fft"]
+    kind: Kind = ("r2r" if transforms[0] != "fft" else "r2c") if real_dt.kind == "f" else "c2c"
     name = args.backends.split(",")[0] if args.backends != "all" else "DIRECT"
     backend = cudecomp.TransposeCommBackend[name]
     rng = np.random.default_rng(comm.rank)
     base = {"mode": "pfft", "gdims": gdims, "pdims": pdims, "dtype": dname}
+    if r2r and kind == "c2c":
+        return [{**base, "note": "skipped: cosine and sine transforms take f32 or f64"}]
 
     def fill(v: Any) -> None:
         v[...] = rng.standard_normal(v.shape) if kind == "r2c" else rng.standard_normal(v.shape) + 1j * rng.standard_normal(v.shape)
 
     try:
-        plan = FFT(handle, gdims, pdims, kind=kind, dtype=real_dt, norm=args.fft_norm, transposed_out=True, backend=backend)
+        plan = FFT(
+            handle, gdims, pdims, kind=kind, dtype=real_dt, norm=args.fft_norm, transposed_out=True, backend=backend, transforms=transforms
+        )
     except cudecomp.CudecompError as e:
         return [{**base, "note": f"skipped: {e}"}]
     a, spec, back = plan.empty_input(), plan.empty_output(), plan.empty_input()
     fill(a)
     with warnings.catch_warnings():  # mpi4py-fft plans on uninitialised arrays (NumPy warns of NaNs)
         warnings.simplefilter("ignore", RuntimeWarning)
-        pf = PFFT(comm, gdims[::-1], axes=(0, 1, 2), dtype=real_dt, grid=(pdims[1], pdims[0]), backend="fftw")
+        pf = PFFT(comm, gdims[::-1], dtype=real_dt, grid=(pdims[1], pdims[0]), backend="fftw", **_pfft_axes(transforms))
     u, uh, ub = newDistArray(pf, False), newDistArray(pf, True), newDistArray(pf, False)
     fill(u)
     norm_b = args.fft_norm == "backward"
@@ -211,7 +232,7 @@ def _pfft_grid(
         rows.append(
             {
                 **base,
-                "kind": kind,
+                "kind": ",".join(transforms) if r2r else kind,
                 "direction": d,
                 "schedule": plan.schedule,
                 "backend": backend.name,
@@ -222,6 +243,34 @@ def _pfft_grid(
     plan.destroy()
     pf.destroy()
     return rows
+
+
+def _transforms(args: argparse.Namespace) -> tuple[str, str, str]:
+    """Return the per-axis transforms of ``--fft-transforms`` (checked before measuring)."""
+    t = _fft_r2r.parse(args.fft_transforms)
+    assert not isinstance(t, str), t
+    return t
+
+
+def _pfft_axes(transforms: tuple[str, str, str]) -> dict[str, Any]:
+    """PFFT's ``axes`` and ``transforms`` of our per-axis ``transforms`` (its array is ``a[z, y, x]``).
+
+    With cosine or sine axes each axis is a stage of its own, keyed as mpi4py-fft keys its
+    serial transforms, with FFTW's r2r of the kind (``mpi4py_fft.fftw``'s ``dctn``/``dstn``).
+    """
+    if all(t == "fft" for t in transforms):
+        return {"axes": (0, 1, 2)}
+    from mpi4py_fft import fftw  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    table = {}
+    for g, t in enumerate(transforms):
+        if t != "fft":
+            fam, typ = t[:3], int(t[3])
+            table[(2 - g,)] = (
+                functools.partial(getattr(fftw, fam + "n"), type=typ),
+                functools.partial(getattr(fftw, "i" + fam + "n"), type=typ),
+            )
+    return {"axes": ((0,), (1,), (2,)), "transforms": table}
 
 
 def _pfft_rows(
@@ -268,7 +317,9 @@ def _print(rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
         if "note" in r:
             print(f"{r['mode']:<6}{g:<14}{_fmt_grid(r.get('pdims', '-')):<7}{r['dtype']:<6}{r['note']}")
             continue
-        if r["mode"] == "local":
+        if r["mode"] == "gpu":
+            _fft_r2r.print_gpu(r)
+        elif r["mode"] == "local":
             parts = [f"{k} {v:.3f}" + ("" if k == "rustfft" else f" ({r['ratio_vs_rustfft'][k]:.2f}x)") for k, v in r["ms"].items()]
             kind = r["kind"] + ("" if r["kind"] != "c2c" else "+" if r["direction"] == "forward" else "-")
             shape = "x".join(map(str, r["shape"]))
@@ -301,6 +352,9 @@ def records(rows: list[dict[str, Any]], ranks: int, env: Mapping[str, str]) -> l
             continue
         grid = f"best-of-{ranks}" if r.get("pdims") == "best" else _fmt_grid(r["pdims"])
         head = [f"fft-{r['mode']}", grid_name(r["gdims"]), r["dtype"], grid]
+        if r["mode"] == "gpu":
+            out += _fft_r2r.gpu_records(r, head, tail)
+            continue
         if r["mode"] == "local":
             case = " ".join([*head, r["kind"], r["direction"], *tail])
             ours = r["ms"]["rustfft"]
@@ -322,12 +376,16 @@ def records(rows: list[dict[str, Any]], ranks: int, env: Mapping[str, str]) -> l
 def main(args: argparse.Namespace, grids: list[tuple[int, int]]) -> list[dict[str, Any]]:
     """Run the comparison (collective); rank 0 prints it and writes ``--json``; every rank returns the rows."""
     comm = MPI.COMM_WORLD
-    if not cudecomp.CPU_ONLY:
-        raise SystemExit("--fft-compare compares the CPU variant's FFT; this is the GPU variant")
+    gpu = args.fft_compare == "gpu"
+    if gpu == cudecomp.CPU_ONLY:
+        raise SystemExit(f"--fft-compare {args.fft_compare} needs the {'GPU' if gpu else 'CPU'} variant")
     rows: list[dict[str, Any]] = []
     with cudecomp.Handle(comm) as handle:
         for gdims in args.gdims:
             for dname in args.dtypes:
+                if gpu:
+                    for pdims in grids:
+                        rows += _fft_r2r.gpu_rows(comm, handle, gdims, pdims, dname, _transforms(args), args, _interleaved)
                 if args.fft_compare in ("local", "both"):
                     for pdims in grids:
                         rows += _local_rows(comm, handle, gdims, pdims, dname, args)

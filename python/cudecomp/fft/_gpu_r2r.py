@@ -1,10 +1,11 @@
-"""Cosine and sine transforms of CuPy arrays: ``scipy.fft``'s definitions and norms on cuFFT.
+"""Cosine and sine transforms of CuPy arrays: ``scipy.fft``'s definitions and norms on cuFFT, on the current stream.
 
-``cupyx.scipy.fft`` has types 2 and 3; types 1 and 4 are computed here from one cuFFT
-transform each, on the current stream: DCT-I and DST-I as the real FFT of the even (odd)
-extension of length ``2 (N - 1)`` (``2 (N + 1)``), DCT-IV and DST-IV as the complex FFT of
-length ``2 N`` of the pre-twiddled data, then a post-twiddle. Complex arrays transform
-their real and imaginary parts.
+Types 2 and 3 of real arrays run in ``_gpu_dct``: one real FFT between two fused kernels,
+over all the axes of one family (type-II or type-III transforms) at once. Types 1 and 4
+are computed here from one cuFFT transform each: DCT-I and DST-I as the real FFT of the
+even (odd) extension of length ``2 (N - 1)`` (``2 (N + 1)``), DCT-IV and DST-IV as the
+complex FFT of length ``2 N`` of the pre-twiddled data, then a post-twiddle. Complex
+arrays transform their real and imaginary parts.
 """
 
 from __future__ import annotations
@@ -12,20 +13,52 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ._gpu_dct import dct23, family
+
+
+def r2r_axes(a: Any, transforms: tuple[tuple[int, str], ...], inverse: bool, norm: str, out: Any = None) -> Any:
+    """Apply the transforms ``(axis, kind)`` of ``transforms`` to ``a`` (inverted: ``inverse``), into ``out`` where given.
+
+    Axes of one family (``_gpu_dct.family``) go in one fused transform each; types 1 and
+    4 one axis at a time. Returns ``out`` or a new C-contiguous array.
+    """
+    import cupy
+
+    if a.dtype.kind == "c":
+        r = out if out is not None else cupy.empty(a.shape, a.dtype)
+        r.real = r2r_axes(cupy.ascontiguousarray(a.real), transforms, inverse, norm)
+        r.imag = r2r_axes(cupy.ascontiguousarray(a.imag), transforms, inverse, norm)
+        return r
+    groups: dict[int | None, list[tuple[int, str]]] = {}
+    for axis, kind in transforms:
+        groups.setdefault(family(kind, inverse), []).append((axis, kind))
+    todo: list[tuple[int | None, list[tuple[int, str]]]] = [(f, g) for f, g in groups.items() if f is not None]
+    todo += [(None, [t]) for t in groups.get(None, [])]
+    x = cupy.ascontiguousarray(a)
+    for k, (fam, group) in enumerate(todo):
+        target = out if k == len(todo) - 1 else None
+        if fam is None:
+            ((axis, kind),) = group
+            x = r2r(x, axis, kind, inverse, norm)
+            if target is not None:
+                target[...] = x
+                x = target
+        else:
+            x = dct23(x, tuple(g for g, _ in group), tuple(kd for _, kd in group), inverse, norm, target)
+    return x
+
 
 def r2r(a: Any, axis: int, kind: str, inverse: bool, norm: str) -> Any:
     """``scipy.fft.dct``/``dst`` (``idct``/``idst``: ``inverse``) of type ``kind[3]`` along ``axis``: a new C-contiguous array."""
     import cupy
-    import cupyx.scipy.fft as cf
 
     t = int(kind[3])
-    if t in (2, 3):
-        f = getattr(cf, ("i" if inverse else "") + kind[:3])
-        return cupy.ascontiguousarray(f(a, type=t, axis=axis, norm=norm))
     if a.dtype.kind == "c":
         re = r2r(cupy.ascontiguousarray(a.real), axis, kind, inverse, norm)
         im = r2r(cupy.ascontiguousarray(a.imag), axis, kind, inverse, norm)
         return cupy.ascontiguousarray(re + 1j * im)
+    if t in (2, 3):
+        return dct23(cupy.ascontiguousarray(a), (axis,), (kind,), inverse, norm)
     x = cupy.moveaxis(a, axis, -1)
     n = x.shape[-1]
     big_n = 2 * (n - 1) if kind == "dct1" else 2 * (n + 1) if kind == "dst1" else 2 * n

@@ -47,6 +47,17 @@ class _Local:
         """
         raise NotImplementedError
 
+    def r2r_axes(self, a: Any, transforms: tuple[tuple[int, str], ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        """Apply the cosine and sine transforms ``(axis, kind)`` of ``transforms`` to ``a``, into ``out`` where given.
+
+        One axis after another here; a library that transforms several axes at once
+        (CuPy's, see ``_gpu_dct``) does so.
+        """
+        for k, (axis, kind) in enumerate(transforms):
+            last = k == len(transforms) - 1
+            a = self.r2r(a, axis, kind, inverse, out if last else None, overwrite or k > 0)
+        return a
+
     def scale(self, inverse: bool, n: int) -> float:
         """Factor to apply once after all FFT stages (1 when the stages normalise themselves)."""
         return 1.0
@@ -296,6 +307,11 @@ class _CupyLocal(_Local):
         from ._gpu_r2r import r2r
 
         return _into(r2r(a, axis, kind, inverse, self.norm), out)
+
+    def r2r_axes(self, a: Any, transforms: tuple[tuple[int, str], ...], inverse: bool, out: Any = None, overwrite: bool = False) -> Any:
+        from ._gpu_r2r import r2r_axes
+
+        return r2r_axes(a, transforms, inverse, self.norm, out)
 
     def scale(self, inverse: bool, n: int) -> float:
         if self.norm == "ortho":

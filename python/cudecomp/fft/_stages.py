@@ -220,8 +220,8 @@ class _ScheduleRunner:
     def _local_stage(self, x: Any, st: Stage, inverse: bool, target: Any, own: bool, turns: bool) -> Any:
         """Transform the axes of local stage ``st`` of ``x`` (its inverse: ``inverse``), into ``target`` where given.
 
-        FFT axes run as one transform; cosine and sine axes one by one, on real data
-        where there is some (before the data turns complex, after it turns real again).
+        FFT axes run as one transform, cosine and sine axes as another (the library's
+        ``r2r_axes``), on real data where there is some (before the data turns complex, after it turns real again).
         ``turns``: this stage holds the first FFT axis of a real plan (``r2c`` along X,
         or a cast to complex for ``r2r``).
         """
@@ -230,10 +230,8 @@ class _ScheduleRunner:
         npax = {g: 2 - order.index(g) for g in st.axes}
         fft = [g for g in st.axes if self._transforms[g] == "fft"]
 
-        def cosine_or_sine(g: int) -> Callable[[Any, Any, bool], Any]:
-            return lambda y, o, w: L.r2r(y, npax[g], self._transforms[g], inverse, o, w)
-
-        cos_sin = [cosine_or_sine(g) for g in st.axes if self._transforms[g] != "fft"]
+        r2r = tuple((npax[g], self._transforms[g]) for g in st.axes if self._transforms[g] != "fft")
+        cos_sin: list[Callable[[Any, Any, bool], Any]] = [lambda y, o, w: L.r2r_axes(y, r2r, inverse, o, w)] if r2r else []
         halved = self._kind == "r2c" and 0 in fft
         # r2c / c2r: the halved X last, as the local libraries take it.
         axes = tuple(sorted(npax[g] for g in fft if not (halved and g == 0))) + ((npax[0],) if halved else ())
