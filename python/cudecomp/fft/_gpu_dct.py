@@ -269,7 +269,8 @@ def dct23(a: Any, axes: tuple[int, ...], kinds: tuple[str, ...], inverse: bool, 
     if fam == 2:
         v = cupy.empty(shape, a.dtype)
         _launch(mod.get_function("pre2"), total, a, v)
-        spec = cf.rfftn(v, axes=axes, overwrite_x=True)
+        # cuFFT transforms leading axes in Fortran order: the post-kernel reads C order.
+        spec = cupy.ascontiguousarray(cf.rfftn(v, axes=axes, overwrite_x=True))
         del v
         _launch(mod.get_function("post2"), reduced, spec, y)
     else:
