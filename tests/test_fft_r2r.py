@@ -180,7 +180,8 @@ def _fused_cases() -> list[tuple[tuple[int, ...], tuple[int, ...], tuple[str, ..
     import itertools
 
     cases = []
-    for shape in [(5, 6, 7), (4, 1, 3), (8,), (3, 5)]:
+    # An even last axis not transformed sends the leading axes' rows through complex FFTs in pairs.
+    for shape in [(5, 6, 7), (4, 1, 3), (8,), (3, 5), (5, 4, 6), (7, 2)]:
         nd = len(shape)
         for r in range(1, nd + 1):
             for axes in itertools.combinations(range(nd), r):

@@ -5,7 +5,7 @@ over all the axes of one family (type-II or type-III transforms) at once. Types 
 are computed here from one cuFFT transform each: DCT-I and DST-I as the real FFT of the
 even (odd) extension of length ``2 (N - 1)`` (``2 (N + 1)``), DCT-IV and DST-IV as the
 complex FFT of length ``2 N`` of the pre-twiddled data, then a post-twiddle. Complex
-arrays transform their real and imaginary parts.
+arrays transform their real and imaginary parts as one real array with a trailing axis of two.
 """
 
 from __future__ import annotations
@@ -25,10 +25,19 @@ def r2r_axes(a: Any, transforms: tuple[tuple[int, str], ...], inverse: bool, nor
     import cupy
 
     if a.dtype.kind == "c":
-        r = out if out is not None else cupy.empty(a.shape, a.dtype)
-        r.real = r2r_axes(cupy.ascontiguousarray(a.real), transforms, inverse, norm)
-        r.imag = r2r_axes(cupy.ascontiguousarray(a.imag), transforms, inverse, norm)
-        return r
+        # The real and imaginary parts as a trailing axis of two, transformed in one pass.
+        x = cupy.ascontiguousarray(a)
+        real = x.real.dtype
+        pairs = x.view(real).reshape(*x.shape, 2)
+        whole = out is not None and out.flags.c_contiguous
+        r = r2r_axes(pairs, transforms, inverse, norm, out.view(real).reshape(*out.shape, 2) if whole else None)
+        if whole:
+            return out
+        res = r.reshape(*x.shape[:-1], 2 * x.shape[-1]).view(a.dtype)
+        if out is None:
+            return res
+        out[...] = res
+        return out
     groups: dict[int | None, list[tuple[int, str]]] = {}
     for axis, kind in transforms:
         groups.setdefault(family(kind, inverse), []).append((axis, kind))

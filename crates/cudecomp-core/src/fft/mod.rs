@@ -50,6 +50,7 @@
 mod exec;
 mod plans;
 mod r2r;
+mod r2r_pairs;
 mod real;
 mod simd;
 

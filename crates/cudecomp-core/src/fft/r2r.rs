@@ -1,6 +1,7 @@
 //! Real-to-real transforms along one axis: the cosine and sine transforms of types 1 to 4
-//! with `scipy.fft`'s definitions and norms ([`R2r`], [`r2r`]), on RustDCT (which runs
-//! each on a complex FFT of RustFFT's).
+//! with `scipy.fft`'s definitions and norms ([`R2r`], [`r2r`]). Types 2 and 3 run two rows
+//! to one complex FFT ([`r2r_pairs`](super::r2r_pairs)); types 1 and 4 on RustDCT (which
+//! runs each on a complex FFT of RustFFT's).
 //!
 //! RustDCT's transforms are `scipy.fft`'s unnormalised ones halved; the factor 2, the
 //! norm's scale and the orthonormal mode's end-point factors are applied while a row is
@@ -13,11 +14,12 @@ use std::sync::Arc;
 use std::any::Any;
 use std::sync::{Mutex, OnceLock};
 
-use rustdct::{Dct1, DctPlanner, Dst1, TransformType2And3, TransformType4};
+use rustdct::{Dct1, DctPlanner, Dst1, TransformType4};
 
 use super::exec::{for_units, rows_per_unit, Ptr};
 use super::plans::lock;
 use super::plans::pool;
+use super::r2r_pairs::{PairWork, Pairs};
 use super::{Float, Norm};
 use crate::{invalid, Error, Result};
 
@@ -123,30 +125,29 @@ impl R2r {
 
 /// One prepared transform of `n` points.
 enum Plan<T: Float> {
+    /// Types 2 and 3, two rows to one complex FFT (the factor included).
+    Pairs(Pairs<T>),
     Dct1(Arc<dyn Dct1<T>>),
     Dst1(Arc<dyn Dst1<T>>),
-    Two(Arc<dyn TransformType2And3<T>>, bool, bool),
     Four(Arc<dyn TransformType4<T>>, bool),
 }
 
 impl<T: Float> Plan<T> {
     fn scratch_len(&self) -> usize {
         match self {
+            Plan::Pairs(_) => 0,
             Plan::Dct1(p) => p.get_scratch_len(),
             Plan::Dst1(p) => p.get_scratch_len(),
-            Plan::Two(p, ..) => p.get_scratch_len(),
             Plan::Four(p, _) => p.get_scratch_len(),
         }
     }
 
+    /// RustDCT's transform of one row (half of `scipy.fft`'s unnormalised one).
     fn run(&self, row: &mut [T], scratch: &mut [T]) {
         match self {
+            Plan::Pairs(_) => {}
             Plan::Dct1(p) => p.process_dct1_with_scratch(row, scratch),
             Plan::Dst1(p) => p.process_dst1_with_scratch(row, scratch),
-            Plan::Two(p, false, false) => p.process_dct2_with_scratch(row, scratch),
-            Plan::Two(p, false, true) => p.process_dct3_with_scratch(row, scratch),
-            Plan::Two(p, true, false) => p.process_dst2_with_scratch(row, scratch),
-            Plan::Two(p, true, true) => p.process_dst3_with_scratch(row, scratch),
             Plan::Four(p, false) => p.process_dct4_with_scratch(row, scratch),
             Plan::Four(p, true) => p.process_dst4_with_scratch(row, scratch),
         }
@@ -164,26 +165,51 @@ struct Row<T: Float> {
     post: (bool, bool),
 }
 
+/// A worker's buffers for [`Row::apply`].
+struct Work<T> {
+    scratch: Vec<T>,
+    pairs: Option<PairWork<T>>,
+}
+
 impl<T: Float> Row<T> {
-    fn apply(&self, row: &mut [T], scratch: &mut [T]) {
-        let n = row.len();
+    fn work(&self) -> Work<T> {
+        Work {
+            scratch: vec![T::zero(); self.plan.scratch_len()],
+            pairs: match &self.plan {
+                Plan::Pairs(p) => Some(p.work()),
+                _ => None,
+            },
+        }
+    }
+
+    /// Transforms the whole rows of `n` points in `rows` in place.
+    fn apply(&self, rows: &mut [T], n: usize, work: &mut Work<T>) {
         let sqrt2 = T::from_f64(std::f64::consts::SQRT_2).unwrap_or_else(T::one);
-        if self.pre.0 {
-            row[0] = row[0] * sqrt2;
+        let ends = |rows: &mut [T], (first, last): (bool, bool), f: &dyn Fn(T) -> T| {
+            if first || last {
+                for row in rows.chunks_exact_mut(n) {
+                    if first {
+                        row[0] = f(row[0]);
+                    }
+                    if last {
+                        row[n - 1] = f(row[n - 1]);
+                    }
+                }
+            }
+        };
+        ends(rows, self.pre, &|v| v * sqrt2);
+        match (&self.plan, work.pairs.as_mut()) {
+            (Plan::Pairs(p), Some(w)) => p.apply(rows, w),
+            (plan, _) => {
+                for row in rows.chunks_exact_mut(n) {
+                    plan.run(row, &mut work.scratch);
+                    for v in row.iter_mut() {
+                        *v = *v * self.scale;
+                    }
+                }
+            }
         }
-        if self.pre.1 {
-            row[n - 1] = row[n - 1] * sqrt2;
-        }
-        self.plan.run(row, scratch);
-        for v in row.iter_mut() {
-            *v = *v * self.scale;
-        }
-        if self.post.0 {
-            row[0] = row[0] / sqrt2;
-        }
-        if self.post.1 {
-            row[n - 1] = row[n - 1] / sqrt2;
-        }
+        ends(rows, self.post, &|v| v / sqrt2);
     }
 }
 
@@ -208,16 +234,28 @@ fn row<T: Float>(kind: R2r, n: usize, inverse: bool, norm: Norm) -> Result<Row<T
         R2r::Dst3 if ortho => ((false, true), (false, false)),
         _ => ((false, false), (false, false)),
     };
+    let two_three = match applied {
+        R2r::Dct2 => Some((false, false)),
+        R2r::Dct3 => Some((false, true)),
+        R2r::Dst2 => Some((true, false)),
+        R2r::Dst3 => Some((true, true)),
+        _ => None,
+    };
+    if let Some((sine, three)) = two_three {
+        return Ok(Row {
+            plan: Plan::Pairs(Pairs::new(n, sine, three, factor / 2.0)?),
+            scale: T::one(),
+            pre,
+            post,
+        });
+    }
     let mut planner = lock(dct_planner::<T>()?);
     let plan = match applied {
         R2r::Dct1 => Plan::Dct1(planner.plan_dct1(n)),
         R2r::Dst1 => Plan::Dst1(planner.plan_dst1(n)),
-        R2r::Dct2 => Plan::Two(planner.plan_dct2(n), false, false),
-        R2r::Dct3 => Plan::Two(planner.plan_dct3(n), false, true),
-        R2r::Dst2 => Plan::Two(planner.plan_dst2(n), true, false),
-        R2r::Dst3 => Plan::Two(planner.plan_dst3(n), true, true),
         R2r::Dct4 => Plan::Four(planner.plan_dct4(n), false),
-        R2r::Dst4 => Plan::Four(planner.plan_dst4(n), true),
+        // DST-IV: types 2 and 3 returned above.
+        _ => Plan::Four(planner.plan_dst4(n), true),
     };
     let scale = T::from_f64(factor).ok_or_else(|| {
         Error::InvalidUsage(format!(
@@ -278,7 +316,6 @@ pub fn r2r<T: Float>(
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     let row_t = row::<T>(kind, n, inverse, norm)?;
-    let scratch_len = row_t.plan.scratch_len();
     let pool = if threads > 1 {
         Some(pool(threads)?)
     } else {
@@ -286,21 +323,21 @@ pub fn r2r<T: Float>(
     };
     let base = Ptr(data.as_mut_ptr());
     if inner == 1 {
-        // Whole rows in place, several to a unit of work.
+        // Whole rows in place, an even number to a unit of work (pairs share an FFT).
         let rows = outer;
-        let per = rows_per_unit(n * std::mem::size_of::<T>());
+        let per = rows_per_unit(n * std::mem::size_of::<T>()).next_multiple_of(2);
         let units = rows.div_ceil(per);
         return for_units(
             units,
             pool.as_deref(),
-            || vec![T::zero(); scratch_len],
-            |scratch, u| {
-                for r in u * per..((u + 1) * per).min(rows) {
-                    // SAFETY: row `r` lies inside `data` (r < outer, n values each), and
-                    // every unit touches its own rows only.
-                    let row = unsafe { std::slice::from_raw_parts_mut(base.at(r * n), n) };
-                    row_t.apply(row, scratch);
-                }
+            || row_t.work(),
+            |work, u| {
+                let (r0, r1) = (u * per, ((u + 1) * per).min(rows));
+                // SAFETY: rows r0..r1 lie inside `data` (r1 <= outer, n values each), and
+                // every unit touches its own rows only.
+                let block =
+                    unsafe { std::slice::from_raw_parts_mut(base.at(r0 * n), (r1 - r0) * n) };
+                row_t.apply(block, n, work);
                 Ok(())
             },
         );
@@ -310,8 +347,8 @@ pub fn r2r<T: Float>(
     for_units(
         outer * tiles,
         pool.as_deref(),
-        || (vec![T::zero(); TILE * n], vec![T::zero(); scratch_len]),
-        |(buf, scratch), u| {
+        || (vec![T::zero(); TILE * n], row_t.work()),
+        |(buf, work), u| {
             let (o, t) = (u / tiles, u % tiles);
             let c0 = t * TILE;
             let w = TILE.min(inner - c0);
@@ -324,9 +361,7 @@ pub fn r2r<T: Float>(
                     buf[c * n + j] = unsafe { *block.add(j * inner + c0 + c) };
                 }
             }
-            for c in 0..w {
-                row_t.apply(&mut buf[c * n..(c + 1) * n], scratch);
-            }
+            row_t.apply(&mut buf[..w * n], n, work);
             for j in 0..n {
                 for c in 0..w {
                     // SAFETY: as above.
@@ -439,9 +474,18 @@ mod tests {
 
     #[test]
     fn every_type_is_scipys_along_every_axis() {
-        let shape = [3, 7, 5];
-        let x = data(105);
-        for kind in R2r::ALL {
+        // Odd and even row counts, more rows than one packed batch of pairs, short rows.
+        for shape in [[3, 7, 5], [2, 19, 1], [3, 1, 2], [1, 37, 3]] {
+            along_every_axis(shape);
+        }
+    }
+
+    fn along_every_axis(shape: [usize; 3]) {
+        let x = data(shape.iter().product());
+        for kind in R2r::ALL
+            .into_iter()
+            .filter(|k| shape.iter().all(|&n| n >= k.min_len()))
+        {
             for axis in 0..3 {
                 let mut y = x.clone();
                 r2r(&mut y, &shape, axis, kind, false, Norm::Backward, 1).unwrap();
