@@ -125,31 +125,34 @@ impl R2r {
 
 /// One prepared transform of `n` points.
 enum Plan<T: Float> {
-    /// Types 2 and 3, two rows to one complex FFT (the factor included).
+    /// Types 2 and 3: two rows to one complex FFT, the factor included.
     Pairs(Pairs<T>),
+    /// Types 1 and 4: RustDCT one row at a time, then every output times the factor.
+    Single(Single<T>, T),
+}
+
+/// RustDCT's transforms (half of `scipy.fft`'s unnormalised ones).
+enum Single<T: Float> {
     Dct1(Arc<dyn Dct1<T>>),
     Dst1(Arc<dyn Dst1<T>>),
     Four(Arc<dyn TransformType4<T>>, bool),
 }
 
-impl<T: Float> Plan<T> {
+impl<T: Float> Single<T> {
     fn scratch_len(&self) -> usize {
         match self {
-            Plan::Pairs(_) => 0,
-            Plan::Dct1(p) => p.get_scratch_len(),
-            Plan::Dst1(p) => p.get_scratch_len(),
-            Plan::Four(p, _) => p.get_scratch_len(),
+            Single::Dct1(p) => p.get_scratch_len(),
+            Single::Dst1(p) => p.get_scratch_len(),
+            Single::Four(p, _) => p.get_scratch_len(),
         }
     }
 
-    /// RustDCT's transform of one row (half of `scipy.fft`'s unnormalised one).
     fn run(&self, row: &mut [T], scratch: &mut [T]) {
         match self {
-            Plan::Pairs(_) => {}
-            Plan::Dct1(p) => p.process_dct1_with_scratch(row, scratch),
-            Plan::Dst1(p) => p.process_dst1_with_scratch(row, scratch),
-            Plan::Four(p, false) => p.process_dct4_with_scratch(row, scratch),
-            Plan::Four(p, true) => p.process_dst4_with_scratch(row, scratch),
+            Single::Dct1(p) => p.process_dct1_with_scratch(row, scratch),
+            Single::Dst1(p) => p.process_dst1_with_scratch(row, scratch),
+            Single::Four(p, false) => p.process_dct4_with_scratch(row, scratch),
+            Single::Four(p, true) => p.process_dst4_with_scratch(row, scratch),
         }
     }
 }
@@ -157,32 +160,28 @@ impl<T: Float> Plan<T> {
 /// What one row goes through: the transform and its factors.
 struct Row<T: Float> {
     plan: Plan<T>,
-    /// Factor of every output value.
-    scale: T,
     /// Orthonormal mode: input end points multiplied by `sqrt 2` first (first, last).
     pre: (bool, bool),
     /// Orthonormal mode: output end points divided by `sqrt 2` after (first, last).
     post: (bool, bool),
 }
 
-/// A worker's buffers for [`Row::apply`].
-struct Work<T> {
-    scratch: Vec<T>,
-    pairs: Option<PairWork<T>>,
+/// A worker's buffers for [`Row::apply`], of the row's plan.
+enum Work<T> {
+    Pairs(PairWork<T>),
+    Single(Vec<T>),
 }
 
 impl<T: Float> Row<T> {
     fn work(&self) -> Work<T> {
-        Work {
-            scratch: vec![T::zero(); self.plan.scratch_len()],
-            pairs: match &self.plan {
-                Plan::Pairs(p) => Some(p.work()),
-                _ => None,
-            },
+        match &self.plan {
+            Plan::Pairs(p) => Work::Pairs(p.work()),
+            Plan::Single(p, _) => Work::Single(vec![T::zero(); p.scratch_len()]),
         }
     }
 
-    /// Transforms the whole rows of `n` points in `rows` in place.
+    /// Transforms the whole rows of `n` points in `rows` in place, with buffers `work`
+    /// made by [`Row::work`].
     fn apply(&self, rows: &mut [T], n: usize, work: &mut Work<T>) {
         let sqrt2 = T::from_f64(std::f64::consts::SQRT_2).unwrap_or_else(T::one);
         let ends = |rows: &mut [T], (first, last): (bool, bool), f: &dyn Fn(T) -> T| {
@@ -198,16 +197,18 @@ impl<T: Float> Row<T> {
             }
         };
         ends(rows, self.pre, &|v| v * sqrt2);
-        match (&self.plan, work.pairs.as_mut()) {
-            (Plan::Pairs(p), Some(w)) => p.apply(rows, w),
-            (plan, _) => {
+        match (&self.plan, work) {
+            (Plan::Pairs(p), Work::Pairs(w)) => p.apply(rows, w),
+            (Plan::Single(p, scale), Work::Single(scratch)) => {
                 for row in rows.chunks_exact_mut(n) {
-                    plan.run(row, &mut work.scratch);
+                    p.run(row, scratch);
                     for v in row.iter_mut() {
-                        *v = *v * self.scale;
+                        *v = *v * *scale;
                     }
                 }
             }
+            // `work` always comes from this row's `work()`.
+            _ => {}
         }
         ends(rows, self.post, &|v| v / sqrt2);
     }
@@ -244,18 +245,17 @@ fn row<T: Float>(kind: R2r, n: usize, inverse: bool, norm: Norm) -> Result<Row<T
     if let Some((sine, three)) = two_three {
         return Ok(Row {
             plan: Plan::Pairs(Pairs::new(n, sine, three, factor / 2.0)?),
-            scale: T::one(),
             pre,
             post,
         });
     }
     let mut planner = lock(dct_planner::<T>()?);
-    let plan = match applied {
-        R2r::Dct1 => Plan::Dct1(planner.plan_dct1(n)),
-        R2r::Dst1 => Plan::Dst1(planner.plan_dst1(n)),
-        R2r::Dct4 => Plan::Four(planner.plan_dct4(n), false),
+    let single = match applied {
+        R2r::Dct1 => Single::Dct1(planner.plan_dct1(n)),
+        R2r::Dst1 => Single::Dst1(planner.plan_dst1(n)),
+        R2r::Dct4 => Single::Four(planner.plan_dct4(n), false),
         // DST-IV: types 2 and 3 returned above.
-        _ => Plan::Four(planner.plan_dst4(n), true),
+        _ => Single::Four(planner.plan_dst4(n), true),
     };
     let scale = T::from_f64(factor).ok_or_else(|| {
         Error::InvalidUsage(format!(
@@ -263,8 +263,7 @@ fn row<T: Float>(kind: R2r, n: usize, inverse: bool, norm: Norm) -> Result<Row<T
         ))
     })?;
     Ok(Row {
-        plan,
-        scale,
+        plan: Plan::Single(single, scale),
         pre,
         post,
     })
