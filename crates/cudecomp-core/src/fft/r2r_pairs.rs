@@ -123,38 +123,47 @@ impl<T: Float> Pairs<T> {
     /// read backwards.
     fn unpack_two(&self, z: &[Complex<T>], a: &mut [T], b: &mut [T]) {
         let n = self.n;
-        for k in 0..n {
-            let zk = z[k];
-            let zr = z[if k == 0 { 0 } else { n - k }].conj();
-            let (p, q) = (zk + zr, zk - zr);
-            let w = self.twiddle[k];
-            let o = if self.sine { n - 1 - k } else { k };
-            a[o] = (w.re * p.re - w.im * p.im) * self.scale;
-            b[o] = (w.re * q.im + w.im * q.re) * self.scale;
+        let scale = self.scale;
+        let at = |k: usize| {
+            combine_two(
+                self.twiddle[k],
+                z[k],
+                z[if k == 0 { 0 } else { n - k }].conj(),
+                scale,
+            )
+        };
+        // Separate loops for the two writing orders keep the branch out of the inner loop.
+        if self.sine {
+            for (k, (ak, bk)) in a.iter_mut().rev().zip(b.iter_mut().rev()).enumerate() {
+                (*ak, *bk) = at(k);
+            }
+        } else {
+            for (k, (ak, bk)) in a.iter_mut().zip(b.iter_mut()).enumerate() {
+                (*ak, *bk) = at(k);
+            }
         }
     }
 
     /// The pair's half spectra (from each row's inputs at `k` and `n - k`, a sine
-    /// transform's read backwards) combined into one complex row.
+    /// transform's read backwards) combined into one complex row: with `w` the conjugate
+    /// twiddle, `w (a_k - i a_{n-k}) + i w (b_k - i b_{n-k})`.
     fn pack_three(&self, a: &[T], b: &[T], z: &mut [Complex<T>]) {
         let n = self.n;
-        let at = |x: &[T], k: usize| -> T {
-            if self.sine {
-                x[n - 1 - k]
-            } else {
-                x[k]
+        let (first, rest) = z.split_at_mut(1);
+        let twiddle = &self.twiddle[1..];
+        // Separate loops for the two reading orders keep the branch out of the inner loop.
+        if self.sine {
+            first[0] = Complex::new(a[n - 1], b[n - 1]);
+            for (i, (v, w)) in rest.iter_mut().zip(twiddle).enumerate() {
+                let k = i + 1;
+                *v = combine_three(*w, a[n - 1 - k], a[k - 1], b[n - 1 - k], b[k - 1]);
             }
-        };
-        for (k, v) in z.iter_mut().enumerate() {
-            let w = self.twiddle[k].conj();
-            let (ha, hb) = if k == 0 {
-                (T::zero(), T::zero())
-            } else {
-                (at(a, n - k), at(b, n - k))
-            };
-            let va = w * Complex::new(at(a, k), -ha);
-            let vb = w * Complex::new(at(b, k), -hb);
-            *v = Complex::new(va.re - vb.im, va.im + vb.re);
+        } else {
+            first[0] = Complex::new(a[0], b[0]);
+            for (i, (v, w)) in rest.iter_mut().zip(twiddle).enumerate() {
+                let k = i + 1;
+                *v = combine_three(*w, a[k], a[n - k], b[k], b[n - k]);
+            }
         }
     }
 
@@ -175,6 +184,25 @@ impl<T: Float> Pairs<T> {
             b[j] = v.im * odd;
         }
     }
+}
+
+/// Output `k` of both rows of [`Pairs::unpack_two`] from the spectrum at `k` and the
+/// conjugate of the spectrum at `n - k`, for the twiddle `t`.
+#[inline(always)]
+fn combine_two<T: Float>(t: Complex<T>, zk: Complex<T>, zr: Complex<T>, scale: T) -> (T, T) {
+    let (p, q) = (zk + zr, zk - zr);
+    (
+        (t.re * p.re - t.im * p.im) * scale,
+        (t.re * q.im + t.im * q.re) * scale,
+    )
+}
+
+/// One element of [`Pairs::pack_three`] for the twiddle `t`:
+/// `conj(t) (ak - i an) + i conj(t) (bk - i bn)`.
+#[inline(always)]
+fn combine_three<T: Float>(t: Complex<T>, ak: T, an: T, bk: T, bn: T) -> Complex<T> {
+    let (s, d) = (ak + bn, an - bk);
+    Complex::new(t.re * s - t.im * d, -(t.re * d + t.im * s))
 }
 
 /// Pairs packed into one FFT call.
