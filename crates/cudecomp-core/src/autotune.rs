@@ -213,7 +213,7 @@ pub struct AutotuneReport {
 }
 
 /// Process grids in upstream's order, filtered by the row and column ranges of `f`.
-pub fn candidate_grids(
+pub(crate) fn candidate_grids(
     nranks: usize,
     col_major: bool,
     f: &AutotuneFilters,
@@ -547,7 +547,7 @@ fn usable(grid: &Grid, o: &AutotuneOptions, halo_search: bool) -> bool {
 /// (process grid when `pdims` is `[0, 0]`, transpose and/or halo backends). Returns the
 /// grid and what the search measured (`None` when the options ask for no search; they
 /// are checked all the same).
-pub fn create_grid(
+pub(crate) fn create_grid(
     handle: &Handle,
     cfg: &GridConfig,
     o: &AutotuneOptions,

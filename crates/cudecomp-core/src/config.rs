@@ -97,7 +97,7 @@ impl TransposeBackend {
 }
 
 /// What the autotuner needs to know of a backend family (transpose or halo).
-pub trait CommBackend: Copy + 'static {
+pub(crate) trait CommBackend: Copy + 'static {
     /// Every backend in C-value order.
     const EVERY: &'static [Self];
     /// Upper-case enum name (environment filters).

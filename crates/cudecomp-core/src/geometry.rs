@@ -13,7 +13,7 @@ pub type Axis = usize;
 /// `(lo, len)` of coordinate `p` of `nparts` along an axis split as in reference §1.3:
 /// `n` cells are distributed, the remainder goes to the lowest coordinates and the
 /// `extra` cells (`gdims - gdims_dist`) to the last populated coordinate.
-pub fn split(n: i64, extra: i64, nparts: usize, p: usize) -> (i64, i64) {
+pub(crate) fn split(n: i64, extra: i64, nparts: usize, p: usize) -> (i64, i64) {
     let np = nparts as i64;
     let p = p as i64;
     let d = n / np;
@@ -27,7 +27,7 @@ pub fn split(n: i64, extra: i64, nparts: usize, p: usize) -> (i64, i64) {
 
 /// The two axes split over the process grid for a pencil of `axis`: the first over
 /// `pdims[0]` (the column communicator), the second over `pdims[1]` (the row communicator).
-pub fn split_axes(axis: Axis) -> [Axis; 2] {
+pub(crate) fn split_axes(axis: Axis) -> [Axis; 2] {
     match axis {
         0 => [1, 2],
         1 => [0, 2],
@@ -469,11 +469,11 @@ impl Grid {
 
 /// Most elements a pencil (halos and padding included) may hold: 2^58, so that byte
 /// sizes of several pencils of 16-byte elements stay far inside `i64`.
-pub const MAX_PENCIL_ELEMS: i64 = 1 << 58;
+pub(crate) const MAX_PENCIL_ELEMS: i64 = 1 << 58;
 
 /// Halo workspace (elements) of a pencil: four slots (send and receive, both sides) of
 /// the largest face layer times its halo extent. Padding does not count (faces exclude it).
-pub fn halo_workspace_elems(info: &PencilInfo) -> Result<i64> {
+pub(crate) fn halo_workspace_elems(info: &PencilInfo) -> Result<i64> {
     let mut most = 0;
     for d in 0..3 {
         // A face is part of the pencil (at most 2^58 elements), but its halo extent may
@@ -495,7 +495,7 @@ pub fn halo_workspace_elems(info: &PencilInfo) -> Result<i64> {
 
 /// Cells in one halo-face layer normal to global axis `d`: the product of the other two
 /// stored extents (halos included, padding excluded).
-pub fn face_cells(info: &PencilInfo, d: Axis) -> i64 {
+pub(crate) fn face_cells(info: &PencilInfo, d: Axis) -> i64 {
     (0..3)
         .filter(|&g| g != d)
         .map(|g| info.stored_extent(g) - info.padding[g])
@@ -504,7 +504,7 @@ pub fn face_cells(info: &PencilInfo, d: Axis) -> i64 {
 
 /// Rounds an element count up to a multiple of 64 (256 bytes of 4-byte elements), the
 /// alignment upstream gives workspace regions.
-pub fn align(n: i64) -> i64 {
+pub(crate) fn align(n: i64) -> i64 {
     (n + 63) / 64 * 64
 }
 

@@ -113,10 +113,10 @@ mod fields;
 mod geometry;
 mod handle;
 mod mem;
-pub mod notices;
+mod notices;
 mod perf;
 mod plan;
-pub mod settings;
+mod settings;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -137,8 +137,12 @@ pub use handle::{
     CudaLibraries, DeviceBuffer, GridDesc, Handle, LibraryArray, Memory, MAX_HOST_THREADS,
 };
 pub use mem::Buf;
+pub use notices::{notice, take as take_notices};
 pub use plan::{Direction, HaloSpec, TransposeLayouts};
-pub use settings::Settings;
+pub use settings::{
+    AutotuneFilters, FftBackward, FftSettings, IoWrite, LibraryOverrides, NameFilter, NodeSettings,
+    PerfSettings, Settings, SingleCopy,
+};
 
 /// Transposes this process ran as DIRECT single copies (each chunk copied once, straight
 /// into the receivers' library-array outputs): a diagnostic, for tests and benchmarks that

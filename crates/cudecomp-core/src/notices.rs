@@ -31,7 +31,7 @@ pub fn take() -> Vec<String> {
 }
 
 /// Cores this process may run on (its CPU affinity, e.g. an MPI launcher's binding).
-pub fn cores_allowed() -> usize {
+pub(crate) fn cores_allowed() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -39,7 +39,7 @@ pub fn cores_allowed() -> usize {
 /// two on. With Open MPI's default one-core binding every backend of the process slows
 /// down in many runs: NVSHMEM's proxy thread polls on the core the library's host thread
 /// needs (figures: the benchmark record).
-pub fn nvshmem_binding(cores: usize) -> Option<String> {
+pub(crate) fn nvshmem_binding(cores: usize) -> Option<String> {
     (cores < 2).then(|| format!(
         "NVSHMEM started on a rank bound to {cores} CPU core: NVSHMEM's proxy thread polls on the core the library's host thread needs, which can make every transfer of the process (all backends) up to 2.4x slower; give each rank at least two cores (Open MPI: mpirun --bind-to none, or --map-by slot:PE=2; Slurm: --cpus-per-task=2)"
     ))

@@ -23,7 +23,7 @@ use crate::Result;
 
 /// What a sample belongs to: the operation and the CSV columns that identify its configuration.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SampleKey {
+pub(crate) struct SampleKey {
     /// `transpose` or `halo`.
     pub kind: &'static str,
     /// Report name (`TransposeXY`, `HaloX`, ...).
@@ -32,8 +32,9 @@ pub struct SampleKey {
     pub fields: Vec<String>,
 }
 
+/// One operation's times and bytes, as the report keeps them per sample.
 #[derive(Clone, Copy, Debug, Default)]
-struct Sample {
+struct Timings {
     total_ms: f64,
     comm_ms: f64,
     bytes: f64,
@@ -45,17 +46,17 @@ type Gathered = BTreeMap<(String, String, String), Vec<(usize, usize, f64, f64, 
 #[derive(Default)]
 struct Series {
     seen: usize,
-    ring: Vec<Sample>,
+    ring: Vec<Timings>,
 }
 
 /// Samples of one grid descriptor.
-pub struct PerfReport {
+pub(crate) struct PerfReport {
     settings: PerfSettings,
     series: Mutex<BTreeMap<SampleKey, Series>>,
 }
 
 /// Measures elapsed milliseconds: wall clock on the host, CUDA events on a stream.
-pub enum Clock {
+pub(crate) enum Clock {
     /// Wall clock, for operations that complete on the host.
     Host,
     /// CUDA events recorded on this stream, for operations enqueued on it.
@@ -63,7 +64,7 @@ pub enum Clock {
 }
 
 /// A point in time of a [`Clock`].
-pub enum Mark {
+pub(crate) enum Mark {
     /// The wall-clock instant.
     Host(Instant),
     /// A timing event recorded on the clock's stream.
@@ -72,7 +73,7 @@ pub enum Mark {
 
 impl Clock {
     /// Now.
-    pub fn mark(&self) -> Result<Mark> {
+    pub(crate) fn mark(&self) -> Result<Mark> {
         Ok(match self {
             Clock::Host => Mark::Host(Instant::now()),
             Clock::Device(s) => {
@@ -84,7 +85,7 @@ impl Clock {
     }
 
     /// Milliseconds since `m` (a device clock waits for the stream to get there).
-    pub fn since(&self, m: &Mark) -> Result<f64> {
+    pub(crate) fn since(&self, m: &Mark) -> Result<f64> {
         match (self, m) {
             (Clock::Device(s), Mark::Device(start)) => {
                 let end = Event::new(true)?;
@@ -101,7 +102,7 @@ impl Clock {
 }
 
 /// A transport that adds the time spent in each call to a communication total.
-pub struct TimedTransport<'a> {
+pub(crate) struct TimedTransport<'a> {
     /// The transport that does the work.
     pub inner: &'a dyn Transport,
     /// What each call is timed with.
@@ -170,13 +171,13 @@ const TRANSPOSE_COLUMNS: &str =
 const HALO_COLUMNS: &str = "operation,dtype,dim,halo_extent,periods,padding,managed";
 
 /// Formats a triple as upstream does in CSV cells (`"[a b c]"` without commas).
-pub fn triple<T: std::fmt::Display>(v: &[T]) -> String {
+pub(crate) fn triple<T: std::fmt::Display>(v: &[T]) -> String {
     let parts: Vec<String> = v.iter().map(|x| x.to_string()).collect();
     format!("[{}]", parts.join(" "))
 }
 
 /// Identifies a transpose configuration in the performance report.
-pub fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: bool) -> SampleKey {
+pub(crate) fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: bool) -> SampleKey {
     SampleKey {
         kind: "transpose",
         operation: plan
@@ -196,7 +197,7 @@ pub fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: bool) -> S
 }
 
 /// Identifies a halo configuration in the performance report.
-pub fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
+pub(crate) fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
     SampleKey {
         kind: "halo",
         operation: format!("Halo{}", ["X", "Y", "Z"][s.axis]),
@@ -212,12 +213,12 @@ pub fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
 }
 
 /// Bytes a transpose moves: the input's interior (the report's bandwidth figure).
-pub fn transpose_bytes(plan: &TransposePlan, elem: usize) -> f64 {
+pub(crate) fn transpose_bytes(plan: &TransposePlan, elem: usize) -> f64 {
     plan.input.interior().volume() as f64 * elem as f64
 }
 
 /// Bytes a halo update moves off-rank: one face per real neighbour.
-pub fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
+pub(crate) fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
     let real = plan
         .neighbours
         .iter()
@@ -229,7 +230,7 @@ pub fn halo_bytes(plan: &HaloPlan, rank: usize, elem: usize) -> f64 {
 
 /// What a report's summary and files say of the object it measured.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Heading {
+pub(crate) struct Heading {
     /// The summary's section title.
     pub title: String,
     /// `(label, value)` lines of the summary, and of each CSV file's header.
@@ -241,7 +242,7 @@ pub struct Heading {
 impl Heading {
     /// A grid descriptor's: its backends, process grid, global extents and memory order,
     /// as upstream's report gives them.
-    pub fn of_grid(grid: &Grid) -> Heading {
+    pub(crate) fn of_grid(grid: &Grid) -> Heading {
         let order: String = grid
             .orders
             .iter()
@@ -275,7 +276,7 @@ impl Heading {
 
 impl PerfReport {
     /// An empty report.
-    pub fn new(settings: PerfSettings) -> PerfReport {
+    pub(crate) fn new(settings: PerfSettings) -> PerfReport {
         PerfReport {
             settings,
             series: Mutex::new(BTreeMap::new()),
@@ -283,7 +284,7 @@ impl PerfReport {
     }
 
     /// Adds one sample (kept in a ring of the configured length).
-    pub fn record(&self, key: SampleKey, total_ms: f64, comm_ms: f64, bytes: f64) {
+    pub(crate) fn record(&self, key: SampleKey, total_ms: f64, comm_ms: f64, bytes: f64) {
         let mut s = self.series.lock().unwrap_or_else(|e| e.into_inner());
         let series = s.entry(key).or_default();
         series.seen += 1;
@@ -293,7 +294,7 @@ impl PerfReport {
         if series.ring.len() == self.settings.samples {
             series.ring.remove(0);
         }
-        series.ring.push(Sample {
+        series.ring.push(Timings {
             total_ms,
             comm_ms,
             bytes,
@@ -302,7 +303,11 @@ impl PerfReport {
 
     /// Collective: the summary (on rank 0; `None` elsewhere), after writing the CSV files
     /// if asked.
-    pub fn finish(&self, heading: &Heading, comm: &dyn Communicator) -> Result<Option<String>> {
+    pub(crate) fn finish(
+        &self,
+        heading: &Heading,
+        comm: &dyn Communicator,
+    ) -> Result<Option<String>> {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         // One line per key and sample: key \t rank \t index \t total \t comm \t bytes.
         let mut mine = String::new();

@@ -47,7 +47,7 @@ impl FftBackward {
 }
 
 /// Default of [`FftSettings::chunks`].
-pub const FFT_CHUNKS: usize = 8;
+pub(crate) const FFT_CHUNKS: usize = 8;
 
 /// Settings of the distributed FFTs of the Python package (`cudecomp.fft`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,10 +149,10 @@ pub struct NodeSettings {
 /// Default of [`Settings::shared_array_min_bytes`]: smaller library arrays stay ordinary
 /// memory (a single copy gains nothing on small transposes, and each shared array holds a
 /// file descriptor).
-pub const SHARED_ARRAY_MIN_BYTES: usize = 1 << 20;
+pub(crate) const SHARED_ARRAY_MIN_BYTES: usize = 1 << 20;
 
 /// Default share of the SMs that background copies may use ([`Settings::background_sm_percent`]).
-pub const BACKGROUND_SM_PERCENT: u32 = 50;
+pub(crate) const BACKGROUND_SM_PERCENT: u32 = 50;
 
 /// Every setting of a handle, from the `CUDECOMP_*` environment variables (see
 /// `docs/environment.md` for each).
@@ -510,20 +510,20 @@ fn shown<T: std::fmt::Debug>(v: &Option<T>) -> String {
 
 /// `CUDECOMP_MPI_LIB`: the MPI library a Rust program's `MpiSession::init` opens (read
 /// before any handle exists).
-pub fn mpi_library() -> Option<String> {
+pub(crate) fn mpi_library() -> Option<String> {
     var("CUDECOMP_MPI_LIB")
 }
 
 /// Whether an MPICH-family launcher started this process (it sets `PMI_RANK`; Open MPI's
 /// sets `OMPI_COMM_WORLD_SIZE`): which MPI library a Rust program tries first.
-pub fn mpich_launcher() -> bool {
+pub(crate) fn mpich_launcher() -> bool {
     std::env::var_os("PMI_RANK").is_some() && std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none()
 }
 
 /// NVSHMEM's own `NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME` (the interface its unique-id
 /// bootstrap uses), set to `ifname` unless the user set it: NVSHMEM reads it when its
 /// runtime starts.
-pub fn default_nvshmem_bootstrap_interface(ifname: &str) {
+pub(crate) fn default_nvshmem_bootstrap_interface(ifname: &str) {
     if std::env::var_os("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME").is_none() {
         std::env::set_var("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", ifname);
     }

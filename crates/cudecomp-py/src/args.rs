@@ -10,7 +10,7 @@ use pyo3::types::{PyBool, PyString, PyType};
 use crate::errors::invalid;
 
 /// A class of the Python package, imported once.
-pub fn class<'py>(
+pub(crate) fn class<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Py<PyType>>,
     module: &str,
@@ -32,17 +32,17 @@ static GRID_CONFIG: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static AUTOTUNE_OPTIONS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `cudecomp.DataType`.
-pub fn data_type_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+pub(crate) fn data_type_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     class(py, &DATA_TYPE, "cudecomp._enums", "DataType")
 }
 
 /// `cudecomp.GridDescConfig`.
-pub fn grid_config_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+pub(crate) fn grid_config_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     class(py, &GRID_CONFIG, "cudecomp._config", "GridDescConfig")
 }
 
 /// `cudecomp.GridDescAutotuneOptions`.
-pub fn autotune_options_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+pub(crate) fn autotune_options_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
     class(
         py,
         &AUTOTUNE_OPTIONS,
@@ -52,7 +52,7 @@ pub fn autotune_options_class(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
 }
 
 /// Python name of a data type, for messages.
-pub fn dtype_name(d: DataType) -> &'static str {
+pub(crate) fn dtype_name(d: DataType) -> &'static str {
     match d {
         DataType::Float => "DataType.FLOAT",
         DataType::Double => "DataType.DOUBLE",
@@ -62,7 +62,10 @@ pub fn dtype_name(d: DataType) -> &'static str {
 }
 
 /// `dtype=` argument: `None` or a `cudecomp.DataType` member; anything else is a TypeError.
-pub fn parse_dtype(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DataType>> {
+pub(crate) fn parse_dtype(
+    py: Python<'_>,
+    v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<DataType>> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
@@ -80,7 +83,7 @@ pub fn parse_dtype(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Opt
 }
 
 /// A Python int (not a bool) as i64; `what` names the argument in the TypeError.
-pub fn int_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
+pub(crate) fn int_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
     if v.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
             "{what}: expected an int, got a bool"
@@ -107,7 +110,7 @@ pub fn int_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
 
 /// An axis or dimension index: an int in 0..=2 (TypeError for other types,
 /// InvalidUsageError for other ints).
-pub fn index_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
+pub(crate) fn index_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     let i = int_arg(v, what)?;
     match usize::try_from(i) {
         Ok(u) if u < 3 => Ok(u),
@@ -154,7 +157,11 @@ fn sequence<'py>(
 }
 
 /// Optional triple of ints (halos, padding): `None` means zeros.
-pub fn int_triple(py: Python<'_>, v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<[i64; 3]> {
+pub(crate) fn int_triple(
+    py: Python<'_>,
+    v: Option<&Bound<'_, PyAny>>,
+    what: &str,
+) -> PyResult<[i64; 3]> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok([0; 3]);
     };
@@ -167,7 +174,7 @@ pub fn int_triple(py: Python<'_>, v: Option<&Bound<'_, PyAny>>, what: &str) -> P
 }
 
 /// Optional triple of bools (halo periods): `None` means all false.
-pub fn bool_triple(
+pub(crate) fn bool_triple(
     py: Python<'_>,
     v: Option<&Bound<'_, PyAny>>,
     what: &str,
@@ -184,7 +191,7 @@ pub fn bool_triple(
 }
 
 /// One boolean argument: `True`/`False` (NumPy's too) or the integers 0 and 1.
-pub fn bool_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+pub(crate) fn bool_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
     let is_bool = v.is_instance_of::<PyBool>() || v.get_type().name()? == "bool";
     if is_bool || matches!(int_arg(v, what), Ok(0 | 1)) {
         return v.is_truthy();
@@ -196,7 +203,7 @@ pub fn bool_arg(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
 }
 
 /// Reads a `GridDescConfig` (TypeError for anything else).
-pub fn grid_config(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<GridConfig> {
+pub(crate) fn grid_config(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<GridConfig> {
     if !v.is_instance(grid_config_class(py)?.as_any())? {
         return Err(PyTypeError::new_err(format!(
             "config: expected a cudecomp.GridDescConfig, got {}",
@@ -218,7 +225,7 @@ pub fn grid_config(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<GridConfig>
 }
 
 /// A `GridDescConfig` Python object holding `cfg`.
-pub fn config_object<'py>(py: Python<'py>, cfg: &GridConfig) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn config_object<'py>(py: Python<'py>, cfg: &GridConfig) -> PyResult<Bound<'py, PyAny>> {
     let d = pyo3::types::PyDict::new(py);
     d.set_item("gdims", cfg.gdims)?;
     d.set_item("gdims_dist", cfg.gdims_dist)?;
@@ -232,7 +239,7 @@ pub fn config_object<'py>(py: Python<'py>, cfg: &GridConfig) -> PyResult<Bound<'
 }
 
 /// Reads a `GridDescAutotuneOptions` (already type-checked by the caller).
-pub fn read_autotune_options(v: &Bound<'_, PyAny>) -> PyResult<AutotuneOptions> {
+pub(crate) fn read_autotune_options(v: &Bound<'_, PyAny>) -> PyResult<AutotuneOptions> {
     let d = v.call_method0("_export")?;
     let get = |k: &str| d.get_item(k);
     let dtype: i32 = get("dtype")?.extract()?;

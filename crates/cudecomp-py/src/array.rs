@@ -11,7 +11,7 @@ use crate::errors::invalid;
 
 /// What an operation needs to know about one array argument.
 #[derive(Clone, Debug)]
-pub struct ArrayArg {
+pub(crate) struct ArrayArg {
     /// Argument name, for messages.
     pub what: &'static str,
     pub ptr: usize,
@@ -30,7 +30,7 @@ pub struct ArrayArg {
 
 impl ArrayArg {
     /// Size in bytes.
-    pub fn nbytes(&self) -> usize {
+    pub(crate) fn nbytes(&self) -> usize {
         self.shape.iter().product::<i64>().max(0) as usize * self.itemsize
     }
 
@@ -39,7 +39,7 @@ impl ArrayArg {
     /// # Safety
     /// The Python object this was read from must stay alive, and must not be resized or
     /// accessed by other code, while the buffer is in use.
-    pub unsafe fn buf(&self) -> Buf {
+    pub(crate) unsafe fn buf(&self) -> Buf {
         // SAFETY: forwarded to the caller.
         unsafe { Buf::new(self.ptr as *mut u8, self.nbytes()) }
     }
@@ -49,7 +49,7 @@ impl ArrayArg {
     ///
     /// # Safety
     /// As [`ArrayArg::buf`].
-    pub unsafe fn array(&self) -> Array {
+    pub(crate) unsafe fn array(&self) -> Array {
         let shape = <[i64; 3]>::try_from(self.shape.as_slice()).ok();
         let read_only = if self.readonly {
             Some("a read-only one")
@@ -69,7 +69,7 @@ impl ArrayArg {
 
 /// Parses an array-interface dictionary (NumPy's `__array_interface__` or the CUDA array
 /// interface, which share these keys).
-pub fn parse_interface(
+pub(crate) fn parse_interface(
     py: Python<'_>,
     d: &Bound<'_, PyDict>,
     what: &'static str,
@@ -163,7 +163,7 @@ fn split_typestr(t: &str) -> Option<(char, char, usize)> {
 
 /// Decides the operation's element type from the explicit `dtype` argument and the arrays
 /// (the first array supplies it when `dtype` is None), checking that all agree.
-pub fn resolve_dtype(
+pub(crate) fn resolve_dtype(
     py: Python<'_>,
     explicit: Option<DataType>,
     arrays: &[&ArrayArg],
@@ -215,7 +215,7 @@ pub fn resolve_dtype(
 }
 
 /// NumPy dtype name of a data type.
-pub fn numpy_name(d: DataType) -> &'static str {
+pub(crate) fn numpy_name(d: DataType) -> &'static str {
     match d {
         DataType::Float => "float32",
         DataType::Double => "float64",

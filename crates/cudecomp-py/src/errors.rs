@@ -4,7 +4,7 @@ use cudecomp_core::Error;
 use pyo3::prelude::*;
 
 /// The Python exception for a core error.
-pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
+pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     if let Error::Io(msg) = &e {
         return pyo3::exceptions::PyOSError::new_err(msg.clone());
     }
@@ -22,7 +22,7 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
 }
 
 /// Builds an instance of `cudecomp._errors.<class>` carrying `msg`.
-pub fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
+pub(crate) fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
     let made = py
         .import("cudecomp._errors")
         .and_then(|m| m.getattr(class))
@@ -35,7 +35,7 @@ pub fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
 
 /// This rank's Python error as the core error its collective call settles with
 /// ([`cudecomp_core::Handle::settle`]): the other ranks' messages quote its class and text.
-pub fn local_error(py: Python<'_>, e: &PyErr) -> Error {
+pub(crate) fn local_error(py: Python<'_>, e: &PyErr) -> Error {
     let class = e
         .get_type(py)
         .name()
@@ -45,12 +45,12 @@ pub fn local_error(py: Python<'_>, e: &PyErr) -> Error {
 }
 
 /// `InvalidUsageError(msg)`.
-pub fn invalid(py: Python<'_>, msg: String) -> PyErr {
+pub(crate) fn invalid(py: Python<'_>, msg: String) -> PyErr {
     raise(py, "InvalidUsageError", msg)
 }
 
 /// Extension for core results: `.py(py)?` converts the error.
-pub trait IntoPy<T> {
+pub(crate) trait IntoPy<T> {
     /// Converts a core error into the matching Python exception.
     fn py(self, py: Python<'_>) -> PyResult<T>;
 }
@@ -67,7 +67,7 @@ impl<T> IntoPy<T> for cudecomp_core::Result<T> {
 /// method just raised), and the warning machinery must neither see nor replace it: the
 /// pending exception is set aside for the warning and restored afterwards, untouched (not
 /// through `PyErr::take`, which would resume a pending Rust panic inside a destructor).
-pub fn warn_resource(msg: &str) {
+pub(crate) fn warn_resource(msg: &str) {
     Python::attach(|py| {
         let mut saved = [std::ptr::null_mut(); 3];
         // SAFETY: the GIL is held; PyErr_Fetch moves the (possibly absent) pending
@@ -86,8 +86,8 @@ pub fn warn_resource(msg: &str) {
 }
 
 /// Emits the library's queued advice ([`cudecomp_core::notices`]) as `RuntimeWarning`s.
-pub fn warn_notices(py: Python<'_>) -> PyResult<()> {
-    for text in cudecomp_core::notices::take() {
+pub(crate) fn warn_notices(py: Python<'_>) -> PyResult<()> {
+    for text in cudecomp_core::take_notices() {
         let msg = std::ffi::CString::new(text.replace('\0', " "))
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         PyErr::warn(
@@ -101,7 +101,7 @@ pub fn warn_notices(py: Python<'_>) -> PyResult<()> {
 }
 
 /// Logs `lines` through the `cudecomp` Python logger (INFO).
-pub fn log_lines(py: Python<'_>, lines: &[String]) -> PyResult<()> {
+pub(crate) fn log_lines(py: Python<'_>, lines: &[String]) -> PyResult<()> {
     py.import("cudecomp._log")?
         .call_method1("_emit", (lines.to_vec(),))
         .map(|_| ())

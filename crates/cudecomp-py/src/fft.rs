@@ -145,7 +145,7 @@ fn run<T: Float>(c: &Call) -> cudecomp_core::Result<()> {
 #[pyfunction]
 #[pyo3(signature = (kind, input, output, axes, inverse = false, scale = 1.0, threads = 1, overwrite = false))]
 #[allow(clippy::too_many_arguments)]
-pub fn _local_fft(
+pub(crate) fn _local_fft(
     py: Python<'_>,
     kind: &str,
     input: &Bound<'_, PyAny>,
@@ -293,7 +293,7 @@ pub fn _local_fft(
 /// parts); the GIL is released while it runs.
 #[pyfunction]
 #[pyo3(signature = (kind, array, axis, inverse = false, norm = "backward", threads = 1))]
-pub fn _local_r2r(
+pub(crate) fn _local_r2r(
     py: Python<'_>,
     kind: &str,
     array: &Bound<'_, PyAny>,
@@ -367,7 +367,7 @@ pub fn _local_r2r(
 /// handle's grids have computed it already): ``CUDECOMP_HOST_THREADS``, or the cores it
 /// may run on shared among the ranks of its node.
 #[pyfunction]
-pub fn _host_threads(py: Python<'_>, handle: &Handle) -> PyResult<usize> {
+pub(crate) fn _host_threads(py: Python<'_>, handle: &Handle) -> PyResult<usize> {
     let h = handle.live(py)?;
     py.detach(|| h.host_threads()).py(py)
 }

@@ -28,7 +28,7 @@ use crate::variant;
 /// distinct grids of one handle may run concurrently from several threads; a GPU handle
 /// runs one operation at a time.
 #[pyclass(module = "cudecomp", frozen)]
-pub struct GridDesc {
+pub(crate) struct GridDesc {
     handle: Py<Handle>,
     state: Mutex<Option<Arc<core::GridDesc>>>,
     /// What the autotuner measured (`cudecomp.AutotuneResult`), when it ran.
@@ -37,7 +37,11 @@ pub struct GridDesc {
 
 impl GridDesc {
     /// Wraps a core descriptor owned by `handle`, with the autotuner's result if it ran.
-    pub fn new(handle: Py<Handle>, gd: Arc<core::GridDesc>, autotune: Option<Py<PyAny>>) -> Self {
+    pub(crate) fn new(
+        handle: Py<Handle>,
+        gd: Arc<core::GridDesc>,
+        autotune: Option<Py<PyAny>>,
+    ) -> Self {
         GridDesc {
             handle,
             state: Mutex::new(Some(gd)),
@@ -46,7 +50,7 @@ impl GridDesc {
     }
 
     /// InvalidUsageError unless `h` is the handle that created this grid.
-    pub fn check_owner(&self, py: Python<'_>, h: &Bound<'_, Handle>) -> PyResult<()> {
+    pub(crate) fn check_owner(&self, py: Python<'_>, h: &Bound<'_, Handle>) -> PyResult<()> {
         if !self.handle.bind(py).is(h) {
             return Err(invalid(
                 py,

@@ -36,7 +36,7 @@ use crate::variant;
 /// collective on the handle's communicator: never call them from several threads at
 /// once.
 #[pyclass(module = "cudecomp", frozen)]
-pub struct Handle {
+pub(crate) struct Handle {
     state: Mutex<Option<core::Handle>>,
     rank: usize,
     nranks: usize,
@@ -45,7 +45,7 @@ pub struct Handle {
 impl Handle {
     /// The live core handle, or InvalidUsageError after `finalize()` (the core refuses
     /// every operation once MPI is finalised).
-    pub fn live(&self, py: Python<'_>) -> PyResult<core::Handle> {
+    pub(crate) fn live(&self, py: Python<'_>) -> PyResult<core::Handle> {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -59,7 +59,7 @@ impl Handle {
     }
 
     /// True until `finalize()`.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.state.lock().map(|s| s.is_some()).unwrap_or(false)
     }
 }

@@ -71,7 +71,7 @@ fn _single_copy_count() -> u64 {
 /// Queues `text` as the library's advice (a testing aid: the next `create_grid` warns).
 #[pyfunction]
 fn _queue_notice(text: String) {
-    cudecomp_core::notices::notice(text);
+    cudecomp_core::notice(text);
 }
 
 #[pymodule]

@@ -17,7 +17,7 @@ use crate::errors::{invalid, IntoPy};
 use crate::variant;
 
 /// Array and layout arguments of one transpose.
-pub struct TransposeCall<'a, 'py> {
+pub(crate) struct TransposeCall<'a, 'py> {
     pub input: &'a Bound<'py, PyAny>,
     pub out: Option<&'a Bound<'py, PyAny>>,
     pub work: Option<&'a Bound<'py, PyAny>>,
@@ -95,7 +95,7 @@ fn parse_ready(
 }
 
 /// Arguments of one halo update.
-pub struct HaloCall<'a, 'py> {
+pub(crate) struct HaloCall<'a, 'py> {
     pub input: &'a Bound<'py, PyAny>,
     pub halo_extents: &'a Bound<'py, PyAny>,
     pub halo_periods: Option<&'a Bound<'py, PyAny>>,

@@ -24,13 +24,13 @@ use pyo3::types::{PySlice, PyTuple};
 /// ``comm.gather(info)`` works).
 #[pyclass(module = "cudecomp", frozen, eq)]
 #[derive(Clone, PartialEq)]
-pub struct PencilInfo {
+pub(crate) struct PencilInfo {
     info: geometry::PencilInfo,
 }
 
 impl PencilInfo {
     /// The core's description.
-    pub fn core(&self) -> &geometry::PencilInfo {
+    pub(crate) fn core(&self) -> &geometry::PencilInfo {
         &self.info
     }
 }

@@ -24,7 +24,7 @@ use crate::variant;
 ///
 /// Made by [`GridDesc.pencil`][cudecomp.GridDesc.pencil]; it keeps its grid alive.
 #[pyclass(module = "cudecomp", frozen)]
-pub struct PencilLayout {
+pub(crate) struct PencilLayout {
     grid: Py<GridDesc>,
     axis: usize,
     halo: [i64; 3],
@@ -33,7 +33,7 @@ pub struct PencilLayout {
 
 impl PencilLayout {
     /// The layout of `axis`-pencils of `grid`.
-    pub fn new(grid: Py<GridDesc>, axis: usize, halo: [i64; 3], padding: [i64; 3]) -> Self {
+    pub(crate) fn new(grid: Py<GridDesc>, axis: usize, halo: [i64; 3], padding: [i64; 3]) -> Self {
         PencilLayout {
             grid,
             axis,
@@ -90,7 +90,7 @@ impl PencilLayout {
 ///     lo: The first cell along X, Y, Z (non-negative ints).
 ///     hi: The last cell along X, Y, Z (inclusive).
 #[pyclass(module = "cudecomp", frozen)]
-pub struct BoxLayout {
+pub(crate) struct BoxLayout {
     lo: [i64; 3],
     hi: [i64; 3],
     /// The core's box (lo and extents; the one empty box where it holds no cells).
@@ -99,7 +99,7 @@ pub struct BoxLayout {
 
 impl BoxLayout {
     /// The core's box (lo and extents).
-    pub fn box3(&self) -> Box3 {
+    pub(crate) fn box3(&self) -> Box3 {
         self.cells
     }
 
@@ -265,7 +265,7 @@ impl Side {
 }
 
 /// `Handle.create_redistribution`.
-pub fn create(
+pub(crate) fn create(
     handle: &Bound<'_, Handle>,
     src: &Bound<'_, PyAny>,
     dst: &Bound<'_, PyAny>,
@@ -312,7 +312,7 @@ pub fn create(
 /// as they do. Release it with ``destroy()`` on every rank (or use it as a context
 /// manager) before finalizing its handle.
 #[pyclass(module = "cudecomp", frozen)]
-pub struct Redistribution {
+pub(crate) struct Redistribution {
     handle: Py<Handle>,
     state: Mutex<Option<Arc<core::Redistribution>>>,
 }

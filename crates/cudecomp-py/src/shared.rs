@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 /// Node-shared bytes (``uint8``), the base object of a pencil array's NumPy view; freed,
 /// and unregistered, when the last view goes.
 #[pyclass(module = "cudecomp", frozen, name = "_SharedMemory")]
-pub struct SharedMemory {
+pub(crate) struct SharedMemory {
     inner: LibraryArray,
 }
 
@@ -33,7 +33,7 @@ impl SharedMemory {
 /// on DIRECT grids): CuPy sees them as unowned memory whose owner is this object; DIRECT
 /// transposes find them registered and other ranks' copies write straight into them.
 #[pyclass(module = "cudecomp", frozen, name = "_DeviceMemory")]
-pub struct DeviceMemory {
+pub(crate) struct DeviceMemory {
     inner: LibraryArray,
 }
 
@@ -60,7 +60,7 @@ impl DeviceMemory {
 
 /// The Python owner of a library array: `_SharedMemory` for host memory, `_DeviceMemory`
 /// for device memory.
-pub fn owner(py: Python<'_>, a: LibraryArray) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn owner(py: Python<'_>, a: LibraryArray) -> PyResult<Bound<'_, PyAny>> {
     Ok(match a.device() {
         None => Bound::new(py, SharedMemory { inner: a })?.into_any(),
         Some(_) => Bound::new(py, DeviceMemory { inner: a })?.into_any(),

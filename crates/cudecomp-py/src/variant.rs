@@ -3,9 +3,9 @@
 //! allocation and running the operations. Both expose the same functions.
 
 #[cfg(cpu_only)]
-pub use cpu::*;
+pub(crate) use cpu::*;
 #[cfg(not(cpu_only))]
-pub use gpu::*;
+pub(crate) use gpu::*;
 
 #[cfg(cpu_only)]
 mod cpu {
@@ -23,7 +23,7 @@ mod cpu {
 
     /// Reads a C-contiguous 3-D NumPy array (the CPU variant's arrays). `any_dims` allows
     /// other ranks (workspace arrays).
-    pub fn host_array(
+    pub(crate) fn host_array(
         py: Python<'_>,
         v: &Bound<'_, PyAny>,
         what: &'static str,
@@ -40,15 +40,15 @@ mod cpu {
     }
 
     /// True in the CPU variant.
-    pub const CPU_ONLY: bool = true;
+    pub(crate) const CPU_ONLY: bool = true;
 
     /// Where a handle's operations run: host memory.
-    pub fn memory(_py: Python<'_>, _settings: Option<&Settings>) -> PyResult<Memory> {
+    pub(crate) fn memory(_py: Python<'_>, _settings: Option<&Settings>) -> PyResult<Memory> {
         Ok(Memory::Host)
     }
 
     /// An array argument (NumPy, C-contiguous; 3-D unless `any_dims`).
-    pub fn array(
+    pub(crate) fn array(
         py: Python<'_>,
         v: &Bound<'_, PyAny>,
         what: &'static str,
@@ -58,7 +58,7 @@ mod cpu {
     }
 
     /// Where operations run: the host. Stream arguments are accepted and ignored.
-    pub fn exec(
+    pub(crate) fn exec(
         _py: Python<'_>,
         _stream: Option<&Bound<'_, PyAny>>,
         _input: &Bound<'_, PyAny>,
@@ -67,7 +67,7 @@ mod cpu {
     }
 
     /// A new NumPy output array.
-    pub fn allocate_output<'py>(
+    pub(crate) fn allocate_output<'py>(
         py: Python<'py>,
         _input: &Bound<'py, PyAny>,
         shape: [i64; 3],
@@ -79,7 +79,7 @@ mod cpu {
     }
 
     /// `Handle.malloc`: zeroed host bytes (nothing is symmetric on the host).
-    pub fn allocate_bytes<'py>(
+    pub(crate) fn allocate_bytes<'py>(
         py: Python<'py>,
         _h: &Handle,
         _grid: &GridDesc,
@@ -90,7 +90,11 @@ mod cpu {
 
     /// `Handle.free`: host buffers are released by Python's reference counting; anything
     /// but a NumPy array (or `None`) is refused, as the GPU variant refuses it.
-    pub fn release_bytes(py: Python<'_>, _h: &Handle, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn release_bytes(
+        py: Python<'_>,
+        _h: &Handle,
+        buffer: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         if buffer.is_none() || buffer.is_instance(&py.import("numpy")?.getattr("ndarray")?)? {
             return Ok(());
         }
@@ -117,11 +121,11 @@ mod gpu {
     use crate::errors::{invalid, IntoPy};
 
     /// False in the GPU variant.
-    pub const CPU_ONLY: bool = false;
+    pub(crate) const CPU_ONLY: bool = false;
 
     /// Where a handle's operations run: the current CUDA device, with NCCL and NVSHMEM
     /// found (the settings' overrides first) and NVRTC loaded.
-    pub fn memory(py: Python<'_>, settings: Option<&Settings>) -> PyResult<Memory> {
+    pub(crate) fn memory(py: Python<'_>, settings: Option<&Settings>) -> PyResult<Memory> {
         let libs = settings.map(|s| s.libraries.clone()).unwrap_or_default();
         let found = py
             .import("cudecomp._libs")?
@@ -204,7 +208,7 @@ mod gpu {
 
     /// An array argument (`__cuda_array_interface__`, C-contiguous, on the handle's
     /// device; 3-D unless `any_dims`).
-    pub fn array(
+    pub(crate) fn array(
         py: Python<'_>,
         v: &Bound<'_, PyAny>,
         what: &'static str,
@@ -214,7 +218,7 @@ mod gpu {
     }
 
     /// Where operations run: on the operation's stream (see [`parse_stream`]).
-    pub fn exec(
+    pub(crate) fn exec(
         py: Python<'_>,
         stream: Option<&Bound<'_, PyAny>>,
         input: &Bound<'_, PyAny>,
@@ -242,7 +246,7 @@ mod gpu {
 
     /// The operation's stream: None → CuPy's current stream for CuPy inputs, else 0; an
     /// int; an object with `__cuda_stream__`; or an object with an int `ptr`.
-    pub fn parse_stream(
+    pub(crate) fn parse_stream(
         py: Python<'_>,
         stream: Option<&Bound<'_, PyAny>>,
         input: &Bound<'_, PyAny>,
@@ -273,7 +277,7 @@ mod gpu {
     }
 
     /// A new CuPy output on the operation stream (TypeError unless the input is CuPy).
-    pub fn allocate_output<'py>(
+    pub(crate) fn allocate_output<'py>(
         py: Python<'py>,
         input: &Bound<'py, PyAny>,
         shape: [i64; 3],
@@ -293,7 +297,7 @@ mod gpu {
 
     /// Device memory returned by ``Handle.malloc`` in the GPU variant (``uint8`` bytes).
     #[pyclass(module = "cudecomp", frozen)]
-    pub struct DeviceBuffer {
+    pub(crate) struct DeviceBuffer {
         /// The core's buffer; `None` once freed.
         alloc: Mutex<Option<CoreBuffer>>,
         ptr: u64,
@@ -354,7 +358,7 @@ mod gpu {
     }
 
     /// `Handle.malloc`: the core's device buffer for `grid`'s operations.
-    pub fn allocate_bytes<'py>(
+    pub(crate) fn allocate_bytes<'py>(
         py: Python<'py>,
         h: &Handle,
         grid: &GridDesc,
@@ -370,7 +374,11 @@ mod gpu {
     }
 
     /// `Handle.free`: releases a `DeviceBuffer` (None accepted).
-    pub fn release_bytes(py: Python<'_>, h: &Handle, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn release_bytes(
+        py: Python<'_>,
+        h: &Handle,
+        buffer: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         if buffer.is_none() {
             return Ok(());
         }

@@ -17,7 +17,7 @@ use crate::{invalid, Result};
 /// transpose_x_to_y(...)", "cudecomp.io.write('u.h5'): layout") and the named values that
 /// must be the same on every rank.
 #[derive(Clone, Copy, Debug)]
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     /// The call, in words.
     pub what: &'a str,
     /// Its arguments that every rank must pass alike.
@@ -65,7 +65,12 @@ fn decode(bytes: &[u8]) -> Option<(String, Fields)> {
 /// or, where ranks are at different calls, both calls; or, at the same call with
 /// different arguments, the first argument that differs and both values. `Ok` only when
 /// every rank is at the same call with the same arguments and none failed.
-pub fn settle(comm: &dyn Communicator, seq: u64, call: Call<'_>, local: &Result<()>) -> Result<()> {
+pub(crate) fn settle(
+    comm: &dyn Communicator,
+    seq: u64,
+    call: Call<'_>,
+    local: &Result<()>,
+) -> Result<()> {
     let encoded = encode(&call);
     let status = if local.is_ok() { OK } else { FAILED };
     let words = allgather_words(comm, [status, seq, digest(&encoded)])?;

@@ -439,7 +439,7 @@ fn dup<H: MpiHandle>(d: &MpiDescription) -> Result<Box<dyn Communicator>> {
 
 /// Binds to the MPI `d` describes and returns a private duplicate of its communicator
 /// (collective over it), so library traffic never matches user messages.
-pub fn duplicate(d: &MpiDescription) -> Result<Box<dyn Communicator>> {
+pub(crate) fn duplicate(d: &MpiDescription) -> Result<Box<dyn Communicator>> {
     match d.handle_bytes {
         4 => dup::<c_int>(d),
         8 => dup::<Ptr>(d),
@@ -473,13 +473,13 @@ impl MpiAbi {
 /// Cray MPICH, whose ABI is MPICH's).
 mod mpich {
     /// `MPI_COMM_WORLD`.
-    pub const COMM_WORLD: u64 = 0x4400_0000;
+    pub(crate) const COMM_WORLD: u64 = 0x4400_0000;
     /// `MPI_BYTE`.
-    pub const BYTE: u64 = 0x4c00_010d;
+    pub(crate) const BYTE: u64 = 0x4c00_010d;
     /// `MPI_REQUEST_NULL`.
-    pub const REQUEST_NULL: u64 = 0x2c00_0000;
+    pub(crate) const REQUEST_NULL: u64 = 0x2c00_0000;
     /// `sizeof(MPI_Status)`: five `int`s.
-    pub const STATUS_BYTES: usize = 20;
+    pub(crate) const STATUS_BYTES: usize = 20;
 }
 
 /// `sizeof(MPI_Status)` in Open MPI: four `int`s and a `size_t`.
@@ -492,7 +492,7 @@ const MPI_UNDEFINED: i32 = -32766;
 const MPI_THREAD_MULTIPLE: c_int = 3;
 
 /// Environment variable naming the MPI library [`MpiSession::init`] opens.
-pub const MPI_LIB_ENV: &str = "CUDECOMP_MPI_LIB";
+pub(crate) const MPI_LIB_ENV: &str = "CUDECOMP_MPI_LIB";
 
 /// Sonames tried when [`MPI_LIB_ENV`] is unset, Open MPI's first unless the process was
 /// started by an MPICH-family launcher (which sets `PMI_RANK`).

@@ -2,11 +2,11 @@
 //! bound at run time (`dynmpi`) and an in-process thread mock for tests (`mock`).
 
 mod agree;
-pub mod dynmpi;
+pub(crate) mod dynmpi;
 #[cfg(any(test, feature = "testing"))]
 pub mod mock;
 
-pub use agree::{settle, Call};
+pub(crate) use agree::{settle, Call};
 
 use crate::{Error, Result};
 
@@ -22,12 +22,12 @@ pub enum Request {
 
 /// Largest single message handed to the transport; longer messages go in pieces so
 /// that element counts never overflow MPI's `int`.
-pub const MAX_PIECE_BYTES: usize = 1 << 30;
+pub(crate) const MAX_PIECE_BYTES: usize = 1 << 30;
 
 /// First tag of the messages of the default [`Transport::alltoallv`] (piece `i` uses
 /// `ALLTOALLV_TAG + i`): apart from the transposes' and halos' tags, and below 32767, the
 /// least upper bound on tags MPI guarantees.
-pub const ALLTOALLV_TAG: i32 = 1 << 14;
+pub(crate) const ALLTOALLV_TAG: i32 = 1 << 14;
 
 /// Point-to-point and all-to-all byte movement between the ranks of a group; what engines
 /// use. MPI communicators implement it directly; device transports (NCCL, host-staged
@@ -148,7 +148,7 @@ pub trait Communicator: Transport + Send + Sync {
 
 /// Direction of a point-to-point message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Way {
+pub(crate) enum Way {
     /// Bytes leave this rank.
     Send,
     /// Bytes arrive at this rank.
@@ -160,7 +160,7 @@ pub enum Way {
 ///
 /// # Safety
 /// As [`Transport::isend`] / [`Transport::irecv`].
-pub unsafe fn post_pieces<T: Transport + ?Sized>(
+pub(crate) unsafe fn post_pieces<T: Transport + ?Sized>(
     comm: &T,
     way: Way,
     buf: *mut u8,
@@ -186,12 +186,12 @@ pub unsafe fn post_pieces<T: Transport + ?Sized>(
 }
 
 /// Number of pieces a message of `len` bytes is cut into (at least one).
-pub fn pieces(len: usize) -> usize {
+pub(crate) fn pieces(len: usize) -> usize {
     len.div_ceil(MAX_PIECE_BYTES).max(1)
 }
 
 /// Gathers one `u64` per rank.
-pub fn allgather_u64(comm: &dyn Communicator, v: u64) -> Result<Vec<u64>> {
+pub(crate) fn allgather_u64(comm: &dyn Communicator, v: u64) -> Result<Vec<u64>> {
     Ok(allgather_words(comm, [v])?
         .into_iter()
         .map(|[w]| w)
@@ -199,7 +199,7 @@ pub fn allgather_u64(comm: &dyn Communicator, v: u64) -> Result<Vec<u64>> {
 }
 
 /// Gathers `N` `u64` words per rank (one collective).
-pub fn allgather_words<const N: usize>(
+pub(crate) fn allgather_words<const N: usize>(
     comm: &dyn Communicator,
     v: [u64; N],
 ) -> Result<Vec<[u64; N]>> {
@@ -217,7 +217,7 @@ pub fn allgather_words<const N: usize>(
 }
 
 /// Gathers one `f64` per rank.
-pub fn allgather_f64(comm: &dyn Communicator, v: f64) -> Result<Vec<f64>> {
+pub(crate) fn allgather_f64(comm: &dyn Communicator, v: f64) -> Result<Vec<f64>> {
     Ok(allgather_u64(comm, v.to_bits())?
         .into_iter()
         .map(f64::from_bits)
@@ -225,7 +225,7 @@ pub fn allgather_f64(comm: &dyn Communicator, v: f64) -> Result<Vec<f64>> {
 }
 
 /// Gathers a byte string of any (per-rank different) length from every rank.
-pub fn allgather_bytes(comm: &dyn Communicator, v: &[u8]) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn allgather_bytes(comm: &dyn Communicator, v: &[u8]) -> Result<Vec<Vec<u8>>> {
     let lens = allgather_u64(comm, v.len() as u64)?;
     let width = lens.iter().copied().max().unwrap_or(0) as usize;
     if width == 0 {

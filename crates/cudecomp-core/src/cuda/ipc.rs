@@ -18,7 +18,8 @@ const RECORD: usize = NOTE_AT + NOTE;
 
 /// Bytes of the note each rank publishes with its workspace (see [`IpcPeers::exchange`]):
 /// its output array and the steps it takes it in, for single copies.
-pub const NOTE: usize = crate::cuda::vmm::DEVICE_ARRAY_REF_BYTES + crate::plan::LANDING_BYTES;
+pub(crate) const NOTE: usize =
+    crate::cuda::vmm::DEVICE_ARRAY_REF_BYTES + crate::plan::LANDING_BYTES;
 
 /// A peer's workspace mapped into this process.
 struct Mapped {
@@ -37,7 +38,7 @@ impl Drop for Mapped {
 
 /// Peers' workspaces as seen from this rank (indexed by handle rank; `None` for self).
 #[derive(Default)]
-pub struct IpcPeers {
+pub(crate) struct IpcPeers {
     peers: Vec<Option<Mapped>>,
     /// Recorded by this rank once slice `k` is in rank `r`'s workspace: `sent[r][k]`.
     sent: Vec<Vec<Event>>,
@@ -54,7 +55,7 @@ impl IpcPeers {
     /// Collective: exports `(ptr, len)` (a whole `cuMemAlloc` allocation) and maps every
     /// peer's, reopening only those whose allocation changed since the last call. Each
     /// rank's `note` travels in the same gather; all of them are returned, by rank.
-    pub fn exchange(
+    pub(crate) fn exchange(
         &mut self,
         comm: &dyn Communicator,
         ptr: u64,
@@ -176,20 +177,20 @@ impl IpcPeers {
     }
 
     /// True once the signal events exist (after the first `exchange`).
-    pub fn has_signals(&self) -> bool {
+    pub(crate) fn has_signals(&self) -> bool {
         self.free.is_some()
     }
 
     /// The event this rank records once it is done with its workspace for an operation;
     /// writers wait for it (on their stream) before copying into the workspace again.
-    pub fn free(&self) -> Result<&Event> {
+    pub(crate) fn free(&self) -> Result<&Event> {
         self.free
             .as_ref()
             .ok_or_else(|| Error::Internal("DIRECT: signals not exchanged".into()))
     }
 
     /// Rank `r`'s `free` event.
-    pub fn peer_free(&self, r: usize) -> Result<&Event> {
+    pub(crate) fn peer_free(&self, r: usize) -> Result<&Event> {
         self.peers_free
             .get(r)
             .and_then(|e| e.as_ref())
@@ -197,7 +198,7 @@ impl IpcPeers {
     }
 
     /// The event this rank records after copying slice `k` into rank `r`'s workspace.
-    pub fn sent(&self, r: usize, k: usize) -> Result<&Event> {
+    pub(crate) fn sent(&self, r: usize, k: usize) -> Result<&Event> {
         self.sent
             .get(r)
             .and_then(|v| v.get(k))
@@ -205,7 +206,7 @@ impl IpcPeers {
     }
 
     /// The event rank `w` records after copying slice `k` into this rank's workspace.
-    pub fn landed(&self, w: usize, k: usize) -> Result<&Event> {
+    pub(crate) fn landed(&self, w: usize, k: usize) -> Result<&Event> {
         self.landed
             .get(w)
             .and_then(|v| v.get(k))
@@ -213,7 +214,7 @@ impl IpcPeers {
     }
 
     /// `(mapped address, length)` of rank `r`'s workspace.
-    pub fn peer(&self, r: usize) -> Option<(u64, u64)> {
+    pub(crate) fn peer(&self, r: usize) -> Option<(u64, u64)> {
         self.peers.get(r)?.as_ref().map(|m| (m.ptr, m.len))
     }
 }

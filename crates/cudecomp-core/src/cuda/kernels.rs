@@ -20,7 +20,7 @@ use crate::plan::{Copy3, EngineShape, Rows};
 use crate::{Error, Result};
 
 /// CUDA C source of every kernel (no includes: NVRTC has no standard headers).
-pub const SOURCE: &str = r#"
+pub(crate) const SOURCE: &str = r#"
 typedef long long i64;
 typedef unsigned long long u64;
 struct __align__(16) e16 { u64 a, b; };
@@ -106,7 +106,7 @@ fn nvrtc_err(e: cudarc::nvrtc::result::NvrtcError, what: &str) -> Error {
 }
 
 /// Compiles [`SOURCE`] to CUBIN for `sm_<major><minor>`.
-pub fn compile_cubin(arch: (i32, i32)) -> Result<Vec<u8>> {
+pub(crate) fn compile_cubin(arch: (i32, i32)) -> Result<Vec<u8>> {
     if !super::nvrtc_present() {
         return Err(Error::Cuda(
             "NVRTC (libnvrtc.so.13) not found: set CUDECOMP_NVRTC_LIB or install nvidia-cuda-nvrtc"
@@ -156,7 +156,7 @@ pub fn compile_cubin(arch: (i32, i32)) -> Result<Vec<u8>> {
 }
 
 /// Loaded kernels of one device.
-pub struct Kernels {
+pub(crate) struct Kernels {
     _module: sys::CUmodule,
     plain: [sys::CUfunction; 3],
     tiled: [sys::CUfunction; 3],
@@ -174,14 +174,14 @@ static CACHE: OnceLock<Mutex<HashMap<i32, Arc<Kernels>>>> = OnceLock::new();
 
 impl Kernels {
     /// The kernels of `device` if they are loaded already.
-    pub fn loaded(device: &Device) -> Option<Arc<Kernels>> {
+    pub(crate) fn loaded(device: &Device) -> Option<Arc<Kernels>> {
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
         let map = cache.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&device.ordinal).cloned()
     }
 
     /// The kernels of `device`, compiled and loaded on first use.
-    pub fn for_device(device: &Device) -> Result<Arc<Kernels>> {
+    pub(crate) fn for_device(device: &Device) -> Result<Arc<Kernels>> {
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = map.get(&device.ordinal) {
@@ -214,7 +214,7 @@ impl Kernels {
 }
 
 /// Enqueues strided copies on one stream.
-pub struct DeviceMover<'a> {
+pub(crate) struct DeviceMover<'a> {
     /// The copy kernels of the current device.
     pub kernels: &'a Kernels,
     /// The stream every copy is enqueued on.
@@ -229,7 +229,7 @@ pub struct DeviceMover<'a> {
 
 impl<'a> DeviceMover<'a> {
     /// A mover enqueuing on `stream`, running alone.
-    pub fn new(kernels: &'a Kernels, stream: Stream) -> Self {
+    pub(crate) fn new(kernels: &'a Kernels, stream: Stream) -> Self {
         DeviceMover {
             kernels,
             stream,
@@ -240,7 +240,7 @@ impl<'a> DeviceMover<'a> {
     }
 
     /// The same mover, whose copies beside a transfer use `percent` of the SMs (1 to 100).
-    pub fn background_share(self, percent: u32) -> Self {
+    pub(crate) fn background_share(self, percent: u32) -> Self {
         DeviceMover {
             background_blocks: (self.kernels.sms * percent.clamp(1, 100) / 100).max(1),
             ..self
@@ -252,7 +252,7 @@ impl<'a> DeviceMover<'a> {
     /// a kernel: copies into peers then take no SMs, so kernels the caller runs meanwhile
     /// (FFTs of the next slab) keep the whole GPU, and NVLink is driven by the engine that
     /// reaches its peak (a kernel storing into a peer reaches less of it).
-    pub fn rows_on_engine(mut self) -> Self {
+    pub(crate) fn rows_on_engine(mut self) -> Self {
         self.engine_rows = true;
         self
     }
@@ -260,7 +260,7 @@ impl<'a> DeviceMover<'a> {
 
 /// Shortest contiguous row (bytes) that [`DeviceMover::rows_on_engine`] hands to the copy
 /// engine; shorter rows go to kernels, which keep more of them in flight.
-pub const ENGINE_ROW_BYTES: i64 = 4096;
+pub(crate) const ENGINE_ROW_BYTES: i64 = 4096;
 
 /// Most 2-D copies one engine copy may be issued as (one per plane), beyond which a kernel
 /// is cheaper to launch.
@@ -269,7 +269,7 @@ const ENGINE_MAX_CALLS: i64 = 64;
 /// How a mover with rows on the engine copies `c` (cells of `elem` bytes) there: its rows
 /// and their shape, when its rows are at least [`ENGINE_ROW_BYTES`] long and the engine
 /// takes them; `None` sends it to a kernel.
-pub fn on_engine(c: &Copy3, elem: usize) -> Option<(Rows, EngineShape)> {
+pub(crate) fn on_engine(c: &Copy3, elem: usize) -> Option<(Rows, EngineShape)> {
     let r = c
         .rows()
         .filter(|r| r.width * elem as i64 >= ENGINE_ROW_BYTES)?;

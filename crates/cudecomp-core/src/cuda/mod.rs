@@ -4,11 +4,11 @@
 //! Nothing here is linked at build time; every entry point checks that the driver is
 //! present first, so a machine without CUDA gets `Error::Cuda`, never a panic.
 
-pub mod ipc;
-pub mod kernels;
-pub mod nccl;
-pub mod nvshmem;
-pub mod vmm;
+pub(crate) mod ipc;
+pub(crate) mod kernels;
+pub(crate) mod nccl;
+pub(crate) mod nvshmem;
+pub(crate) mod vmm;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -88,13 +88,13 @@ pub(crate) fn check<T>(r: std::result::Result<T, DriverError>, what: &str) -> Re
 }
 
 /// True when `libcuda.so` can be loaded.
-pub fn driver_present() -> bool {
+pub(crate) fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the driver library.
     unsafe { sys::is_culib_present() }
 }
 
 /// True when NVRTC can be loaded.
-pub fn nvrtc_present() -> bool {
+pub(crate) fn nvrtc_present() -> bool {
     // SAFETY: only tries to dlopen the NVRTC library.
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
@@ -246,7 +246,7 @@ impl Drop for DeviceAlloc {
 }
 
 /// Page-locked host memory (staging for MPI without CUDA support).
-pub struct PinnedAlloc {
+pub(crate) struct PinnedAlloc {
     ptr: *mut u8,
     bytes: usize,
     device: Arc<Device>,
@@ -259,7 +259,7 @@ unsafe impl Sync for PinnedAlloc {}
 
 impl PinnedAlloc {
     /// `cuMemAllocHost` of `bytes`.
-    pub fn new(device: &Arc<Device>, bytes: usize) -> Result<PinnedAlloc> {
+    pub(crate) fn new(device: &Arc<Device>, bytes: usize) -> Result<PinnedAlloc> {
         device.bind()?;
         // SAFETY: plain allocation in the bound context.
         let ptr = check(
@@ -274,12 +274,12 @@ impl PinnedAlloc {
     }
 
     /// Start address.
-    pub fn ptr(&self) -> *mut u8 {
+    pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
 
     /// Size in bytes.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 }
@@ -296,11 +296,11 @@ impl Drop for PinnedAlloc {
 /// A stream the library creates and owns: non-blocking (no implicit ordering with the
 /// legacy default stream) and of the highest priority, so that its small communication
 /// kernels get SMs while large pack kernels on the user's stream are running.
-pub struct OwnedStream(Stream);
+pub(crate) struct OwnedStream(Stream);
 
 impl OwnedStream {
     /// Creates the stream in the bound context.
-    pub fn new() -> Result<OwnedStream> {
+    pub(crate) fn new() -> Result<OwnedStream> {
         let (mut least, mut greatest) = (0, 0);
         check(
             // SAFETY: the query writes two ints, both locals that outlive the call.
@@ -324,7 +324,7 @@ impl OwnedStream {
     }
 
     /// The stream handle.
-    pub fn stream(&self) -> Stream {
+    pub(crate) fn stream(&self) -> Stream {
         self.0
     }
 }
@@ -343,7 +343,7 @@ unsafe impl Sync for OwnedStream {}
 
 /// A CUDA event, used to order work across streams (and, exported through CUDA IPC,
 /// across processes) and, when created with timing, to time work on a stream.
-pub struct Event(sys::CUevent);
+pub(crate) struct Event(sys::CUevent);
 
 // SAFETY: events may be recorded and waited on from any thread.
 unsafe impl Send for Event {}
@@ -354,7 +354,7 @@ impl Event {
     /// A new event in the bound context. With `timing`, [`Event::elapsed_ms`] can measure
     /// between two of them; without, it is created with `CU_EVENT_DISABLE_TIMING`, which
     /// is cheaper to record and wait on and serves ordering only.
-    pub fn new(timing: bool) -> Result<Event> {
+    pub(crate) fn new(timing: bool) -> Result<Event> {
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
@@ -364,7 +364,7 @@ impl Event {
     }
 
     /// A new event that other processes can wait on (see [`Event::ipc_handle`]).
-    pub fn new_ipc() -> Result<Event> {
+    pub(crate) fn new_ipc() -> Result<Event> {
         let flags = sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32
             | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         let mut e: sys::CUevent = std::ptr::null_mut();
@@ -377,7 +377,7 @@ impl Event {
     }
 
     /// The 64-byte handle another process passes to [`Event::open_ipc`].
-    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+    pub(crate) fn ipc_handle(&self) -> Result<[u8; 64]> {
         let mut h = sys::CUipcEventHandle_st { reserved: [0; 64] };
         check(
             // SAFETY: valid interprocess event; writes the handle.
@@ -389,7 +389,7 @@ impl Event {
 
     /// Opens an event exported by another process of this node. Waiting on it waits for
     /// the exporter's last record issued before the wait was enqueued.
-    pub fn open_ipc(handle: &[u8; 64]) -> Result<Event> {
+    pub(crate) fn open_ipc(handle: &[u8; 64]) -> Result<Event> {
         let h = sys::CUipcEventHandle_st {
             reserved: handle.map(|b| b as std::ffi::c_char),
         };
@@ -403,7 +403,7 @@ impl Event {
     }
 
     /// Records the event on `stream`.
-    pub fn record(&self, stream: Stream) -> Result<()> {
+    pub(crate) fn record(&self, stream: Stream) -> Result<()> {
         // SAFETY: valid event; the stream handle comes from the caller.
         check(
             unsafe { cu::event::record(self.0, stream.0) },
@@ -412,12 +412,12 @@ impl Event {
     }
 
     /// Makes `stream` wait for the last record.
-    pub fn wait_on(&self, stream: Stream) -> Result<()> {
+    pub(crate) fn wait_on(&self, stream: Stream) -> Result<()> {
         EventRef(self.0).wait_on(stream)
     }
 
     /// Blocks until the last record completed.
-    pub fn synchronize(&self) -> Result<()> {
+    pub(crate) fn synchronize(&self) -> Result<()> {
         // SAFETY: valid event.
         check(
             unsafe { cu::event::synchronize(self.0) },
@@ -426,7 +426,7 @@ impl Event {
     }
 
     /// Milliseconds between two recorded timing events.
-    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+    pub(crate) fn elapsed_ms(&self, end: &Event) -> Result<f32> {
         // SAFETY: both events are valid and recorded.
         check(
             unsafe { cu::event::elapsed(self.0, end.0) },
@@ -444,7 +444,7 @@ impl Drop for Event {
 
 /// True when `stream` is being captured into a CUDA graph (an invalidated capture counts:
 /// every call on it would fail).
-pub fn capturing(stream: Stream) -> Result<bool> {
+pub(crate) fn capturing(stream: Stream) -> Result<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the stream handle comes from the caller; the status is a plain output.
     let rc = unsafe { sys::cuStreamIsCapturing(stream.0, &mut status) };
@@ -453,7 +453,7 @@ pub fn capturing(stream: Stream) -> Result<bool> {
 }
 
 /// Blocks until `stream` is idle.
-pub fn synchronize(stream: Stream) -> Result<()> {
+pub(crate) fn synchronize(stream: Stream) -> Result<()> {
     // SAFETY: the stream handle comes from the caller and is alive during the call.
     check(
         unsafe { cu::stream::synchronize(stream.0) },
@@ -465,7 +465,12 @@ pub fn synchronize(stream: Stream) -> Result<()> {
 ///
 /// # Safety
 /// `dst..dst+len` must be host memory that stays valid until the copy completes.
-pub unsafe fn copy_to_host(dst: *mut u8, src: u64, len: usize, stream: Stream) -> Result<()> {
+pub(crate) unsafe fn copy_to_host(
+    dst: *mut u8,
+    src: u64,
+    len: usize,
+    stream: Stream,
+) -> Result<()> {
     // SAFETY: forwarded to the caller.
     let slice = unsafe { std::slice::from_raw_parts_mut(dst, len) };
     // SAFETY: `src` is a device range of `len` bytes (checked by the caller's plan).
@@ -479,7 +484,12 @@ pub unsafe fn copy_to_host(dst: *mut u8, src: u64, len: usize, stream: Stream) -
 ///
 /// # Safety
 /// `src..src+len` must be host memory that stays valid until the copy completes.
-pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Stream) -> Result<()> {
+pub(crate) unsafe fn copy_to_device(
+    dst: u64,
+    src: *const u8,
+    len: usize,
+    stream: Stream,
+) -> Result<()> {
     // SAFETY: forwarded to the caller.
     let slice = unsafe { std::slice::from_raw_parts(src, len) };
     // SAFETY: `dst` is a device range of `len` bytes.
@@ -496,7 +506,7 @@ pub unsafe fn copy_to_device(dst: u64, src: *const u8, len: usize, stream: Strea
 /// # Safety
 /// Every cell of `r` must lie inside device memory (or memory mapped into this context)
 /// that stays valid until the copies complete, with nothing else writing the destination.
-pub unsafe fn copy_rows(
+pub(crate) unsafe fn copy_rows(
     dst: u64,
     src: u64,
     elem: usize,
@@ -559,7 +569,7 @@ pub unsafe fn copy_rows(
 
 /// Which way a pitched copy between host and device memory goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Way {
+pub(crate) enum Way {
     /// Device rows into host memory.
     ToHost,
     /// Host rows into device memory.
@@ -574,7 +584,7 @@ pub enum Way {
 /// page-locked or otherwise safe for the driver to read or write, with nothing else
 /// writing the destination meanwhile.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_pitched(
+pub(crate) unsafe fn copy_pitched(
     host: *mut u8,
     host_pitch: usize,
     device: u64,
@@ -630,7 +640,7 @@ pub unsafe fn copy_pitched(
 /// `src..src+len` and `dst..dst+len` must be device memory (or memory mapped into this
 /// context) that stays valid until the copy completes, with nothing else writing `dst`
 /// or `src` meanwhile.
-pub unsafe fn copy_device(dst: u64, src: u64, len: usize, stream: Stream) -> Result<()> {
+pub(crate) unsafe fn copy_device(dst: u64, src: u64, len: usize, stream: Stream) -> Result<()> {
     // SAFETY: the caller vouches for both ranges until the copy completes.
     check(
         unsafe { cu::memcpy_dtod_async(dst, src, len, stream.0) },

@@ -108,7 +108,7 @@ impl Api {
 }
 
 /// An NCCL communicator over all ranks of a handle.
-pub struct Nccl {
+pub(crate) struct Nccl {
     api: Arc<Api>,
     comm: NcclComm,
     /// Every rank asked for registered workspaces and its NCCL can register buffers.
@@ -126,7 +126,7 @@ impl Nccl {
     /// same ranks (the unique id travels over MPI). The device's context must be current.
     /// `register` asks for workspaces registered with the communicator (see
     /// [`RegisteredAlloc`]); they are used only when every rank asks and can.
-    pub fn new(path: &str, comm: &dyn Communicator, register: bool) -> Result<Nccl> {
+    pub(crate) fn new(path: &str, comm: &dyn Communicator, register: bool) -> Result<Nccl> {
         let api = Arc::new(Api::load(path)?);
         let mut version = 0;
         // The first call into the library: one that cannot say its version is unusable.
@@ -160,12 +160,12 @@ impl Nccl {
     }
 
     /// True when transposes exchange through registered workspaces (agreed by all ranks).
-    pub fn registers(&self) -> bool {
+    pub(crate) fn registers(&self) -> bool {
         self.registers
     }
 
     /// Releases the communicator (collective, at handle finalisation).
-    pub fn destroy(&self) -> Result<()> {
+    pub(crate) fn destroy(&self) -> Result<()> {
         // SAFETY: called once by the owner; the communicator is not used afterwards.
         self.api.check(
             unsafe { (self.api.CommDestroy)(self.comm) },
@@ -179,7 +179,7 @@ impl Nccl {
 /// staging them through its own buffers, and with fewer SMs (measured with
 /// `bench/probes/nccl_register.py`). Deregistered and freed on drop,
 /// which must precede [`Nccl::destroy`].
-pub struct RegisteredAlloc {
+pub(crate) struct RegisteredAlloc {
     nccl: Arc<Nccl>,
     device: Arc<Device>,
     ptr: *mut c_void,
@@ -196,7 +196,11 @@ unsafe impl Sync for RegisteredAlloc {}
 impl RegisteredAlloc {
     /// Allocates and registers `bytes` (at least 1) on `device`. Local: callers agree with
     /// their peers on the outcome.
-    pub fn new(nccl: &Arc<Nccl>, device: &Arc<Device>, bytes: usize) -> Result<RegisteredAlloc> {
+    pub(crate) fn new(
+        nccl: &Arc<Nccl>,
+        device: &Arc<Device>,
+        bytes: usize,
+    ) -> Result<RegisteredAlloc> {
         device.bind()?;
         let api = &nccl.api;
         let reg = api
@@ -226,12 +230,12 @@ impl RegisteredAlloc {
     }
 
     /// Device address.
-    pub fn ptr(&self) -> u64 {
+    pub(crate) fn ptr(&self) -> u64 {
         self.ptr as u64
     }
 
     /// Size in bytes.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 }
@@ -251,7 +255,7 @@ impl Drop for RegisteredAlloc {
 
 /// One operation's view of NCCL: sends and receives to group members (`members[i]` is the
 /// NCCL rank of peer `i`) batched into one group and enqueued on `stream` when waited for.
-pub struct NcclTransport<'a> {
+pub(crate) struct NcclTransport<'a> {
     nccl: &'a Nccl,
     stream: Stream,
     members: &'a [usize],
@@ -261,7 +265,7 @@ pub struct NcclTransport<'a> {
 
 impl<'a> NcclTransport<'a> {
     /// A transport over `members` (NCCL ranks by peer index) on `stream`.
-    pub fn new(nccl: &'a Nccl, stream: Stream, members: &'a [usize]) -> Self {
+    pub(crate) fn new(nccl: &'a Nccl, stream: Stream, members: &'a [usize]) -> Self {
         NcclTransport {
             nccl,
             stream,

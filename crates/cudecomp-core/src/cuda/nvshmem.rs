@@ -20,9 +20,9 @@ use crate::mem::Buf;
 use crate::{Error, Result};
 
 /// `NVSHMEM_SIGNAL_SET`.
-pub const SIGNAL_SET: c_int = 9;
+pub(crate) const SIGNAL_SET: c_int = 9;
 /// `NVSHMEM_CMP_GE`.
-pub const CMP_GE: c_int = 5;
+pub(crate) const CMP_GE: c_int = 5;
 /// `NVSHMEMX_INIT_WITH_UNIQUEID`.
 const INIT_WITH_UNIQUEID: c_uint = 1 << 3;
 /// `sizeof(nvshmemx_uniqueid_t)`, `sizeof(nvshmemx_init_attr_t)`.
@@ -117,7 +117,7 @@ fn lock_runtime() -> std::sync::MutexGuard<'static, Option<Arc<Nvshmem>>> {
 /// cannot load the library or the communicator is not congruent with the one the runtime
 /// was initialised over (PE `r` must be rank `r`). `same_node[r]` says whether rank `r`
 /// shares this rank's node (kept from the first initialisation).
-pub fn acquire(
+pub(crate) fn acquire(
     path: &str,
     comm: &dyn Communicator,
     device: &Device,
@@ -328,7 +328,7 @@ pub struct Put {
 }
 
 /// Symmetric device memory (`nvshmem_malloc`), zeroed; freeing it is collective.
-pub struct SymmetricAlloc {
+pub(crate) struct SymmetricAlloc {
     runtime: Arc<Nvshmem>,
     ptr: u64,
     bytes: usize,
@@ -341,7 +341,11 @@ unsafe impl Sync for SymmetricAlloc {}
 
 impl SymmetricAlloc {
     /// Collective: `bytes` (the same on every rank) of symmetric memory, zeroed.
-    pub fn new(runtime: &Arc<Nvshmem>, device: &Device, bytes: usize) -> Result<SymmetricAlloc> {
+    pub(crate) fn new(
+        runtime: &Arc<Nvshmem>,
+        device: &Device,
+        bytes: usize,
+    ) -> Result<SymmetricAlloc> {
         device.bind()?;
         // SAFETY: collective allocation of at least one byte.
         let p = unsafe { (runtime.api.malloc)(bytes.max(8)) };
@@ -362,12 +366,12 @@ impl SymmetricAlloc {
     }
 
     /// Symmetric address.
-    pub fn ptr(&self) -> u64 {
+    pub(crate) fn ptr(&self) -> u64 {
         self.ptr
     }
 
     /// Size in bytes.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 }

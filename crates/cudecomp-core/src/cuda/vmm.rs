@@ -155,7 +155,7 @@ pub struct DeviceArrayRef {
 }
 
 /// Bytes of an encoded [`DeviceArrayRef`] (fixed: it travels in fixed-size records).
-pub const DEVICE_ARRAY_REF_BYTES: usize = 32;
+pub(crate) const DEVICE_ARRAY_REF_BYTES: usize = 32;
 
 impl DeviceArrayRef {
     /// The fixed-size record peers decode with [`DeviceArrayRef::decode`].
@@ -285,10 +285,10 @@ impl Drop for DeviceArray {
 }
 
 /// Peers' device arrays mapped into this process.
-pub type PeerDeviceArrays = registry::PeerArrays<PeerMapping>;
+pub(crate) type PeerDeviceArrays = registry::PeerArrays<PeerMapping>;
 
 /// A peer's device array imported here.
-pub struct PeerMapping(Mapping);
+pub(crate) struct PeerMapping(Mapping);
 
 impl Mapped for PeerMapping {
     fn base(&self) -> *mut u8 {
@@ -301,7 +301,7 @@ impl Mapped for PeerMapping {
 
 impl PeerDeviceArrays {
     /// The buffer of `bytes` that rank `r` described with `a`, mapped here for `device`.
-    pub fn map_device(
+    pub(crate) fn map_device(
         &mut self,
         device: &Arc<Device>,
         r: usize,

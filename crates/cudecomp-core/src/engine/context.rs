@@ -40,7 +40,7 @@ pub(crate) struct Context<'a> {
 
 /// What the performance report records of one operation.
 #[derive(Clone, Copy)]
-pub(crate) struct Sample<'a> {
+pub(crate) struct PerfSample<'a> {
     /// The configuration the sample belongs to.
     pub key: &'a dyn Fn() -> SampleKey,
     /// Bytes the operation sends off-rank.
@@ -92,7 +92,7 @@ pub(crate) struct DeviceFrame<'a> {
 
 impl DeviceFrame<'_> {
     /// The library's stream (InternalError when the frame was made without it).
-    pub fn pipe(&self) -> Result<&Pipe> {
+    pub(crate) fn pipe(&self) -> Result<&Pipe> {
         self.pipe
             .ok_or_else(|| Error::Internal("no library stream".into()))
     }
@@ -100,30 +100,30 @@ impl DeviceFrame<'_> {
 
 impl Context<'_> {
     /// The GPU state (InternalError on a host handle).
-    pub fn device(&self) -> Result<&DeviceState> {
+    pub(crate) fn device(&self) -> Result<&DeviceState> {
         self.device
             .ok_or_else(|| Error::Internal("device operation on a host handle".into()))
     }
 
     /// Whether MPI takes device pointers on this handle.
-    pub fn mpi_cuda_aware(&self) -> bool {
+    pub(crate) fn mpi_cuda_aware(&self) -> bool {
         self.device.is_some_and(|d| d.mpi_cuda_aware)
     }
 
     /// Host copies with this rank's threads.
-    pub fn host_mover(&self) -> HostMover {
+    pub(crate) fn host_mover(&self) -> HostMover {
         HostMover::new(self.host_threads).streaming(self.settings.host_streaming)
     }
 
     /// Device copies of `kernels` on `stream`, using the settings' share of the SMs beside
     /// a transfer.
-    pub fn device_mover<'k>(&self, kernels: &'k Kernels, stream: Stream) -> DeviceMover<'k> {
+    pub(crate) fn device_mover<'k>(&self, kernels: &'k Kernels, stream: Stream) -> DeviceMover<'k> {
         DeviceMover::new(kernels, stream).background_share(self.settings.background_sm_percent)
     }
 
     /// The copy kernels of the handle's device, which is bound to this thread (inside a
     /// capture they must be loaded already).
-    pub fn kernels(&self, capturing: bool) -> Result<(&DeviceState, Arc<Kernels>)> {
+    pub(crate) fn kernels(&self, capturing: bool) -> Result<(&DeviceState, Arc<Kernels>)> {
         let d = self.device()?;
         d.device.bind()?;
         let kernels = match capturing {
@@ -140,7 +140,7 @@ impl Context<'_> {
     /// peers) and the workspace, runs `f` and orders the next user of the workspace after
     /// this operation (`capturing`: inside a CUDA graph capture, with everything set up
     /// beforehand).
-    pub fn on_device(
+    pub(crate) fn on_device(
         &self,
         stream: Stream,
         pipe_peers: Option<usize>,
@@ -167,11 +167,11 @@ impl Context<'_> {
 
     /// Runs `f` on `transport`; with the performance report on, times it on `clock`
     /// (total, and the communication time `comm` says how to get) and records a sample.
-    pub fn reported(
+    pub(crate) fn reported(
         &self,
         clock: &Clock,
         transport: &dyn Transport,
-        sample: Sample<'_>,
+        sample: PerfSample<'_>,
         comm: CommTime<'_>,
         f: impl FnOnce(&dyn Transport) -> Result<()>,
     ) -> Result<()> {

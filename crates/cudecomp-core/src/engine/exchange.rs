@@ -51,7 +51,7 @@ pub(crate) struct Profile {
 
 impl Profile {
     /// An exchange that moves each chunk whole once everything is packed.
-    pub fn whole_chunks() -> Profile {
+    pub(crate) fn whole_chunks() -> Profile {
         Profile {
             lands_in_output: true,
             max_slices: 1,
@@ -65,7 +65,7 @@ impl Profile {
     }
 
     /// A stream-ordered exchange of up to `max_slices` slices per chunk.
-    pub fn sliced(max_slices: usize) -> Profile {
+    pub(crate) fn sliced(max_slices: usize) -> Profile {
         Profile {
             max_slices,
             ..Profile::whole_chunks()

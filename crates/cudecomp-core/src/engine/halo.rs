@@ -9,7 +9,7 @@ use crate::{unsupported, Result};
 
 /// Buffers and means of one halo update.
 #[derive(Clone, Copy)]
-pub struct HaloRun<'a> {
+pub(crate) struct HaloRun<'a> {
     /// What to copy and exchange.
     pub plan: &'a HaloPlan,
     /// The grid's halo backend (blocking or not; DIRECT runs through [`HaloRun::direct`]).
@@ -101,7 +101,7 @@ impl HaloRun<'_> {
     /// delivered into the neighbour's receive slot and unpacked by the neighbour once
     /// signalled, so packing, delivery and unpacking of successive slices overlap. `work`
     /// must be the workspace the neighbours address.
-    pub fn direct(&self, x: &dyn FaceExchange, slice_bytes: Option<i64>) -> Result<()> {
+    pub(crate) fn direct(&self, x: &dyn FaceExchange, slice_bytes: Option<i64>) -> Result<()> {
         if self.wrap()? {
             return Ok(());
         }
@@ -154,7 +154,7 @@ impl HaloRun<'_> {
     }
 
     /// Runs the update. `comm` is the handle's communicator (global ranks).
-    pub fn run(&self, comm: &dyn Transport) -> Result<()> {
+    pub(crate) fn run(&self, comm: &dyn Transport) -> Result<()> {
         if self.wrap()? {
             return Ok(());
         }

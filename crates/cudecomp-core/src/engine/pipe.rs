@@ -26,7 +26,7 @@ pub(crate) struct Pipe {
 
 impl Pipe {
     /// Creates the stream and events in the bound context.
-    pub fn new() -> Result<Pipe> {
+    pub(crate) fn new() -> Result<Pipe> {
         Ok(Pipe {
             side: OwnedStream::new()?,
             ready: Event::new(false)?,
@@ -38,17 +38,17 @@ impl Pipe {
     }
 
     /// The library's stream.
-    pub fn side(&self) -> Stream {
+    pub(crate) fn side(&self) -> Stream {
         self.side.stream()
     }
 
     /// True when the units of a pipeline over `npeers` peers have their events.
-    pub fn has_room(&self, npeers: usize) -> bool {
+    pub(crate) fn has_room(&self, npeers: usize) -> bool {
         self.done.len() >= npeers * MAX_SLICES
     }
 
     /// Makes room for the units of a pipeline over `npeers` peers.
-    pub fn reserve(&mut self, npeers: usize) -> Result<()> {
+    pub(crate) fn reserve(&mut self, npeers: usize) -> Result<()> {
         let n = npeers * MAX_SLICES;
         while self.done.len() < n {
             self.done.push(Event::new(false)?);
@@ -76,7 +76,7 @@ impl Pipe {
 
     /// Milliseconds the last operation's exchanges took on the library's stream, from the
     /// first slice's start to the last one's end (waits for them).
-    pub fn span_ms(&self) -> Result<f64> {
+    pub(crate) fn span_ms(&self) -> Result<f64> {
         self.span[1].synchronize()?;
         Ok(f64::from(self.span[0].elapsed_ms(&self.span[1])?))
     }

@@ -45,7 +45,7 @@ impl Ring {
 
 /// Buffers and means of one transpose. `input == output` (same start address) means in-place.
 #[derive(Clone, Copy)]
-pub struct TransposeRun<'a> {
+pub(crate) struct TransposeRun<'a> {
     /// What to pack, exchange and unpack.
     pub plan: &'a TransposePlan,
     /// Bytes per element.
@@ -178,7 +178,7 @@ impl TransposeRun<'_> {
     /// in order, starting once the profile's `lag` units are ahead. In-place runs pack
     /// everything (their own chunk included) before anything is unpacked into the shared
     /// buffer.
-    pub fn run(&self, x: &dyn Exchange, slice_bytes: Option<i64>) -> Result<()> {
+    pub(crate) fn run(&self, x: &dyn Exchange, slice_bytes: Option<i64>) -> Result<()> {
         let plan = self.plan;
         let profile = x.profile();
         let in_place = self.in_place();
@@ -338,7 +338,7 @@ impl TransposeRun<'_> {
     /// empty: all whole) get their chunk step by step, each step followed by
     /// `x.delivered(peer, step)`; `x.arrived()` waits for every chunk written into this
     /// rank's output.
-    pub fn single_copy<'m>(
+    pub(crate) fn single_copy<'m>(
         &self,
         outs: &[Buf],
         landing: &[Landing],

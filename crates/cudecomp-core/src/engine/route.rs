@@ -108,7 +108,7 @@ const DIRECT_BARRIER: &str =
 
 impl TransposeRoute {
     /// Whether this route may run inside a CUDA graph capture.
-    pub fn capture(&self) -> Capture {
+    pub(crate) fn capture(&self) -> Capture {
         match self {
             TransposeRoute::Local(_)
             | TransposeRoute::Nccl { .. }
@@ -123,7 +123,7 @@ impl TransposeRoute {
 
 impl HaloRoute {
     /// Whether this route may run inside a CUDA graph capture.
-    pub fn capture(&self) -> Capture {
+    pub(crate) fn capture(&self) -> Capture {
         match self {
             HaloRoute::Local(_) | HaloRoute::Nccl(_) | HaloRoute::Nvshmem(..) => Capture::Allowed,
             HaloRoute::DirectHost | HaloRoute::DirectDevice(_) => Capture::Refused(DIRECT_BARRIER),

@@ -26,7 +26,7 @@ use crate::{invalid, Error, Result};
 /// [`Workspace::registered`]) are raw address ranges: they stay valid until the next call
 /// that may grow the same kind of buffer, hence those calls are `unsafe`.
 #[derive(Default)]
-pub struct Workspace {
+pub(crate) struct Workspace {
     words: Vec<u64>,
     device: Option<DeviceAlloc>,
     /// NCCL exchanges' workspace, registered with the handle's communicator.
@@ -63,7 +63,7 @@ pub struct Workspace {
 
 /// What an NVSHMEM operation gets from the workspace.
 #[derive(Clone, Copy, Debug)]
-pub struct SymmetricWork {
+pub(crate) struct SymmetricWork {
     /// The symmetric workspace (this rank's copy).
     pub work: Buf,
     /// Symmetric address of the signal array.
@@ -110,7 +110,7 @@ impl Workspace {
     /// # Safety
     /// The buffer is valid until the next call of `host` on this workspace (which may
     /// reallocate) or until the workspace is dropped; the caller uses it no longer.
-    pub unsafe fn host(&mut self, bytes: usize) -> Buf {
+    pub(crate) unsafe fn host(&mut self, bytes: usize) -> Buf {
         let words = bytes.div_ceil(8);
         if self.words.len() < words {
             self.words.resize(words, 0);
@@ -160,7 +160,7 @@ impl Workspace {
     /// # Safety
     /// The buffer is valid until the next call of `device` on this workspace (which may
     /// reallocate) or until the workspace is dropped; the caller uses it no longer.
-    pub unsafe fn device(
+    pub(crate) unsafe fn device(
         &mut self,
         device: &Arc<Device>,
         bytes: usize,
@@ -196,7 +196,7 @@ impl Workspace {
     ///
     /// # Safety
     /// As [`Workspace::device`], for calls of `registered`.
-    pub unsafe fn registered(
+    pub(crate) unsafe fn registered(
         &mut self,
         nccl: &Arc<Nccl>,
         device: &Arc<Device>,
@@ -247,7 +247,7 @@ impl Workspace {
     ///
     /// # Safety
     /// As [`Workspace::device`], for calls of `symmetric`.
-    pub unsafe fn symmetric(
+    pub(crate) unsafe fn symmetric(
         &mut self,
         runtime: &Arc<Nvshmem>,
         device: &Arc<Device>,
@@ -313,7 +313,11 @@ impl Workspace {
     }
 
     /// Page-locked staging of at least `bytes` (for MPI without CUDA support).
-    pub fn staging(&mut self, device: &Arc<Device>, bytes: usize) -> Result<(*mut u8, usize)> {
+    pub(crate) fn staging(
+        &mut self,
+        device: &Arc<Device>,
+        bytes: usize,
+    ) -> Result<(*mut u8, usize)> {
         let s = grow(
             &mut self.staging,
             &self.last_use,
@@ -325,7 +329,7 @@ impl Workspace {
     }
 
     /// Peers' mapped workspaces and signal events (after `start_direct`).
-    pub fn ipc(&self) -> &IpcPeers {
+    pub(crate) fn ipc(&self) -> &IpcPeers {
         &self.ipc
     }
 
@@ -337,7 +341,7 @@ impl Workspace {
     /// Then maps new peer workspaces (the start barrier), which also carries each rank's
     /// `note` (see [`IpcPeers::exchange`]); the operation's output, when it is a
     /// registered device array, is free for peers' writes at the same point.
-    pub fn start_direct(
+    pub(crate) fn start_direct(
         &mut self,
         comm: &dyn Communicator,
         work: Buf,
@@ -355,7 +359,7 @@ impl Workspace {
 
     /// Marks the end of a device operation on `stream` (not of a captured one: its work
     /// runs when the graph is launched, ordered by the caller).
-    pub fn release(&mut self, stream: Stream) -> Result<()> {
+    pub(crate) fn release(&mut self, stream: Stream) -> Result<()> {
         if std::mem::take(&mut self.capturing) {
             return Ok(());
         }
@@ -426,7 +430,7 @@ fn grow<'a, T>(
 /// stream. A handle keeps one slot per operation running at once: one, unless threads run
 /// operations on distinct grids together, which then never wait for each other's memory.
 #[derive(Default)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The workspace.
     pub(crate) ws: Mutex<Workspace>,
     /// The library's stream and events (pipelined device operations), made on first use.
@@ -460,12 +464,12 @@ impl Slot {
 
 /// A handle's slots.
 #[derive(Default)]
-pub struct Pool {
+pub(crate) struct Pool {
     slots: Mutex<Vec<Arc<Slot>>>,
 }
 
 /// A slot lent to one operation; given back when dropped.
-pub struct Lease {
+pub(crate) struct Lease {
     slot: Arc<Slot>,
 }
 
@@ -484,7 +488,7 @@ impl Drop for Lease {
 
 impl Pool {
     /// A slot no other operation uses now (a new one when all are in use).
-    pub fn lease(&self) -> Lease {
+    pub(crate) fn lease(&self) -> Lease {
         let mut slots = lock(&self.slots);
         let free = slots.iter().find(|s| {
             s.busy
@@ -504,7 +508,7 @@ impl Pool {
     }
 
     /// Runs `f` on every slot's workspace (waiting for operations using it).
-    pub fn each(&self, mut f: impl FnMut(&mut Workspace) -> Result<()>) -> Result<()> {
+    pub(crate) fn each(&self, mut f: impl FnMut(&mut Workspace) -> Result<()>) -> Result<()> {
         let slots: Vec<Arc<Slot>> = lock(&self.slots).clone();
         for s in slots {
             f(&mut lock(&s.ws))?;

@@ -17,7 +17,7 @@ pub const MAX_HOST_THREADS: usize = 16;
 
 /// `CUDECOMP_HOST_THREADS` may ask for this many threads per core (of those a rank may
 /// run on, or of [`MAX_HOST_THREADS`] where it has fewer), no more.
-pub const HOST_THREADS_PER_CORE: usize = 4;
+pub(crate) const HOST_THREADS_PER_CORE: usize = 4;
 
 /// Cached answers (each collective the first time it is asked).
 #[derive(Default)]

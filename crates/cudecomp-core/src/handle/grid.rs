@@ -131,7 +131,7 @@ impl GridDesc {
     }
 
     /// Number of this grid among the handle's objects (the same on every rank).
-    pub fn serial(&self) -> u64 {
+    pub(crate) fn serial(&self) -> u64 {
         self.runner.serial
     }
 
@@ -146,7 +146,7 @@ impl GridDesc {
     }
 
     /// The sub-communicator along `axis` (`All`: the grid's whole communicator).
-    pub fn subcomm(&self, axis: CommAxis) -> &dyn Communicator {
+    pub(crate) fn subcomm(&self, axis: CommAxis) -> &dyn Communicator {
         match axis {
             CommAxis::All => self.runner.comm.as_ref(),
             CommAxis::Col | CommAxis::Row => self.subcomms[axis as usize].as_ref(),
@@ -154,13 +154,14 @@ impl GridDesc {
     }
 
     /// Overrides the slice size of pipelines (tests: tiny slices take the multi-slice
-    /// paths). Must be equal on every rank.
+    /// paths). Must be equal on every rank. Only with the `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
     pub fn set_slice_bytes(&mut self, bytes: Option<i64>) {
         self.runner.slice_bytes = bytes;
     }
 
     /// The (cached) plan of one transpose.
-    pub fn transpose_plan(
+    pub(crate) fn transpose_plan(
         &self,
         direction: Direction,
         layouts: &TransposeLayouts,
@@ -176,7 +177,7 @@ impl GridDesc {
     }
 
     /// The (cached) plan of one halo update; `None` when it moves nothing.
-    pub fn halo_plan(&self, spec: &HaloSpec) -> Result<Option<Arc<HaloPlan>>> {
+    pub(crate) fn halo_plan(&self, spec: &HaloSpec) -> Result<Option<Arc<HaloPlan>>> {
         if spec.axis > 2 || spec.dim > 2 {
             invalid!(
                 "halo update: expected axis and dim in 0 (X), 1 (Y), 2 (Z), got axis {} and dim {}",

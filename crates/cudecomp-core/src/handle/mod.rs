@@ -5,7 +5,7 @@
 
 pub(crate) mod capabilities;
 pub(crate) mod file_io;
-pub mod grid;
+pub(crate) mod grid;
 mod memory;
 pub(crate) mod redistribution;
 pub(crate) mod runner;
@@ -229,7 +229,7 @@ impl Handle {
 
     /// Collective (first call): true when every rank can write into every other's
     /// node-shared memory (the host DIRECT backend).
-    pub fn host_direct_ok(&self) -> Result<bool> {
+    pub(crate) fn host_direct_ok(&self) -> Result<bool> {
         self.shared
             .caps
             .host_direct_ok(self.comm(), &self.settings().nodes)

@@ -19,7 +19,7 @@ use crate::{Error, Result};
 /// Where a process serves its descriptors: its id and a random word (the abstract
 /// namespace is shared by containers of one network namespace, whose ids may repeat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// Process id of the server.
     pub pid: u32,
     /// Distinguishes servers of equal process ids.
@@ -47,7 +47,7 @@ fn offered() -> std::sync::MutexGuard<'static, Option<HashMap<u64, OwnedFd>>> {
 
 /// Offers `fd` under `key` (unique within this process) to same-user processes of the
 /// node; returns where to ask for it.
-pub fn offer(key: u64, fd: OwnedFd) -> Result<Endpoint> {
+pub(crate) fn offer(key: u64, fd: OwnedFd) -> Result<Endpoint> {
     let at = server()?;
     offered().get_or_insert_with(HashMap::new).insert(key, fd);
     Ok(at)
@@ -55,14 +55,14 @@ pub fn offer(key: u64, fd: OwnedFd) -> Result<Endpoint> {
 
 /// Withdraws (and closes) what was offered under `key`; processes that already took the
 /// descriptor keep theirs.
-pub fn withdraw(key: u64) {
+pub(crate) fn withdraw(key: u64) {
     if let Some(m) = offered().as_mut() {
         m.remove(&key);
     }
 }
 
 /// The descriptor the process at `at` offers under `key`.
-pub fn fetch(at: Endpoint, key: u64) -> Result<OwnedFd> {
+pub(crate) fn fetch(at: Endpoint, key: u64) -> Result<OwnedFd> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Error::Internal(format!(
             "descriptor {key} of process {}: {what}: {e}",

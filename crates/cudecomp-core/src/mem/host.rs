@@ -9,7 +9,7 @@ use crate::{Error, Result};
 /// on up to `threads` threads, and rows written into the operation's output may bypass
 /// the cache.
 #[derive(Clone, Copy, Debug)]
-pub struct HostMover {
+pub(crate) struct HostMover {
     threads: usize,
     /// Streaming stores are allowed (`CUDECOMP_HOST_STREAMING`).
     streaming: bool,
@@ -33,7 +33,7 @@ const STREAM_MIN_BYTES: usize = 8 << 20;
 
 impl HostMover {
     /// A mover using up to `threads` threads (at least one) for large copies.
-    pub fn new(threads: usize) -> Self {
+    pub(crate) fn new(threads: usize) -> Self {
         HostMover {
             threads: threads.max(1),
             streaming: true,
@@ -42,7 +42,7 @@ impl HostMover {
     }
 
     /// The same mover, allowed to use streaming stores or not.
-    pub fn streaming(self, allowed: bool) -> Self {
+    pub(crate) fn streaming(self, allowed: bool) -> Self {
         HostMover {
             streaming: allowed,
             ..self
@@ -51,7 +51,7 @@ impl HostMover {
 
     /// The same mover, writing rows into `output` with streaming stores when `output` is
     /// large (and streaming stores are allowed).
-    pub fn streaming_into(self, output: Buf) -> Self {
+    pub(crate) fn streaming_into(self, output: Buf) -> Self {
         let on = output.len() >= STREAM_MIN_BYTES && self.streaming;
         HostMover {
             streamed: on.then_some(output),

@@ -1,15 +1,15 @@
 //! Memory spaces. Buffers are borrowed, never owned: the library moves bytes inside
 //! memory that Python (NumPy, CuPy, ...) or the handle's workspace owns.
 
-pub mod fdpass;
-pub mod host;
-pub mod registry;
-pub mod shm;
+pub(crate) mod fdpass;
+pub(crate) mod host;
+pub(crate) mod registry;
+pub(crate) mod shm;
 
 use crate::plan::Copy3;
 use crate::{Error, Result};
 
-pub use host::HostMover;
+pub(crate) use host::HostMover;
 
 /// A borrowed address range: host memory, or device memory when used with a device mover
 /// or transport (it is then never dereferenced on the host).
@@ -113,7 +113,7 @@ pub(crate) fn test_buf(s: &mut [u8]) -> Buf {
 
 /// Executes strided copies in one memory space (host: synchronously; device: enqueued
 /// on a stream).
-pub trait Mover: Sync {
+pub(crate) trait Mover: Sync {
     /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`.
     fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()>;
     /// Copies enqueued from now on run beside a transfer that needs the same SMs and
@@ -123,7 +123,7 @@ pub trait Mover: Sync {
 
 /// Checks that every element `c` touches lies inside `src` and `dst`; false when the copy
 /// is empty.
-pub fn check_copy(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<bool> {
+pub(crate) fn check_copy(elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<bool> {
     if c.cells() <= 0 {
         return Ok(false);
     }

@@ -9,7 +9,7 @@ use super::Buf;
 use crate::{Error, Result};
 
 /// Registered arrays of one memory space: `(start address, length, description)`.
-pub struct Registry<T>(Mutex<Vec<(usize, usize, T)>>);
+pub(crate) struct Registry<T>(Mutex<Vec<(usize, usize, T)>>);
 
 impl<T: Clone> Default for Registry<T> {
     fn default() -> Self {
@@ -19,7 +19,7 @@ impl<T: Clone> Default for Registry<T> {
 
 impl<T: Clone> Registry<T> {
     /// An empty registry (for a `static`).
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Registry(Mutex::new(Vec::new()))
     }
 
@@ -28,17 +28,17 @@ impl<T: Clone> Registry<T> {
     }
 
     /// Registers `len` bytes at `start`.
-    pub fn insert(&self, start: usize, len: usize, what: T) {
+    pub(crate) fn insert(&self, start: usize, len: usize, what: T) {
         self.lock().push((start, len, what));
     }
 
     /// Unregisters the array starting at `start`.
-    pub fn remove(&self, start: usize) {
+    pub(crate) fn remove(&self, start: usize) {
         self.lock().retain(|(a, _, _)| *a != start);
     }
 
     /// The array holding all of `buf`, and `buf`'s byte offset in it.
-    pub fn find(&self, buf: Buf) -> Option<(T, usize)> {
+    pub(crate) fn find(&self, buf: Buf) -> Option<(T, usize)> {
         let (start, len) = (buf.ptr() as usize, buf.len());
         self.lock()
             .iter()
@@ -49,7 +49,7 @@ impl<T: Clone> Registry<T> {
 
 /// A peer's array as mapped into this process (unmapped on drop; the memory lives until
 /// its last mapping goes).
-pub trait Mapped {
+pub(crate) trait Mapped {
     /// Address of the first byte here.
     fn base(&self) -> *mut u8;
     /// Bytes mapped.
@@ -58,7 +58,7 @@ pub trait Mapped {
 
 /// Peers' registered arrays as mapped here, a few per peer, most recently used first
 /// (a stale one keeps its memory alive until it is pushed out).
-pub struct PeerArrays<M> {
+pub(crate) struct PeerArrays<M> {
     maps: Vec<Vec<(String, M)>>,
 }
 
@@ -75,7 +75,7 @@ impl<M: Mapped> PeerArrays<M> {
     /// `bytes` at byte `offset` of rank `r`'s array `id`, mapped here by `open` unless it
     /// already is. `evict` runs before a mapping is pushed out (e.g. waiting for copies
     /// into it).
-    pub fn map(
+    pub(crate) fn map(
         &mut self,
         r: usize,
         id: &str,

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// A shared mapping, unmapped on drop.
-pub struct Mapping {
+pub(crate) struct Mapping {
     ptr: *mut u8,
     len: usize,
 }
@@ -554,11 +554,11 @@ impl Mapped for Mapping {
 }
 
 /// Peers' node-shared arrays mapped here.
-pub type PeerArrays = registry::PeerArrays<Mapping>;
+pub(crate) type PeerArrays = registry::PeerArrays<Mapping>;
 
 impl PeerArrays {
     /// The buffer of `bytes` that `r` (a rank of the node) described with `a`, mapped here.
-    pub fn map_shared(&mut self, r: usize, a: &ArrayRef, bytes: usize) -> Result<Buf> {
+    pub(crate) fn map_shared(&mut self, r: usize, a: &ArrayRef, bytes: usize) -> Result<Buf> {
         let open = || {
             map_peer(a.kind, &a.path, a.len)
                 .map_err(|e| Error::Internal(format!("DIRECT: mapping rank {r}'s array: {e}")))

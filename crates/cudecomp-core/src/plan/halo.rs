@@ -24,7 +24,7 @@ pub struct HaloSpec {
 
 /// One side of the exchange along `dim`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HaloSide {
+pub(crate) enum HaloSide {
     /// Towards lower coordinates.
     Left = 0,
     /// Towards higher coordinates.
@@ -33,17 +33,17 @@ pub enum HaloSide {
 
 impl HaloSide {
     /// Both sides.
-    pub const BOTH: [HaloSide; 2] = [HaloSide::Left, HaloSide::Right];
+    pub(crate) const BOTH: [HaloSide; 2] = [HaloSide::Left, HaloSide::Right];
 
     /// Tag of the message travelling *towards* this side. The receiver, for which the
     /// sender is on the opposite side, uses the same tag: this keeps the two messages apart
     /// when left and right neighbour are the same rank (two ranks, periodic).
-    pub fn tag(self) -> i32 {
+    pub(crate) fn tag(self) -> i32 {
         1000 + self as i32 * 64
     }
 
     /// The other side.
-    pub fn opposite(self) -> HaloSide {
+    pub(crate) fn opposite(self) -> HaloSide {
         match self {
             HaloSide::Left => HaloSide::Right,
             HaloSide::Right => HaloSide::Left,
@@ -53,7 +53,7 @@ impl HaloSide {
 
 /// Everything one rank needs to execute a halo update.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HaloPlan {
+pub(crate) struct HaloPlan {
     /// The update this plan executes.
     pub spec: HaloSpec,
     /// This rank's pencil, halos and padding included.
@@ -106,7 +106,7 @@ fn faces(info: &PencilInfo, spec: &HaloSpec) -> ([Box3; 2], [Box3; 2]) {
 impl HaloPlan {
     /// Plans a halo update; `None` when it moves nothing (zero extent along `dim`, or no
     /// neighbour on either side).
-    pub fn new(grid: &Grid, rank: usize, spec: HaloSpec) -> Result<Option<HaloPlan>> {
+    pub(crate) fn new(grid: &Grid, rank: usize, spec: HaloSpec) -> Result<Option<HaloPlan>> {
         let info = grid.pencil_info(spec.axis as i64, rank, spec.halo, spec.padding)?;
         let d = spec.dim;
         let h = spec.halo[d];
@@ -167,7 +167,7 @@ impl HaloPlan {
 
     /// Copy of the interior face destined for `side` into the same array's opposite halo
     /// (periodic wrap with this rank as its own neighbour).
-    pub fn wrap_copy(&self, side: HaloSide) -> Copy3 {
+    pub(crate) fn wrap_copy(&self, side: HaloSide) -> Copy3 {
         let d = self.spec.dim;
         let mut delta = [0; 3];
         // The face sent left lands in the upper halo, one period further on.
@@ -187,23 +187,23 @@ impl HaloPlan {
     }
 
     /// Array → workspace slot of the face sent to `side`.
-    pub fn pack(&self, side: HaloSide) -> Copy3 {
+    pub(crate) fn pack(&self, side: HaloSide) -> Copy3 {
         self.pack_part(side, &self.send[side as usize])
     }
 
     /// Workspace slot of the face received from `side` → array halo.
-    pub fn unpack(&self, side: HaloSide) -> Copy3 {
+    pub(crate) fn unpack(&self, side: HaloSide) -> Copy3 {
         self.unpack_part(side, &self.recv[side as usize])
     }
 
     /// [`HaloPlan::pack`] restricted to `part` of the face (a slice).
-    pub fn pack_part(&self, side: HaloSide, part: &Box3) -> Copy3 {
+    pub(crate) fn pack_part(&self, side: HaloSide, part: &Box3) -> Copy3 {
         let b = &self.send[side as usize];
         Copy3::between(part, &self.layout, &self.slot_layout(b, side as i64))
     }
 
     /// [`HaloPlan::unpack`] restricted to `part` of the face (a slice).
-    pub fn unpack_part(&self, side: HaloSide, part: &Box3) -> Copy3 {
+    pub(crate) fn unpack_part(&self, side: HaloSide, part: &Box3) -> Copy3 {
         let b = &self.recv[side as usize];
         Copy3::between(part, &self.slot_layout(b, 2 + side as i64), &self.layout)
     }
@@ -212,7 +212,7 @@ impl HaloPlan {
     /// slices (tapered, see [`slice_box`]), each a dense run of the packed face, in memory
     /// order. A face and the neighbour's matching face have the same shape, so both ends
     /// cut alike.
-    pub fn face_slices(&self, side: HaloSide, receive: bool, n: usize) -> Vec<Box3> {
+    pub(crate) fn face_slices(&self, side: HaloSide, receive: bool, n: usize) -> Vec<Box3> {
         let b = if receive {
             &self.recv[side as usize]
         } else {
@@ -222,25 +222,25 @@ impl HaloPlan {
     }
 
     /// Element offset of slice `part` inside the packed face `face` (sent or received).
-    pub fn offset_in_face(&self, face: &Box3, part: &Box3) -> i64 {
+    pub(crate) fn offset_in_face(&self, face: &Box3, part: &Box3) -> i64 {
         Layout::packed(face, self.info.order, 0).offset(part.lo)
     }
 
     /// Element offset of a face in the workspace: send slots 0/1, receive slots 2/3.
-    pub fn slot_offset(&self, side: HaloSide, receive: bool) -> i64 {
+    pub(crate) fn slot_offset(&self, side: HaloSide, receive: bool) -> i64 {
         (side as i64 + if receive { 2 } else { 0 }) * self.slot
     }
 
     /// Element offset, in the workspace of the neighbour on `side`, of the receive slot
     /// the face this rank sends there lands in (the neighbour receives it from its
     /// opposite side; neighbours along `dim` share the face shape, so the slot size too).
-    pub fn peer_slot_offset(&self, side: HaloSide) -> i64 {
+    pub(crate) fn peer_slot_offset(&self, side: HaloSide) -> i64 {
         self.slot_offset(side.opposite(), true)
     }
 
     /// Array → this rank's send slot for `side`, or the face as it lies in the array when
     /// faces are dense: `(from the array?, element offset)` of the face to deliver.
-    pub fn send_source(&self, side: HaloSide) -> (bool, i64) {
+    pub(crate) fn send_source(&self, side: HaloSide) -> (bool, i64) {
         if self.faces_dense() {
             (true, self.array_offset(&self.send[side as usize]))
         } else {
@@ -250,17 +250,17 @@ impl HaloPlan {
 
     /// True when faces are dense runs of the array (the update dimension is the slowest
     /// in memory and the faster ones carry no padding): they go straight to and from MPI.
-    pub fn faces_dense(&self) -> bool {
+    pub(crate) fn faces_dense(&self) -> bool {
         self.layout.holds_packed(&self.send[0], self.info.order)
     }
 
     /// Element offset in the array of a face.
-    pub fn array_offset(&self, b: &Box3) -> i64 {
+    pub(crate) fn array_offset(&self, b: &Box3) -> i64 {
         self.layout.offset(b.lo)
     }
 
     /// Workspace elements this plan uses.
-    pub fn workspace_elems(&self) -> i64 {
+    pub(crate) fn workspace_elems(&self) -> i64 {
         4 * self.slot
     }
 }

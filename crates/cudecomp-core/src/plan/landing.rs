@@ -13,16 +13,16 @@ use crate::geometry::Axis;
 use crate::{Error, Result};
 
 /// Most steps a receiver publishes: one signal per writer is left for the cells past them.
-pub const MAX_LANDING_STEPS: usize = MAX_SLICES - 1;
+pub(crate) const MAX_LANDING_STEPS: usize = MAX_SLICES - 1;
 
 /// Bytes of an encoded [`Landing`]: a header word, then the ends.
-pub const LANDING_BYTES: usize = 8 * (1 + MAX_LANDING_STEPS);
+pub(crate) const LANDING_BYTES: usize = 8 * (1 + MAX_LANDING_STEPS);
 
 /// How one member takes its output: step `s` covers cells `ends[s - 1]..ends[s]` along
 /// `along` of its output array (step 0 from cell 0), and one more step the cells past the
 /// last end. No ends: one step, the whole output.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Landing {
+pub(crate) struct Landing {
     /// The output array's cells along the steps' axis (`None` with no ends).
     pub along: Option<AxisCells>,
     /// Non-decreasing ends of the steps, at most [`MAX_LANDING_STEPS`].
@@ -31,13 +31,13 @@ pub struct Landing {
 
 impl Landing {
     /// Steps, the one past the last end included.
-    pub fn steps(&self) -> usize {
+    pub(crate) fn steps(&self) -> usize {
         self.ends.len() + 1
     }
 
     /// The part of `c` (a copy into this member's output) that lands in step `s`; `None`
     /// when none does.
-    pub fn part(&self, c: &Copy3, s: usize) -> Option<Copy3> {
+    pub(crate) fn part(&self, c: &Copy3, s: usize) -> Option<Copy3> {
         let Some(a) = &self.along else {
             return (s == 0).then_some(*c);
         };
@@ -48,7 +48,7 @@ impl Landing {
 
     /// The record of steps ending at `ends` along global `axis` of a member's output
     /// (`ends` at most [`MAX_LANDING_STEPS`]; none: the output whole).
-    pub fn encode(axis: Axis, ends: &[i64]) -> Result<[u8; LANDING_BYTES]> {
+    pub(crate) fn encode(axis: Axis, ends: &[i64]) -> Result<[u8; LANDING_BYTES]> {
         if ends.len() > MAX_LANDING_STEPS {
             return Err(Error::Internal(format!(
                 "{} output steps published, at most {MAX_LANDING_STEPS} fit",
@@ -66,7 +66,7 @@ impl Landing {
 
     /// The steps a member published in `v` (see [`Landing::encode`]), for its output of
     /// `size` elements in `layout`; zeros (or nothing) mean the output whole.
-    pub fn decode(v: &[u8], layout: &Layout, size: i64) -> Result<Landing> {
+    pub(crate) fn decode(v: &[u8], layout: &Layout, size: i64) -> Result<Landing> {
         let word = |j: usize| {
             v.get(8 * j..8 * (j + 1))
                 .and_then(|w| w.try_into().ok())
@@ -94,7 +94,7 @@ impl Landing {
 /// index of the last step of each group, in order. Every step of a group is signalled
 /// when the group's last one is, so none is signalled before its cells are written;
 /// with `max` or fewer steps, each is a group of its own.
-pub fn landing_groups(planes: &[i64], max: usize) -> Vec<usize> {
+pub(crate) fn landing_groups(planes: &[i64], max: usize) -> Vec<usize> {
     let (k, g) = (planes.len(), planes.len().min(max));
     (1..=g).map(|j| k * j / g - 1).collect()
 }

@@ -9,12 +9,13 @@ mod halo;
 mod landing;
 mod transpose;
 
-pub use halo::{HaloPlan, HaloSide, HaloSpec};
-pub use landing::{landing_groups, Landing, LANDING_BYTES, MAX_LANDING_STEPS};
-pub use transpose::{
-    slice_box, slice_count, Direction, Side, Slicing, TransposeLayouts, TransposePlan, MAX_SLICES,
-    SLICE_BYTES, TAPER,
+pub use halo::HaloSpec;
+pub(crate) use halo::{HaloPlan, HaloSide};
+pub(crate) use landing::{landing_groups, Landing, LANDING_BYTES, MAX_LANDING_STEPS};
+pub(crate) use transpose::{
+    slice_box, slice_count, Side, Slicing, TransposePlan, MAX_SLICES, SLICE_BYTES, TAPER,
 };
+pub use transpose::{Direction, TransposeLayouts};
 
 use crate::geometry::{Axis, Box3, PencilInfo};
 

@@ -6,22 +6,22 @@ use crate::Result;
 
 /// Bytes per slice when stream-ordered pipelines cut chunks: below this, per-slice costs
 /// (an event, an NCCL group or a copy launch) start to show next to the transfer itself.
-pub const SLICE_BYTES: i64 = 32 << 20;
+pub(crate) const SLICE_BYTES: i64 = 32 << 20;
 
 /// Most slices one chunk is cut into on GPUs (bounds the events each rank keeps per peer).
-pub const MAX_SLICES: usize = 16;
+pub(crate) const MAX_SLICES: usize = 16;
 
 /// How many times larger than the first and the last slice the inner slices of a chunk
 /// usually are: a pipeline exposes the packing of its first slice and the unpacking of its
 /// last, so those are cut small and the others large (same slice count).
-pub const TAPER: i64 = 4;
+pub(crate) const TAPER: i64 = 4;
 
 /// Cuts `region`, packed in memory order `order`, into at most `n` boxes along its slowest
 /// axis that has more than one cell; each box is one dense run of the packed chunk and the
 /// boxes follow each other in memory. With three slices or more, the first and the last
 /// are `taper` times thinner than the others (1: all alike) where the axis is long enough
 /// for every slice to keep a cell. Empty regions have no slices.
-pub fn slice_box(region: &Box3, order: [Axis; 3], n: usize, taper: i64) -> Vec<Box3> {
+pub(crate) fn slice_box(region: &Box3, order: [Axis; 3], n: usize, taper: i64) -> Vec<Box3> {
     if region.volume() <= 0 {
         return Vec::new();
     }
@@ -68,7 +68,7 @@ pub struct Slicing {
 /// Number of slices for a chunk of `cells` elements of `elem` bytes, slices of about
 /// `slice_bytes`, at most `max`; the same on sender and receiver: it depends on the chunk
 /// alone.
-pub fn slice_count(cells: i64, elem: usize, slice_bytes: i64, max: usize) -> usize {
+pub(crate) fn slice_count(cells: i64, elem: usize, slice_bytes: i64, max: usize) -> usize {
     let max = max.max(1) as i64;
     ((cells * elem as i64) / slice_bytes.max(1)).clamp(1, max) as usize
 }
@@ -504,7 +504,7 @@ fn dense_chunks(
 
 /// Upstream's peer order (reference §7.2): step `j` is remapped to interleave near and far
 /// peers; power-of-two sizes pair by XOR, others go round a ring.
-pub fn peer_schedule(me: usize, p: usize) -> Vec<(usize, usize)> {
+pub(crate) fn peer_schedule(me: usize, p: usize) -> Vec<(usize, usize)> {
     (1..p)
         .map(|j| {
             let s = if j % 2 == 1 { j / 2 + 1 } else { p / 2 + j / 2 };

@@ -16,7 +16,7 @@ use crate::cuda::kernels::on_engine;
 use crate::cuda::vmm::{DeviceArray, DeviceArrayRef, DEVICE_ARRAY_REF_BYTES};
 use crate::cuda::{copy_device, EventRef, Stream};
 use crate::engine::call::{HaloCall, Steps, TransposeCall};
-use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
 use crate::engine::pipe::Pipe;
 use crate::engine::pipeline::InputSteps;
@@ -352,7 +352,7 @@ pub(super) fn transpose(
     c: &TransposeCall<'_>,
     need: usize,
     stream: Stream,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let plan = c.plan;
     let elem = c.dtype.size();
@@ -449,7 +449,7 @@ pub(super) fn halo(
     c: &HaloCall<'_>,
     need: usize,
     stream: Stream,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     cx.on_device(stream, Some(1), false, |f, ws| {
         // SAFETY: the workspace stays locked, and not grown again, until `release`.

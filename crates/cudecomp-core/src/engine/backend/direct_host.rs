@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
 use crate::mem::shm::{ArrayRef, SharedArray, SharedWorkspaces};
@@ -392,7 +392,7 @@ pub(super) fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let plan = c.plan;
     let mut ws = lock(&cx.slot.ws);
@@ -463,7 +463,7 @@ pub(super) fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let mut ws = lock(&cx.slot.ws);
     // Always the handle's shared workspace: neighbours write into it.

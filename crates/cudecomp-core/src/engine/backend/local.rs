@@ -4,7 +4,7 @@
 //! called, so on GPUs they can be captured into CUDA graphs.
 
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::Exec;
@@ -42,7 +42,7 @@ pub(super) fn transpose(
     need: usize,
     exec: Exec,
     capturing: bool,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     match exec {
         Exec::Host => {
@@ -76,7 +76,7 @@ pub(super) fn halo(
     c: &HaloCall<'_>,
     exec: Exec,
     capturing: bool,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let kernels;
     let (mover, clock): (Box<dyn Mover>, Clock) = match exec {

@@ -15,7 +15,7 @@ mod staged;
 pub(crate) use direct_host::single_copies;
 
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{work_bytes, Context, Sample};
+use crate::engine::context::{work_bytes, Context, PerfSample};
 use crate::engine::route::{halo_route, transpose_route, Capture, HaloRoute, TransposeRoute};
 use crate::engine::Exec;
 use crate::mem::Buf;
@@ -54,7 +54,7 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
     let elem = c.dtype.size();
     let need = work_bytes(c.work, c.workspace_elems, elem, TRANSPOSE_QUERY)?;
     let key = || transpose_key(plan, c.dtype, c.input.ptr() == c.output.ptr());
-    let sample = Sample {
+    let sample = PerfSample {
         key: &key,
         bytes: transpose_bytes(plan, elem),
     };
@@ -99,7 +99,7 @@ pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Re
     let elem = c.dtype.size();
     let need = work_bytes(c.work, c.workspace_elems, elem, HALO_QUERY)?;
     let key = || halo_key(&plan.spec, c.dtype);
-    let sample = Sample {
+    let sample = PerfSample {
         key: &key,
         bytes: halo_bytes(plan, cx.rank, elem),
     };

@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::route::Messages;
@@ -228,7 +228,7 @@ pub(super) fn transpose_host(
     c: &TransposeCall<'_>,
     need: usize,
     how: Messages,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let mut ws = lock(&cx.slot.ws);
     // SAFETY: the workspace stays locked, and not grown again, until the end.
@@ -250,7 +250,7 @@ pub(super) fn transpose_device(
     need: usize,
     how: Messages,
     stream: Stream,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     cx.on_device(stream, None, false, |f, ws| {
         let work = match c.work {
@@ -274,7 +274,7 @@ pub(super) fn halo_host(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let mut ws = lock(&cx.slot.ws);
     // SAFETY: the workspace stays locked, and not grown again, until the end.
@@ -292,7 +292,7 @@ pub(super) fn halo_device(
     c: &HaloCall<'_>,
     need: usize,
     stream: Stream,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     cx.on_device(stream, None, false, |f, ws| {
         let work = match c.work {

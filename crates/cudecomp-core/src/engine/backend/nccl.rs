@@ -9,7 +9,7 @@ use crate::comm::{post_pieces, Communicator, Transport, Way};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::Stream;
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, DeviceFrame, Sample};
+use crate::engine::context::{CommTime, Context, DeviceFrame, PerfSample};
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::workspace::Workspace;
@@ -121,7 +121,7 @@ pub(super) fn transpose(
     per_peer: bool,
     stream: Stream,
     capturing: bool,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let plan = c.plan;
     cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
@@ -159,7 +159,7 @@ pub(super) fn halo(
     need: usize,
     stream: Stream,
     capturing: bool,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     cx.on_device(stream, None, capturing, |f, ws| {
         let nccl = f.dev.nccl(cx.world)?;

@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use crate::cuda::nvshmem::{Nvshmem, Put};
 use crate::cuda::Stream;
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::route::Nvshmem as Mode;
@@ -381,7 +381,7 @@ pub(super) fn transpose(
     mode: Mode,
     stream: Stream,
     capturing: bool,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let plan = c.plan;
     cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
@@ -427,7 +427,7 @@ pub(super) fn halo(
     blocking: bool,
     stream: Stream,
     capturing: bool,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     cx.on_device(stream, Some(1), capturing, |f, ws| {
         let nv = f.dev.nvshmem()?;

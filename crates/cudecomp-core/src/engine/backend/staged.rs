@@ -14,7 +14,7 @@ use super::mpi::MessageExchange;
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{copy_to_device, copy_to_host, synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, Sample};
+use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::route::{Messages, Staging};
@@ -198,7 +198,7 @@ impl Exchange for StagedSlices<'_> {
 
 /// A receive landing in staging memory, copied to the device when it completes.
 #[derive(Clone, Copy)]
-struct Landing {
+struct StagedReceive {
     request: Request,
     device: u64,
     host: *mut u8,
@@ -249,7 +249,7 @@ struct StagedMpi<'a> {
     stream: Stream,
     arena: Arena,
     fenced: Cell<bool>,
-    landings: RefCell<Vec<Landing>>,
+    landings: RefCell<Vec<StagedReceive>>,
 }
 
 impl<'a> StagedMpi<'a> {
@@ -311,7 +311,7 @@ impl Transport for StagedMpi<'_> {
         let host = self.take(len)?;
         // SAFETY: as in `isend`.
         let request = unsafe { self.inner.irecv(host, len, peer, tag)? };
-        self.landings.borrow_mut().push(Landing {
+        self.landings.borrow_mut().push(StagedReceive {
             request,
             device: buf as u64,
             host,
@@ -399,7 +399,7 @@ pub(super) fn transpose(
     need: usize,
     staging: Staging,
     stream: Stream,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let sliced = staging == Staging::Sliced;
     let pipe_peers = sliced.then_some(c.plan.npeers());
@@ -440,7 +440,7 @@ pub(super) fn halo(
     c: &HaloCall<'_>,
     need: usize,
     stream: Stream,
-    sample: Sample<'_>,
+    sample: PerfSample<'_>,
 ) -> Result<()> {
     let staging_bytes = c.plan.workspace_elems() as usize * c.dtype.size();
     cx.on_device(stream, None, false, |f, ws| {
