@@ -85,7 +85,7 @@ pub(crate) fn warn_resource(msg: &str) {
     });
 }
 
-/// Emits the library's queued advice ([`cudecomp_core::notices`]) as `RuntimeWarning`s.
+/// Emits the library's queued advice ([`cudecomp_core::take_notices`]) as `RuntimeWarning`s.
 pub(crate) fn warn_notices(py: Python<'_>) -> PyResult<()> {
     for text in cudecomp_core::take_notices() {
         let msg = std::ffi::CString::new(text.replace('\0', " "))
