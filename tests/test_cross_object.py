@@ -21,7 +21,7 @@ from cudecomp import DataType
 from cudecomp.fft import FFT
 from oracle import device, factor_pairs, make, to_host
 
-pytestmark = [pytest.mark.mpi(min_ranks=2), requires_data_path()]
+pytestmark = [pytest.mark.mpi(min_ranks=2), pytest.mark.checking, requires_data_path()]
 
 COMM = MPI.COMM_WORLD
 RANK = COMM.rank

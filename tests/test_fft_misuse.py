@@ -154,6 +154,7 @@ def test_one_plan_from_two_threads(
 @threads_ok
 @cpu_threads
 @several
+@pytest.mark.checking
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
 def test_mixed_calls_from_two_threads_raise_instead_of_garbage(handle: cudecomp.Handle, backend: TransposeCommBackend) -> None:
     # Each thread alternates forward and backward: which call of one rank meets which of
@@ -266,6 +267,7 @@ def bad_calls() -> list[tuple[str, Callable[[FFT, Any, Any], Any], type[Exceptio
 BAD = bad_calls()
 
 
+@pytest.mark.checking
 @several
 @pytest.mark.parametrize("name, call, error", BAD, ids=[c[0] for c in BAD])
 def test_argument_error_on_one_rank(
@@ -321,6 +323,7 @@ def test_unchecked_argument_error_exchanges_nothing(unchecked: cudecomp.Handle) 
 DIFFERENT = [("forward", "backward"), ("backward", "forward"), ("forward", "destroy"), ("destroy", "backward")]
 
 
+@pytest.mark.checking
 @several
 @pytest.mark.parametrize("transposed", [False, True], ids=["natural", "transposed"])
 @pytest.mark.parametrize("mine, theirs", DIFFERENT, ids=[f"{a}-vs-{b}" for a, b in DIFFERENT])
@@ -339,6 +342,7 @@ def test_different_calls_raise_everywhere(handle: cudecomp.Handle, transposed: b
     plan.destroy()
 
 
+@pytest.mark.checking
 @several
 def test_one_rank_destroying_then_calling(handle: cudecomp.Handle) -> None:
     # The report's sequence: the last rank destroys the plan and calls forward, the others

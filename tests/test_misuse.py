@@ -314,6 +314,7 @@ OWN_ERROR = {
 DIS = disagreeing_cases()
 
 
+@pytest.mark.checking
 @pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
 @pytest.mark.parametrize("backend", T_BACKENDS, ids=lambda b: b.name)
 @pytest.mark.parametrize("name, call", DIS, ids=[c[0] for c in DIS])
@@ -330,6 +331,7 @@ def test_ranks_disagreeing_raise_everywhere(
     still_works(handle, transpose_comm_backend=backend)
 
 
+@pytest.mark.checking
 @pytest.mark.skipif(NRANKS < 2, reason="needs several ranks")
 def test_destroy_on_one_rank_raises_everywhere(handle: cudecomp.Handle) -> None:
     """In checking mode a grid is destroyed only when every rank destroys it: one rank's
