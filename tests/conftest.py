@@ -20,8 +20,9 @@ falls in turns with the rank count, so that every case runs at every rank count 
 family and under every family at some rank count (a case of fewer rank counts than
 shares, say one for 4 ranks only, runs in every share). Unset, every case runs.
 
-Under mpiexec the run's summary names the unmarked tests it deselected. Every rank runs the same tests; a failure on one rank aborts the whole job
-so that the others never wait forever in a collective."""
+Under mpiexec the run's summary names the unmarked tests it deselected. Every rank runs
+the same tests; a failure on one rank aborts the whole job so that the others never wait
+forever in a collective."""
 
 from __future__ import annotations
 
