@@ -2,8 +2,9 @@
 class on every rank, no rank left waiting, and the plan (or the handle) working afterwards.
 
 Runs serially and under mpiexec with any rank count; the cases where ranks differ need
-two or more. The suites run with ``CUDECOMP_CHECK_COLLECTIVES=1`` (tests/conftest.py),
-which the cases of one rank's error rely on; the cases that turn it off say so.
+two or more. The cases of one rank's error rely on ``CUDECOMP_CHECK_COLLECTIVES=1``:
+they are marked ``checking`` and run where it is on (tests/conftest.py); the cases that
+turn it off say so.
 """
 
 from __future__ import annotations

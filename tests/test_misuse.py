@@ -1,9 +1,9 @@
 """The misuse catalogue: hostile and careless calls, each expected to raise the right
 exception class on the right ranks, after which the handle must still work.
 
-Runs serially and under mpiexec with any rank count. The suites run with
-``CUDECOMP_CHECK_COLLECTIVES=1`` (tests/conftest.py): cases where ranks disagree rely on
-it to raise on every rank instead of hanging.
+Runs serially and under mpiexec with any rank count. Cases where ranks disagree rely on
+``CUDECOMP_CHECK_COLLECTIVES=1`` to raise on every rank instead of hanging: they are
+marked ``checking`` and run where it is on (tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ def test_misuse_of_a_redistribution(handle: cudecomp.Handle, comm: MPI.Comm) -> 
 @pytest.mark.mpi(min_ranks=2)
 @pytest.mark.checking
 def test_one_ranks_bad_array_raises_on_every_rank(handle: cudecomp.Handle) -> None:
-    """Checking mode (on in the suites): rank 0's wrong input makes every rank raise, none waits."""
+    """Checking mode (marked checking): rank 0's wrong input makes every rank raise, none waits."""
     gdims = (6, 6, 6)
     cfg = Grid(factor_pairs(NRANKS)[-1], (False, False, False), RankOrder.ROW_MAJOR, 0, (0, 0, 0), (0, 0, 0))
     with handle.create_grid(cfg.config(gdims, TransposeCommBackend.MPI_P2P)) as g:
