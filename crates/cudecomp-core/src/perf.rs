@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::comm::{allgather_bytes, Communicator, Request, Transport};
+use crate::comm::hooked::Hook;
+use crate::comm::{allgather_bytes, Communicator};
 use crate::config::DataType;
 use crate::cuda::{Event, Stream};
 use crate::geometry::Grid;
@@ -101,68 +102,20 @@ impl Clock {
     }
 }
 
-/// A transport that adds the time spent in each call to a communication total.
-pub(crate) struct TimedTransport<'a> {
-    /// The transport that does the work.
-    pub inner: &'a dyn Transport,
+/// A [`Hook`] that adds the time spent in each forwarded call to a communication total.
+pub(crate) struct CallTimer<'a> {
     /// What each call is timed with.
-    pub clock: &'a Clock,
+    pub(crate) clock: &'a Clock,
     /// Milliseconds spent in calls so far.
-    pub comm_ms: Cell<f64>,
+    pub(crate) comm_ms: Cell<f64>,
 }
 
-impl TimedTransport<'_> {
-    fn timed<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+impl Hook for CallTimer<'_> {
+    fn around<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
         let m = self.clock.mark()?;
-        let r = f()?;
+        let r = call()?;
         self.comm_ms.set(self.comm_ms.get() + self.clock.since(&m)?);
         Ok(r)
-    }
-}
-
-impl Transport for TimedTransport<'_> {
-    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
-        // SAFETY: forwarded to the caller.
-        self.timed(|| unsafe { self.inner.isend(buf, len, peer, tag) })
-    }
-
-    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
-        // SAFETY: forwarded to the caller.
-        self.timed(|| unsafe { self.inner.irecv(buf, len, peer, tag) })
-    }
-
-    fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
-        self.timed(|| self.inner.wait_all(reqs))
-    }
-
-    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
-        self.timed(|| self.inner.wait_any(reqs))
-    }
-
-    unsafe fn alltoallv(
-        &self,
-        send: *const u8,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: *mut u8,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        // SAFETY: forwarded to the caller.
-        self.timed(|| unsafe {
-            self.inner.alltoallv(
-                send,
-                send_counts,
-                send_displs,
-                recv,
-                recv_counts,
-                recv_displs,
-            )
-        })
-    }
-
-    fn cuda_aware(&self) -> bool {
-        self.inner.cuda_aware()
     }
 }
 

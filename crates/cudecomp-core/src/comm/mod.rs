@@ -3,6 +3,7 @@
 
 mod agree;
 pub(crate) mod dynmpi;
+pub(crate) mod hooked;
 #[cfg(any(test, feature = "testing"))]
 pub mod mock;
 

@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
+use crate::comm::hooked::Hooked;
 use crate::comm::{Communicator, Transport};
 use crate::cuda::kernels::{DeviceMover, Kernels};
 use crate::cuda::Stream;
@@ -13,7 +14,7 @@ use crate::engine::device::{lock, DeviceState};
 use crate::engine::pipe::Pipe;
 use crate::engine::workspace::{Slot, Workspace};
 use crate::mem::{Buf, HostMover};
-use crate::perf::{Clock, PerfReport, SampleKey, TimedTransport};
+use crate::perf::{CallTimer, Clock, PerfReport, SampleKey};
 use crate::settings::Settings;
 use crate::{invalid, Error, Result};
 
@@ -179,15 +180,17 @@ impl Context<'_> {
             return f(transport);
         };
         let start = clock.mark()?;
-        let timed = TimedTransport {
-            inner: transport,
-            clock,
-            comm_ms: Cell::new(0.0),
-        };
+        let timed = Hooked::new(
+            transport,
+            CallTimer {
+                clock,
+                comm_ms: Cell::new(0.0),
+            },
+        );
         let comm_ms = match comm {
             CommTime::PerCall => {
                 f(&timed)?;
-                timed.comm_ms.get()
+                timed.hook.comm_ms.get()
             }
             CommTime::Own(read) => {
                 f(transport)?;

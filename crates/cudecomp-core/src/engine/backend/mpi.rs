@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 
+use crate::comm::hooked::{Hook, Hooked};
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
@@ -146,80 +147,41 @@ impl Exchange for MessageExchange<'_> {
     }
 }
 
-/// CUDA-aware MPI: device pointers go straight to MPI after the stream is drained (the
-/// pack kernels, and anything the caller enqueued before, must be done before MPI touches
-/// the data).
-pub(super) struct CudaAwareMpi<'a> {
-    inner: &'a dyn Transport,
+/// Drains a stream once, before the first message of an operation: the pack kernels, and
+/// anything the caller enqueued before, must be done before MPI touches the data.
+pub(super) struct StreamFence {
     stream: Stream,
     fenced: Cell<bool>,
 }
 
-impl<'a> CudaAwareMpi<'a> {
-    /// Wraps a CUDA-aware MPI transport for one operation on `stream`.
-    pub(super) fn new(inner: &'a dyn Transport, stream: Stream) -> Self {
-        CudaAwareMpi {
-            inner,
+impl StreamFence {
+    /// A fence for one operation on `stream`.
+    pub(super) fn new(stream: Stream) -> Self {
+        StreamFence {
             stream,
             fenced: Cell::new(false),
         }
     }
+}
 
-    fn fence(&self) -> Result<()> {
+impl Hook for StreamFence {
+    fn before_post(&self) -> Result<()> {
         if !self.fenced.replace(true) {
             synchronize(self.stream)?;
         }
         Ok(())
     }
-}
 
-impl Transport for CudaAwareMpi<'_> {
-    unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
-        self.fence()?;
-        // SAFETY: forwarded to the caller.
-        unsafe { self.inner.isend(buf, len, peer, tag) }
-    }
-
-    unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
-        self.fence()?;
-        // SAFETY: forwarded to the caller.
-        unsafe { self.inner.irecv(buf, len, peer, tag) }
-    }
-
-    fn wait_all(&self, reqs: &mut [Request]) -> Result<()> {
-        self.inner.wait_all(reqs)
-    }
-
-    fn wait_any(&self, reqs: &mut [Request]) -> Result<Option<usize>> {
-        self.inner.wait_any(reqs)
-    }
-
-    unsafe fn alltoallv(
-        &self,
-        send: *const u8,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: *mut u8,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-    ) -> Result<()> {
-        self.fence()?;
-        // SAFETY: forwarded to the caller.
-        unsafe {
-            self.inner.alltoallv(
-                send,
-                send_counts,
-                send_displs,
-                recv,
-                recv_counts,
-                recv_displs,
-            )
-        }
-    }
-
-    fn cuda_aware(&self) -> bool {
+    /// Device pointers go straight to CUDA-aware MPI.
+    fn cuda_aware(&self, _inner: bool) -> bool {
         true
     }
+}
+
+/// CUDA-aware MPI for one operation on `stream`: device pointers go straight to MPI once
+/// the stream is drained.
+fn cuda_aware_mpi(inner: &dyn Transport, stream: Stream) -> Hooked<'_, StreamFence> {
+    Hooked::new(inner, StreamFence::new(stream))
 }
 
 /// A transpose of host memory through MPI.
@@ -259,7 +221,7 @@ pub(super) fn transpose_device(
             None => unsafe { ws.device(&f.dev.device, need, stream)? },
         };
         let run = c.run(&f.mover, work);
-        let t = CudaAwareMpi::new(c.group, stream);
+        let t = cuda_aware_mpi(c.group, stream);
         cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
             run.run(
                 &MessageExchange::new(t, how, c.plan.npeers()),
@@ -301,7 +263,7 @@ pub(super) fn halo_device(
             None => unsafe { ws.device(&f.dev.device, need, stream)? },
         };
         let run = c.run(&f.mover, work);
-        let t = CudaAwareMpi::new(cx.world, stream);
+        let t = cuda_aware_mpi(cx.world, stream);
         cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
             run.run(t)
         })

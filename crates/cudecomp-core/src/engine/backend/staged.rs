@@ -10,7 +10,8 @@
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-use super::mpi::MessageExchange;
+use super::mpi::{MessageExchange, StreamFence};
+use crate::comm::hooked::Hook;
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{copy_to_device, copy_to_host, synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
@@ -248,7 +249,7 @@ struct StagedMpi<'a> {
     inner: &'a dyn Transport,
     stream: Stream,
     arena: Arena,
-    fenced: Cell<bool>,
+    fence: StreamFence,
     landings: RefCell<Vec<StagedReceive>>,
 }
 
@@ -259,7 +260,7 @@ impl<'a> StagedMpi<'a> {
             inner,
             stream,
             arena,
-            fenced: Cell::new(false),
+            fence: StreamFence::new(stream),
             landings: RefCell::new(Vec::new()),
         }
     }
@@ -268,13 +269,9 @@ impl<'a> StagedMpi<'a> {
         self.arena.take(len)
     }
 
-    /// Waits once, before the first message, for the stream: the pack kernels (and
-    /// anything the caller enqueued earlier) must be done before MPI touches the data.
+    /// Waits once, before the first message, for the stream (see [`StreamFence`]).
     fn fence(&self) -> Result<()> {
-        if !self.fenced.replace(true) {
-            synchronize(self.stream)?;
-        }
-        Ok(())
+        self.fence.before_post()
     }
 
     /// Copies completed receives to the device (enqueued on the stream).
