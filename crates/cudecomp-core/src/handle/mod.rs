@@ -16,7 +16,6 @@ pub use memory::{DeviceBuffer, LibraryArray};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::autotune::{AutotuneOptions, AutotuneReport};
 use crate::comm::dynmpi::{self, MpiDescription};
 use crate::comm::{settle, Call, Communicator};
 use crate::config::{GridConfig, HaloBackend, TransposeBackend};
@@ -384,19 +383,6 @@ impl Handle {
             }
         }
         Ok(())
-    }
-
-    /// Collective: creates a grid from `cfg`, running first the searches `options` asks
-    /// for (the process grid when `pdims` is `[0, 0]`, transpose and/or halo backends).
-    /// Returns the grid and what the search measured (`None` when the options ask for no
-    /// search; they are checked all the same).
-    pub fn create_grid_with(
-        &self,
-        cfg: &GridConfig,
-        options: &AutotuneOptions,
-    ) -> Result<(GridDesc, Option<AutotuneReport>)> {
-        self.check_alive()?;
-        crate::autotune::create_grid(self, cfg, options)
     }
 
     /// Collective: releases NCCL and the handle's communicator.
