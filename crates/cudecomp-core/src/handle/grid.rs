@@ -18,7 +18,7 @@ use crate::handle::runner::{check_work, Array, Runner};
 use crate::handle::Handle;
 use crate::perf::Heading;
 use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
-use crate::{invalid, Error, Result};
+use crate::{invalid, Result};
 
 /// One transpose request: direction, halos and padding of both pencils, element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -223,32 +223,30 @@ impl GridDesc {
         exec: Exec,
         steps: TransposeSteps<'_>,
     ) -> Result<()> {
-        let _grid_turn = lock(&self.runner.turn);
-        self.handle().check_alive()?;
         let in_place = input.buf.ptr() == output.buf.ptr();
         let what = transpose_signature(self.runner.serial, op, in_place, work.is_some());
-        let plan = self
-            .checked_transpose_plan(op, input, output, work, exec)
-            .and_then(|p| check_steps(steps, &p, exec).map(|_| p));
-        self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
-        let plan = plan?;
-        let (_turn, slot) = self.handle().lease();
-        engine::transpose(
-            &self.runner.context(&slot),
-            &TransposeCall {
-                plan: &plan,
-                backend: self.grid.transpose_backend,
-                group: self.subcomm(op.direction.comm()),
-                workspace_elems: self.grid.transpose_workspace_size()?,
-                dtype: op.dtype,
-                input: input.buf,
-                output: output.buf,
-                work: work.map(|w| w.buf),
-                steps,
-                own_cells: op.own_cells,
-            },
-            exec,
-        )
+        let check = || {
+            self.checked_transpose_plan(op, input, output, work, exec)
+                .and_then(|p| check_steps(steps, &p, exec).map(|_| p))
+        };
+        self.runner.operate(&what, check, |cx, plan| {
+            engine::transpose(
+                cx,
+                &TransposeCall {
+                    plan: &plan,
+                    backend: self.grid.transpose_backend,
+                    group: self.subcomm(op.direction.comm()),
+                    workspace_elems: self.grid.transpose_workspace_size()?,
+                    dtype: op.dtype,
+                    input: input.buf,
+                    output: output.buf,
+                    work: work.map(|w| w.buf),
+                    steps,
+                    own_cells: op.own_cells,
+                },
+                exec,
+            )
+        })
     }
 
     /// The plan of a transpose after the caller's side of the contract is checked.
@@ -326,31 +324,29 @@ impl GridDesc {
         work: Option<Array>,
         exec: Exec,
     ) -> Result<()> {
-        let _grid_turn = lock(&self.runner.turn);
-        self.handle().check_alive()?;
         let what = halo_signature(self.runner.serial, spec, dtype, work.is_some());
-        let plan = self.checked_halo_plan(spec, dtype, data, work, exec);
-        self.agree(&what, plan.as_ref().map(|_| ()).map_err(Error::clone))?;
-        let Some(plan) = plan? else {
-            return Ok(());
-        };
-        let (_turn, slot) = self.handle().lease();
-        engine::update_halos(
-            &self.runner.context(&slot),
-            &HaloCall {
-                plan: &plan,
-                backend: self.grid.halo_backend,
-                workspace_elems: self.grid.halo_workspace_size(
-                    spec.axis as i64,
-                    self.runner.rank,
-                    spec.halo,
-                )?,
-                dtype,
-                data: data.buf,
-                work: work.map(|w| w.buf),
-            },
-            exec,
-        )
+        let check = || self.checked_halo_plan(spec, dtype, data, work, exec);
+        self.runner.operate(&what, check, |cx, plan| {
+            let Some(plan) = plan else {
+                return Ok(());
+            };
+            engine::update_halos(
+                cx,
+                &HaloCall {
+                    plan: &plan,
+                    backend: self.grid.halo_backend,
+                    workspace_elems: self.grid.halo_workspace_size(
+                        spec.axis as i64,
+                        self.runner.rank,
+                        spec.halo,
+                    )?,
+                    dtype,
+                    data: data.buf,
+                    work: work.map(|w| w.buf),
+                },
+                exec,
+            )
+        })
     }
 
     /// Collective: releases the row and column communicators. With the performance

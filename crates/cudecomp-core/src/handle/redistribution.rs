@@ -339,8 +339,6 @@ impl Redistribution {
         work: Option<Array>,
         exec: Exec,
     ) -> Result<()> {
-        let _turn = lock(&self.runner.turn);
-        self.runner.handle.check_alive()?;
         // In place or not is each rank's own choice (a rank whose boxes are empty has no
         // memory to share), so it is not agreed.
         let what = format!(
@@ -353,25 +351,25 @@ impl Redistribution {
                 "automatic"
             },
         );
-        let checked = self.check_run(dtype, input, output, work, exec);
-        self.runner.agree(&what, checked)?;
-        let (_device_turn, slot) = self.runner.handle.lease();
-        engine::transpose(
-            &self.runner.context(&slot),
-            &TransposeCall {
-                plan: &self.plan,
-                backend: self.backend,
-                group: self.runner.comm.as_ref(),
-                workspace_elems: self.workspace_elems,
-                dtype,
-                input: input.buf,
-                output: output.buf,
-                work: work.map(|w| w.buf),
-                steps: Default::default(),
-                own_cells: true,
-            },
-            exec,
-        )
+        let check = || self.check_run(dtype, input, output, work, exec);
+        self.runner.operate(&what, check, |cx, ()| {
+            engine::transpose(
+                cx,
+                &TransposeCall {
+                    plan: &self.plan,
+                    backend: self.backend,
+                    group: self.runner.comm.as_ref(),
+                    workspace_elems: self.workspace_elems,
+                    dtype,
+                    input: input.buf,
+                    output: output.buf,
+                    work: work.map(|w| w.buf),
+                    steps: Default::default(),
+                    own_cells: true,
+                },
+                exec,
+            )
+        })
     }
 
     /// Checking mode: a rank whose arguments failed before the run (`local`: that error)

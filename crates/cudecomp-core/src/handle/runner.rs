@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use crate::comm::Communicator;
 use crate::cuda::Device;
+use crate::engine::device::lock;
 use crate::engine::workspace::Slot;
 use crate::engine::{Context, Exec};
 use crate::geometry::PencilInfo;
@@ -143,6 +144,25 @@ impl Runner {
             return local;
         }
         self.handle.settle(what, &Fields::new(), local)
+    }
+
+    /// The front door of every data-moving operation of the object: its turn, the handle
+    /// alive, the caller's side of the contract checked (`check`, whose value `run` gets),
+    /// the outcome agreed as `what` in checking mode ([`Runner::agree`]), then a lease of
+    /// the handle's workspace and the engine (`run`, in the operation's context).
+    pub(crate) fn operate<P>(
+        &self,
+        what: &str,
+        check: impl FnOnce() -> Result<P>,
+        run: impl FnOnce(&Context<'_>, P) -> Result<()>,
+    ) -> Result<()> {
+        let _turn = lock(&self.turn);
+        self.handle.check_alive()?;
+        let checked = check();
+        self.agree(what, checked.as_ref().map(|_| ()).map_err(Error::clone))?;
+        let checked = checked?;
+        let (_device_turn, slot) = self.handle.lease();
+        run(&self.context(&slot), checked)
     }
 
     /// What one operation runs with, in the workspace `slot`.
