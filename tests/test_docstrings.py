@@ -119,3 +119,15 @@ if __name__ == "__main__":
         report += class_mismatches(name)
     print("\n\n".join(report) if report else "no mismatches")
     sys.exit(1 if report else 0)
+
+
+def test_stub_signatures_match_the_extension() -> None:
+    """The stub's parameter names, order, keyword-only split and defaults are the run-time ones (PyO3's ``signature``)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(STUB), "..", "..", "scripts"))
+    try:
+        import stubs
+    finally:
+        sys.path.pop(0)
+    with open(STUB) as f:
+        text = f.read()
+    assert stubs.signature_problems(text, _cudecomp) == []

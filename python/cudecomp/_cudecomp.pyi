@@ -491,7 +491,7 @@ class GridDesc:
         input_ready_axis: int | None = None,
         output_ready: Sequence[tuple[Any, int]] | None = None,
         output_ready_axis: int | None = None,
-        own_cells: bool = True,
+        own_cells: bool | None = None,
     ) -> Any:
         """Global transpose from X-pencils to Y-pencils (collective).
 
@@ -568,6 +568,7 @@ class GridDesc:
                 only cells from other ranks land there, and the caller reads its
                 own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 them). Out of place only. Each rank may choose for itself.
+                ``None`` (the default) is ``True``: every owned cell is written.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -598,7 +599,7 @@ class GridDesc:
         input_ready_axis: int | None = None,
         output_ready: Sequence[tuple[Any, int]] | None = None,
         output_ready_axis: int | None = None,
-        own_cells: bool = True,
+        own_cells: bool | None = None,
     ) -> Any:
         """Global transpose from Y-pencils to Z-pencils (collective).
 
@@ -675,6 +676,7 @@ class GridDesc:
                 only cells from other ranks land there, and the caller reads its
                 own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 them). Out of place only. Each rank may choose for itself.
+                ``None`` (the default) is ``True``: every owned cell is written.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -705,7 +707,7 @@ class GridDesc:
         input_ready_axis: int | None = None,
         output_ready: Sequence[tuple[Any, int]] | None = None,
         output_ready_axis: int | None = None,
-        own_cells: bool = True,
+        own_cells: bool | None = None,
     ) -> Any:
         """Global transpose from Z-pencils to Y-pencils (collective).
 
@@ -782,6 +784,7 @@ class GridDesc:
                 only cells from other ranks land there, and the caller reads its
                 own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 them). Out of place only. Each rank may choose for itself.
+                ``None`` (the default) is ``True``: every owned cell is written.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -812,7 +815,7 @@ class GridDesc:
         input_ready_axis: int | None = None,
         output_ready: Sequence[tuple[Any, int]] | None = None,
         output_ready_axis: int | None = None,
-        own_cells: bool = True,
+        own_cells: bool | None = None,
     ) -> Any:
         """Global transpose from Y-pencils to X-pencils (collective).
 
@@ -889,6 +892,7 @@ class GridDesc:
                 only cells from other ranks land there, and the caller reads its
                 own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 them). Out of place only. Each rank may choose for itself.
+                ``None`` (the default) is ``True``: every owned cell is written.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -919,7 +923,7 @@ class GridDesc:
         input_ready_axis: int | None = None,
         output_ready: Sequence[tuple[Any, int]] | None = None,
         output_ready_axis: int | None = None,
-        own_cells: bool = True,
+        own_cells: bool | None = None,
     ) -> Any:
         """Global transpose from X-pencils to Z-pencils in one exchange over the whole process grid (collective; not in upstream cuDecomp).
 
@@ -996,6 +1000,7 @@ class GridDesc:
                 only cells from other ranks land there, and the caller reads its
                 own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 them). Out of place only. Each rank may choose for itself.
+                ``None`` (the default) is ``True``: every owned cell is written.
 
         Returns:
             ``out``, or the newly allocated output.
@@ -1027,7 +1032,7 @@ class GridDesc:
         input_ready_axis: int | None = None,
         output_ready: Sequence[tuple[Any, int]] | None = None,
         output_ready_axis: int | None = None,
-        own_cells: bool = True,
+        own_cells: bool | None = None,
     ) -> Any:
         """Global transpose from Z-pencils to X-pencils in one exchange over the whole process grid (collective; not in upstream cuDecomp).
 
@@ -1104,6 +1109,7 @@ class GridDesc:
                 only cells from other ranks land there, and the caller reads its
                 own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 them). Out of place only. Each rank may choose for itself.
+                ``None`` (the default) is ``True``: every owned cell is written.
 
         Returns:
             ``out``, or the newly allocated output.

@@ -255,6 +255,7 @@ macro_rules! grid_methods {
                 ///         only cells from other ranks land there, and the caller reads its
                 ///         own from ``input`` (as ``cudecomp.fft`` does, sparing a copy of
                 ///         them). Out of place only. Each rank may choose for itself.
+                ///         ``None`` (the default) is ``True``: every owned cell is written.
                 ///
                 /// Returns:
                 ///     ``out``, or the newly allocated output.
