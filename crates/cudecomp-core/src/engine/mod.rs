@@ -12,6 +12,7 @@ mod halo;
 mod pipe;
 mod pipeline;
 mod route;
+mod schedule;
 pub(crate) mod workspace;
 
 pub(crate) use backend::{single_copies, transpose, update_halos};

@@ -11,6 +11,7 @@
 
 use crate::comm::Way;
 use crate::engine::exchange::{Exchange, Piece, SingleCopySignals};
+use crate::engine::schedule::{lag_of, ring_places, transpose_steps, PipelineStep, RunShape};
 use crate::geometry::{Axis, Box3};
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, Landing, Slicing, TransposePlan};
@@ -202,20 +203,8 @@ impl TransposeRun<'_> {
         // chunk: it is exchanged after all the input is packed.
         let lands_in_output =
             plan.recv_into_output && profile.lands_in_output && (!in_place || units.len() <= 1);
-        let lag = if in_place {
-            usize::MAX
-        } else {
-            profile.lag.max(1)
-        };
-        // Rings need unpacking to follow packing closely: never when everything is packed
-        // first, nor when slices land in the output. A writer waits for the place of slice
-        // `k - places`, which the reader frees only after packing its unit `k - places +
-        // lag - 1`: fewer places than `lag` would deadlock.
-        let places = if lag == usize::MAX || lands_in_output {
-            None
-        } else {
-            profile.ring.filter(|&p| p >= lag)
-        };
+        let lag = lag_of(profile.lag, in_place);
+        let places = ring_places(profile.ring, lag, lands_in_output);
         let send_rings: Vec<Option<Ring>> = (0..np)
             .map(|p| Ring::of(places, &send_parts[p], plan.sends[p].count))
             .collect();
@@ -236,11 +225,16 @@ impl TransposeRun<'_> {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
+        let shape = RunShape {
+            units: units.len(),
+            lag,
+            in_place,
+            shares_sms: profile.shares_sms,
+        };
         // Stream-ordered exchanges (everything packed first) copy this rank's own cells
         // while the slices travel; host ones copy them piece by piece whenever a slice has
         // not arrived yet, and what is left after the last unpacking.
-        let own_first = lag == usize::MAX && !in_place;
-        let mut own: Vec<Copy3> = if own_first || in_place || !self.own_cells {
+        let mut own: Vec<Copy3> = if shape.own_first() || in_place || !self.own_cells {
             Vec::new()
         } else {
             let pieces = if profile.polls { OWN_PIECES } else { 1 };
@@ -251,83 +245,70 @@ impl TransposeRun<'_> {
                 .rev()
                 .collect()
         };
-        let mut unpacked = 0;
-        // Waits for and unpacks units up to (excluding) `upto`; the first call tells the
-        // exchange that the packing side is posted.
-        let mut drain = |upto: usize| -> Result<()> {
-            if unpacked == 0 && upto > 0 {
-                if own_first {
-                    self.self_before()?;
+        let mut step = |s: PipelineStep| -> Result<()> {
+            match s {
+                PipelineStep::OwnBefore => self.self_before(),
+                PipelineStep::Posted => x.posted(),
+                PipelineStep::Send(u) => {
+                    let (pairs, k) = &units[u];
+                    let mut sends = Vec::new();
+                    for &(to, _) in pairs {
+                        if let Some(b) = send_parts[to].get(*k) {
+                            let ring = send_rings[to];
+                            sends.push(self.pack_slice(x, to, b, sends_from_input, ring, *k)?);
+                        }
+                    }
+                    x.ready(u)?;
+                    x.exchange(u, *k, &sends, &incoming[u])
                 }
-                x.posted()?;
-            }
-            while unpacked < upto {
-                let k = units[unpacked].1;
-                let recvs = &incoming[unpacked];
-                while profile.polls && !own.is_empty() && !x.landed(unpacked, k, recvs)? {
-                    if let Some(c) = own.pop() {
+                PipelineStep::Background(on) => {
+                    self.mover.background(on);
+                    Ok(())
+                }
+                PipelineStep::Receive { unit, last } => {
+                    let k = units[unit].1;
+                    let recvs = &incoming[unit];
+                    while profile.polls && !own.is_empty() && !x.landed(unit, k, recvs)? {
+                        if let Some(c) = own.pop() {
+                            self.mover.copy(self.elem, self.input, self.output, &c)?;
+                        }
+                    }
+                    x.arrived(unit, k, recvs)?;
+                    if last {
+                        // Nothing travels beside the last unpacking.
+                        self.mover.background(false);
+                    }
+                    if !lands_in_output {
+                        for r in recvs {
+                            let part = &recv_parts[r.peer][k];
+                            let mut c = plan.unpack_part(r.peer, plan.recv_base, part);
+                            if let Some(ring) = recv_rings[r.peer] {
+                                let natural = plan.packed_offset(&plan.recvs[r.peer].region, part);
+                                c.src_offset += ring.place(k) - natural;
+                            }
+                            self.mover.copy(self.elem, self.work, self.output, &c)?;
+                            if recv_rings[r.peer].is_some() {
+                                x.unpacked(r.peer, k)?;
+                            }
+                        }
+                    }
+                    Ok(())
+                }
+                PipelineStep::Finish => x.finish(),
+                PipelineStep::OwnAfter => {
+                    while let Some(c) = own.pop() {
                         self.mover.copy(self.elem, self.input, self.output, &c)?;
                     }
+                    self.self_after()
                 }
-                x.arrived(unpacked, k, recvs)?;
-                if unpacked + 1 == units.len() {
-                    // Nothing travels beside the last unpacking.
-                    self.mover.background(false);
-                }
-                if !lands_in_output {
-                    for r in recvs {
-                        let part = &recv_parts[r.peer][k];
-                        let mut c = plan.unpack_part(r.peer, plan.recv_base, part);
-                        if let Some(ring) = recv_rings[r.peer] {
-                            let natural = plan.packed_offset(&plan.recvs[r.peer].region, part);
-                            c.src_offset += ring.place(k) - natural;
-                        }
-                        self.mover.copy(self.elem, self.work, self.output, &c)?;
-                        if recv_rings[r.peer].is_some() {
-                            x.unpacked(r.peer, k)?;
-                        }
-                    }
-                }
-                unpacked += 1;
             }
-            Ok(())
         };
-        if in_place {
-            self.self_before()?;
+        let ran = transpose_steps(shape).into_iter().try_for_each(&mut step);
+        if ran.is_err() {
+            // Copies of a failed run never stay in the background mode.
+            self.mover.background(false);
         }
-        for (u, (pairs, k)) in units.iter().enumerate() {
-            let mut sends = Vec::new();
-            for &(to, _) in pairs {
-                if let Some(b) = send_parts[to].get(*k) {
-                    sends.push(self.pack_slice(x, to, b, sends_from_input, send_rings[to], *k)?);
-                }
-            }
-            x.ready(u)?;
-            x.exchange(u, *k, &sends, &incoming[u])?;
-            if u == 0 && profile.shares_sms {
-                // From now on a transfer runs beside every copy but the last unpacking, so
-                // copies keep to part of the SMs and leave the rest to it.
-                self.mover.background(true);
-            }
-            // `u + 1` units are packed; all but the last `lag - 1` may be unpacked.
-            if u + 1 >= lag {
-                drain(u + 2 - lag)?;
-            }
-        }
-        if units.is_empty() {
-            x.posted()?;
-        }
-        let drained = drain(units.len());
-        self.mover.background(false);
-        drained?;
-        x.finish()?;
-        if own_first && units.is_empty() {
-            self.self_before()?;
-        }
-        while let Some(c) = own.pop() {
-            self.mover.copy(self.elem, self.input, self.output, &c)?;
-        }
-        self.self_after()
+        ran
     }
 
     /// Single-copy exchange, out of place: each chunk goes once, straight from this rank's
