@@ -1,7 +1,8 @@
 //! The transpose pipeline: the one way every backend runs a transpose plan. Each peer's
 //! chunk is cut into slices (one slice per chunk for exchanges that move chunks whole);
 //! slice after slice is packed through a mover (host or device) and handed to the
-//! backend's [`Exchange`], and arrived slices are unpacked in order. DIRECT between
+//! backend's [`Exchange`], and arrived slices are unpacked in order; the order of that
+//! work is data ([`super::schedule`]), which [`TransposeRun::run`] interprets. DIRECT between
 //! library arrays runs the pipeline's single-copy mode ([`TransposeRun::single_copy`]):
 //! each chunk is copied once, straight into the receiving member's output.
 //!
