@@ -15,6 +15,7 @@ import difflib
 import inspect
 import os
 import sys
+from typing import Any
 
 import pytest
 
@@ -82,14 +83,19 @@ def function_mismatches() -> list[str]:
     return [f for f in found if f]
 
 
-def test_regenerating_the_stub_changes_nothing() -> None:
+def _stubs_and_text() -> tuple[Any, str]:
+    """``scripts/stubs.py`` as a module, and the stub's text."""
     sys.path.insert(0, os.path.join(os.path.dirname(STUB), "..", "..", "scripts"))
     try:
         import stubs
     finally:
         sys.path.pop(0)
     with open(STUB) as f:
-        text = f.read()
+        return stubs, f.read()
+
+
+def test_regenerating_the_stub_changes_nothing() -> None:
+    stubs, text = _stubs_and_text()
     assert stubs.regenerate(text, _cudecomp) == text, "run python scripts/stubs.py"
 
 
@@ -123,11 +129,5 @@ if __name__ == "__main__":
 
 def test_stub_signatures_match_the_extension() -> None:
     """The stub's parameter names, order, keyword-only split and defaults are the run-time ones (PyO3's ``signature``)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(STUB), "..", "..", "scripts"))
-    try:
-        import stubs
-    finally:
-        sys.path.pop(0)
-    with open(STUB) as f:
-        text = f.read()
+    stubs, text = _stubs_and_text()
     assert stubs.signature_problems(text, _cudecomp) == []
