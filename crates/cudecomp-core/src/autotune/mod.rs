@@ -168,12 +168,7 @@ fn search(
     let nvshmem = nccl && !o.disable_nvshmem_backends && handle.nvshmem_usable()?;
     // DIRECT only where every rank can write into every other: node-shared memory on
     // the host, CUDA IPC (one node) on GPUs.
-    let direct = searching
-        && if handle.is_gpu() {
-            handle.one_node()?
-        } else {
-            handle.host_direct_ok()?
-        };
+    let direct = searching && handle.direct_usable()?;
     let mut chosen = cfg.clone();
     let transpose_first = !o.grid_mode_halo;
     let mut grid_fixed = !tune_grid;

@@ -234,6 +234,17 @@ impl Handle {
             .host_direct_ok(self.comm(), &self.settings().nodes)
     }
 
+    /// Collective (first call on the host): true when DIRECT can run here, every rank
+    /// able to write into every other: CUDA IPC within one node on GPUs, node-shared
+    /// memory on the host. Grid creation and the autotuner's candidates both ask this.
+    pub(crate) fn direct_usable(&self) -> Result<bool> {
+        if self.is_gpu() {
+            self.one_node()
+        } else {
+            self.host_direct_ok()
+        }
+    }
+
     /// Collective: true when every rank drives its own GPU (what NCCL requires).
     pub fn one_gpu_per_rank(&self) -> Result<bool> {
         self.check_alive()?;
@@ -374,11 +385,10 @@ impl Handle {
             if !direct {
                 continue;
             }
-            if self.is_gpu() {
-                if !self.one_node()? {
+            if !self.direct_usable()? {
+                if self.is_gpu() {
                     unsupported!("{what} DIRECT needs every rank's GPU in one node (CUDA IPC)");
                 }
-            } else if !self.host_direct_ok()? {
                 unsupported!("{what} DIRECT needs every rank on one node, sharing memory");
             }
         }
