@@ -101,36 +101,10 @@ pub(crate) enum Capture {
 }
 
 /// Why MPI routes cannot be captured.
-const MPI_ON_HOST: &str = "MPI runs on the host and synchronises the stream";
+pub(crate) const MPI_ON_HOST: &str = "MPI runs on the host and synchronises the stream";
 /// Why DIRECT on GPUs cannot be captured.
-const DIRECT_BARRIER: &str =
+pub(crate) const DIRECT_BARRIER: &str =
     "DIRECT signals its peers through interprocess events after a host barrier";
-
-impl TransposeRoute {
-    /// Whether this route may run inside a CUDA graph capture.
-    pub(crate) fn capture(&self) -> Capture {
-        match self {
-            TransposeRoute::Local(_)
-            | TransposeRoute::Nccl { .. }
-            | TransposeRoute::Nvshmem(..) => Capture::Allowed,
-            TransposeRoute::DirectHost | TransposeRoute::DirectDevice(_) => {
-                Capture::Refused(DIRECT_BARRIER)
-            }
-            _ => Capture::Refused(MPI_ON_HOST),
-        }
-    }
-}
-
-impl HaloRoute {
-    /// Whether this route may run inside a CUDA graph capture.
-    pub(crate) fn capture(&self) -> Capture {
-        match self {
-            HaloRoute::Local(_) | HaloRoute::Nccl(_) | HaloRoute::Nvshmem(..) => Capture::Allowed,
-            HaloRoute::DirectHost | HaloRoute::DirectDevice(_) => Capture::Refused(DIRECT_BARRIER),
-            _ => Capture::Refused(MPI_ON_HOST),
-        }
-    }
-}
 
 /// Largest element count MPI's `int` counts and displacements of an all-to-all can
 /// address, in bytes.
@@ -357,13 +331,5 @@ mod tests {
             );
         }
         assert!(halo_route(Exec::Host, B::Nccl, false, &p).is_err());
-        assert_eq!(R::Nccl(s).capture(), Capture::Allowed);
-        assert!(matches!(R::HostMpi.capture(), Capture::Refused(_)));
-        assert!(matches!(R::DirectDevice(s).capture(), Capture::Refused(_)));
-        let q = plan([2, 1]);
-        let nccl = transpose_route(d, TransposeBackend::Nccl, false, &q, 8).unwrap();
-        assert_eq!(nccl.capture(), Capture::Allowed);
-        let staged = transpose_route(d, TransposeBackend::MpiP2p, false, &q, 8).unwrap();
-        assert!(matches!(staged.capture(), Capture::Refused(_)));
     }
 }

@@ -10,6 +10,7 @@
 //! every member's output, and the output steps it wants (`output_ready`), and each writer
 //! signals each step of each receiver's output as it lands.
 
+use super::{Backend, Op};
 use crate::comm::{allgather_u64, Communicator};
 use crate::cuda::ipc::{IpcPeers, NOTE};
 use crate::cuda::kernels::on_engine;
@@ -20,6 +21,7 @@ use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
 use crate::engine::pipe::Pipe;
 use crate::engine::pipeline::InputSteps;
+use crate::engine::route::{Capture, DIRECT_BARRIER};
 use crate::mem::{Buf, Mover};
 use crate::perf::Clock;
 use crate::plan::{
@@ -347,7 +349,7 @@ fn rows_on_engine(plan: &TransposePlan, elem: usize) -> bool {
 
 /// A transpose through DIRECT on GPUs: single copies between library arrays where every
 /// member publishes one, else two copies through the mapped workspaces.
-pub(super) fn transpose(
+fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -444,7 +446,7 @@ pub(super) fn transpose(
 }
 
 /// A halo update through DIRECT on GPUs.
-pub(super) fn halo(
+fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -470,4 +472,21 @@ pub(super) fn halo(
             run.direct(&x, cx.slice_bytes)
         })
     })
+}
+
+/// DIRECT on device memory.
+pub(super) struct DirectDeviceBackend;
+
+impl Backend for DirectDeviceBackend {
+    type TransposeHow = Stream;
+    type HaloHow = Stream;
+    const CAPTURE: Capture = Capture::Refused(DIRECT_BARRIER);
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, stream: Stream) -> Result<()> {
+        transpose(op.cx, op.call, op.need, stream, op.sample)
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
+        halo(op.cx, op.call, op.need, stream, op.sample)
+    }
 }

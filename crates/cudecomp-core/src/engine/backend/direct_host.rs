@@ -5,6 +5,8 @@
 //! reads them, so the two copies of an off-rank cell cost little more memory traffic than
 //! one. No MPI message carries data.
 
+use super::{Backend, Op};
+use crate::engine::route::{Capture, DIRECT_BARRIER};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -388,7 +390,7 @@ fn cuts_rows(plan: &TransposePlan) -> bool {
 
 /// A transpose through host DIRECT: single copies between library arrays where every
 /// member publishes one, else two copies through the node-shared workspaces.
-pub(super) fn transpose(
+fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -459,7 +461,7 @@ pub(super) fn transpose(
 }
 
 /// A halo update through host DIRECT.
-pub(super) fn halo(
+fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -483,6 +485,23 @@ pub(super) fn halo(
         CommTime::Own(&waited),
         |_| run.direct(&x, cx.slice_bytes),
     )
+}
+
+/// DIRECT on host memory.
+pub(super) struct DirectHostBackend;
+
+impl Backend for DirectHostBackend {
+    type TransposeHow = ();
+    type HaloHow = ();
+    const CAPTURE: Capture = Capture::Refused(DIRECT_BARRIER);
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, (): ()) -> Result<()> {
+        transpose(op.cx, op.call, op.need, op.sample)
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, (): ()) -> Result<()> {
+        halo(op.cx, op.call, op.need, op.sample)
+    }
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! wrap). Their copies alone run, on the host or on the stream; no communicator is
 //! called, so on GPUs they can be captured into CUDA graphs.
 
+use super::{Backend, Op};
 use crate::engine::call::{HaloCall, TransposeCall};
 use crate::engine::context::{CommTime, Context, PerfSample};
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, Piece, Profile};
+use crate::engine::route::Capture;
 use crate::engine::Exec;
 use crate::mem::{Buf, Mover};
 use crate::perf::Clock;
@@ -36,7 +38,7 @@ impl Exchange for Nothing {
 }
 
 /// A transpose within one rank (in place, its own chunk goes through the workspace).
-pub(super) fn transpose(
+fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -71,7 +73,7 @@ pub(super) fn transpose(
 }
 
 /// A halo update whose faces wrap onto this rank: no workspace.
-pub(super) fn halo(
+fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     exec: Exec,
@@ -91,4 +93,21 @@ pub(super) fn halo(
     };
     let run = c.run(mover.as_ref(), Buf::empty());
     cx.reported(&clock, cx.world, sample, CommTime::PerCall, |t| run.run(t))
+}
+
+/// Operations whose data stays on this rank.
+pub(super) struct LocalBackend;
+
+impl Backend for LocalBackend {
+    type TransposeHow = Exec;
+    type HaloHow = Exec;
+    const CAPTURE: Capture = Capture::Allowed;
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, exec: Exec) -> Result<()> {
+        transpose(op.cx, op.call, op.need, exec, op.capturing, op.sample)
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, exec: Exec) -> Result<()> {
+        halo(op.cx, op.call, exec, op.capturing, op.sample)
+    }
 }

@@ -1,8 +1,9 @@
-//! One module per backend: each sets up what its exchange needs (its share of the
-//! workspace, the library's stream, the single-copy negotiation of DIRECT) and runs the
-//! one transpose pipeline ([`super::pipeline`]) or the halo pipeline ([`super::halo`])
-//! with its exchange. [`transpose`] and [`update_halos`] hand each operation to the module
-//! its route names.
+//! One module per backend: each implements [`Backend`]: it sets up what its exchange
+//! needs (its share of the workspace, the library's stream, the single-copy negotiation
+//! of DIRECT), runs the one transpose pipeline ([`super::pipeline`]) or the halo pipeline
+//! ([`super::halo`]) with its exchange, and says whether its operations may be captured
+//! into a CUDA graph. [`transpose`] and [`update_halos`] hand each operation, as an
+//! [`Op`], to the module its route names.
 
 mod direct_device;
 mod direct_host;
@@ -12,7 +13,14 @@ mod nccl;
 mod nvshmem;
 mod staged;
 
+use direct_device::DirectDeviceBackend;
 pub(crate) use direct_host::single_copies;
+use direct_host::DirectHostBackend;
+use local::LocalBackend;
+use mpi::{DeviceMpiBackend, HostMpiBackend};
+use nccl::NcclBackend;
+use nvshmem::NvshmemBackend;
+use staged::StagedMpiBackend;
 
 use crate::engine::call::{HaloCall, TransposeCall};
 use crate::engine::context::{work_bytes, Context, PerfSample};
@@ -23,6 +31,67 @@ use crate::perf::{halo_bytes, halo_key, transpose_bytes, transpose_key};
 use crate::plan::TransposePlan;
 use crate::settings::SingleCopy;
 use crate::{cuda, unsupported, Result};
+
+/// One operation as a backend module receives it.
+#[derive(Clone, Copy)]
+pub(super) struct Op<'a, C> {
+    /// What the operation runs with.
+    pub(super) cx: &'a Context<'a>,
+    /// The operation.
+    pub(super) call: &'a C,
+    /// Workspace bytes it needs.
+    pub(super) need: usize,
+    /// Its stream is being captured into a CUDA graph.
+    pub(super) capturing: bool,
+    /// What the performance report records of it.
+    pub(super) sample: PerfSample<'a>,
+}
+
+/// What every backend module implements: its two operations, each given the operation
+/// and what the route says of how it runs (streams, message kinds, modes), and whether
+/// they may be captured into a CUDA graph.
+pub(super) trait Backend {
+    /// What a transpose's route tells this module.
+    type TransposeHow;
+    /// What a halo update's route tells this module.
+    type HaloHow;
+    /// Whether its operations may run inside a CUDA graph capture.
+    const CAPTURE: Capture;
+    /// Runs a transpose (host: synchronously; device: enqueued on the stream).
+    fn transpose(op: Op<'_, TransposeCall<'_>>, how: Self::TransposeHow) -> Result<()>;
+    /// Runs a halo update.
+    fn halo(op: Op<'_, HaloCall<'_>>, how: Self::HaloHow) -> Result<()>;
+}
+
+/// Whether a transpose on `route` may be captured: its module's rule.
+fn transpose_capture(route: TransposeRoute) -> Capture {
+    use TransposeRoute as R;
+    match route {
+        R::Local(_) => LocalBackend::CAPTURE,
+        R::HostMpi(_) => HostMpiBackend::CAPTURE,
+        R::CudaAwareMpi(..) => DeviceMpiBackend::CAPTURE,
+        R::StagedMpi(..) => StagedMpiBackend::CAPTURE,
+        R::Nccl { .. } => NcclBackend::CAPTURE,
+        R::DirectHost => DirectHostBackend::CAPTURE,
+        R::DirectDevice(_) => DirectDeviceBackend::CAPTURE,
+        R::Nvshmem(..) => NvshmemBackend::CAPTURE,
+    }
+}
+
+/// Whether a halo update on `route` may be captured: its module's rule.
+fn halo_capture(route: HaloRoute) -> Capture {
+    use HaloRoute as R;
+    match route {
+        R::Local(_) => LocalBackend::CAPTURE,
+        R::HostMpi => HostMpiBackend::CAPTURE,
+        R::CudaAwareMpi(_) => DeviceMpiBackend::CAPTURE,
+        R::StagedMpi(_) => StagedMpiBackend::CAPTURE,
+        R::Nccl(_) => NcclBackend::CAPTURE,
+        R::DirectHost => DirectHostBackend::CAPTURE,
+        R::DirectDevice(_) => DirectDeviceBackend::CAPTURE,
+        R::Nvshmem(..) => NvshmemBackend::CAPTURE,
+    }
+}
 
 const TRANSPOSE_QUERY: &str = "get_transpose_workspace_size()";
 const HALO_QUERY: &str = "get_halo_workspace_size()";
@@ -59,7 +128,7 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
         bytes: transpose_bytes(plan, elem),
     };
     let route = transpose_route(exec, c.backend, cx.mpi_cuda_aware(), plan, elem)?;
-    let capturing = capturing(cx, exec, route.capture(), c.backend.enum_name())?;
+    let capturing = capturing(cx, exec, transpose_capture(route), c.backend.enum_name())?;
     // Only DIRECT's single copies move the input, and write the output, in steps; every
     // other route waits for the whole input and says the output landed at its end.
     let whole = match (route, exec) {
@@ -69,23 +138,22 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
     if let Some(stream) = whole {
         c.steps.input.wait_all(stream)?;
     }
+    let op = Op {
+        cx,
+        call: c,
+        need,
+        capturing,
+        sample,
+    };
     match route {
-        TransposeRoute::Local(exec) => local::transpose(cx, c, need, exec, capturing, sample),
-        TransposeRoute::HostMpi(m) => mpi::transpose_host(cx, c, need, m, sample),
-        TransposeRoute::CudaAwareMpi(stream, m) => {
-            mpi::transpose_device(cx, c, need, m, stream, sample)
-        }
-        TransposeRoute::StagedMpi(stream, s) => staged::transpose(cx, c, need, s, stream, sample),
-        TransposeRoute::Nccl { stream, per_peer } => {
-            nccl::transpose(cx, c, need, per_peer, stream, capturing, sample)
-        }
-        TransposeRoute::DirectHost => direct_host::transpose(cx, c, need, sample),
-        TransposeRoute::DirectDevice(stream) => {
-            direct_device::transpose(cx, c, need, stream, sample)
-        }
-        TransposeRoute::Nvshmem(stream, mode) => {
-            nvshmem::transpose(cx, c, need, mode, stream, capturing, sample)
-        }
+        TransposeRoute::Local(exec) => LocalBackend::transpose(op, exec),
+        TransposeRoute::HostMpi(m) => HostMpiBackend::transpose(op, m),
+        TransposeRoute::CudaAwareMpi(stream, m) => DeviceMpiBackend::transpose(op, (stream, m)),
+        TransposeRoute::StagedMpi(stream, s) => StagedMpiBackend::transpose(op, (stream, s)),
+        TransposeRoute::Nccl { stream, per_peer } => NcclBackend::transpose(op, (stream, per_peer)),
+        TransposeRoute::DirectHost => DirectHostBackend::transpose(op, ()),
+        TransposeRoute::DirectDevice(stream) => DirectDeviceBackend::transpose(op, stream),
+        TransposeRoute::Nvshmem(stream, mode) => NvshmemBackend::transpose(op, (stream, mode)),
     }?;
     match whole {
         Some(stream) => c.steps.output.record_all(stream),
@@ -104,18 +172,23 @@ pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Re
         bytes: halo_bytes(plan, cx.rank, elem),
     };
     let route = halo_route(exec, c.backend, cx.mpi_cuda_aware(), plan)?;
-    let capturing = capturing(cx, exec, route.capture(), c.backend.enum_name())?;
+    let capturing = capturing(cx, exec, halo_capture(route), c.backend.enum_name())?;
+    let op = Op {
+        cx,
+        call: c,
+        need,
+        capturing,
+        sample,
+    };
     match route {
-        HaloRoute::Local(exec) => local::halo(cx, c, exec, capturing, sample),
-        HaloRoute::HostMpi => mpi::halo_host(cx, c, need, sample),
-        HaloRoute::CudaAwareMpi(stream) => mpi::halo_device(cx, c, need, stream, sample),
-        HaloRoute::StagedMpi(stream) => staged::halo(cx, c, need, stream, sample),
-        HaloRoute::Nccl(stream) => nccl::halo(cx, c, need, stream, capturing, sample),
-        HaloRoute::DirectHost => direct_host::halo(cx, c, need, sample),
-        HaloRoute::DirectDevice(stream) => direct_device::halo(cx, c, need, stream, sample),
-        HaloRoute::Nvshmem(stream, blocking) => {
-            nvshmem::halo(cx, c, need, blocking, stream, capturing, sample)
-        }
+        HaloRoute::Local(exec) => LocalBackend::halo(op, exec),
+        HaloRoute::HostMpi => HostMpiBackend::halo(op, ()),
+        HaloRoute::CudaAwareMpi(stream) => DeviceMpiBackend::halo(op, stream),
+        HaloRoute::StagedMpi(stream) => StagedMpiBackend::halo(op, stream),
+        HaloRoute::Nccl(stream) => NcclBackend::halo(op, stream),
+        HaloRoute::DirectHost => DirectHostBackend::halo(op, ()),
+        HaloRoute::DirectDevice(stream) => DirectDeviceBackend::halo(op, stream),
+        HaloRoute::Nvshmem(stream, blocking) => NvshmemBackend::halo(op, (stream, blocking)),
     }
 }
 
@@ -170,4 +243,56 @@ fn peer_slots(plan: &TransposePlan, elem: i64) -> Vec<u64> {
         .iter()
         .map(|&o| (o * elem) as u64)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::Stream;
+    use crate::engine::route::{Messages, Nvshmem, Staging};
+
+    #[test]
+    fn stream_ordered_routes_alone_may_be_captured() {
+        let s = Stream::from_handle(0);
+        use HaloRoute as H;
+        use TransposeRoute as T;
+        for (route, capturable) in [
+            (T::Local(Exec::Device(s)), true),
+            (
+                T::Nccl {
+                    stream: s,
+                    per_peer: true,
+                },
+                true,
+            ),
+            (T::Nvshmem(s, Nvshmem::Packed), true),
+            (T::HostMpi(Messages::AllToAll), false),
+            (T::CudaAwareMpi(s, Messages::Pipelined), false),
+            (T::StagedMpi(s, Staging::Sliced), false),
+            (T::DirectHost, false),
+            (T::DirectDevice(s), false),
+        ] {
+            assert_eq!(
+                transpose_capture(route) == Capture::Allowed,
+                capturable,
+                "{route:?}"
+            );
+        }
+        for (route, capturable) in [
+            (H::Local(Exec::Host), true),
+            (H::Nccl(s), true),
+            (H::Nvshmem(s, true), true),
+            (H::HostMpi, false),
+            (H::CudaAwareMpi(s), false),
+            (H::StagedMpi(s), false),
+            (H::DirectHost, false),
+            (H::DirectDevice(s), false),
+        ] {
+            assert_eq!(
+                halo_capture(route) == Capture::Allowed,
+                capturable,
+                "{route:?}"
+            );
+        }
+    }
 }

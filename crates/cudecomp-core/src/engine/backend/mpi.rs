@@ -2,6 +2,8 @@
 //! memory, and on device memory when MPI reads device pointers (CUDA-aware MPI). Chunks
 //! move whole: MPI cuts messages over 1 GiB into pieces itself ([`post_pieces`]).
 
+use super::{Backend, Op};
+use crate::engine::route::{Capture, MPI_ON_HOST};
 use std::cell::{Cell, RefCell};
 
 use crate::comm::hooked::{Hook, Hooked};
@@ -185,7 +187,7 @@ fn cuda_aware_mpi(inner: &dyn Transport, stream: Stream) -> Hooked<'_, StreamFen
 }
 
 /// A transpose of host memory through MPI.
-pub(super) fn transpose_host(
+fn transpose_host(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -206,7 +208,7 @@ pub(super) fn transpose_host(
 }
 
 /// A transpose of device memory through a CUDA-aware MPI.
-pub(super) fn transpose_device(
+fn transpose_device(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -232,7 +234,7 @@ pub(super) fn transpose_device(
 }
 
 /// A halo update of host memory through MPI.
-pub(super) fn halo_host(
+fn halo_host(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -249,7 +251,7 @@ pub(super) fn halo_host(
 }
 
 /// A halo update of device memory through a CUDA-aware MPI.
-pub(super) fn halo_device(
+fn halo_device(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -268,4 +270,38 @@ pub(super) fn halo_device(
             run.run(t)
         })
     })
+}
+
+/// MPI on host memory.
+pub(super) struct HostMpiBackend;
+
+impl Backend for HostMpiBackend {
+    type TransposeHow = Messages;
+    type HaloHow = ();
+    const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, how: Messages) -> Result<()> {
+        transpose_host(op.cx, op.call, op.need, how, op.sample)
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, (): ()) -> Result<()> {
+        halo_host(op.cx, op.call, op.need, op.sample)
+    }
+}
+
+/// CUDA-aware MPI on device memory.
+pub(super) struct DeviceMpiBackend;
+
+impl Backend for DeviceMpiBackend {
+    type TransposeHow = (Stream, Messages);
+    type HaloHow = Stream;
+    const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, how): (Stream, Messages)) -> Result<()> {
+        transpose_device(op.cx, op.call, op.need, how, stream, op.sample)
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
+        halo_device(op.cx, op.call, op.need, stream, op.sample)
+    }
 }

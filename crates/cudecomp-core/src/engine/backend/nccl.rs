@@ -3,6 +3,8 @@
 //! the user's stream packs and unpacks. Where every rank packs and unpacks through its
 //! workspace, both move through the handle's workspace registered with NCCL.
 
+use super::{Backend, Op};
+use crate::engine::route::Capture;
 use std::sync::Arc;
 
 use crate::comm::{post_pieces, Communicator, Transport, Way};
@@ -114,7 +116,7 @@ fn workspace(
 }
 
 /// A transpose through NCCL (`per_peer`: NCCL_PL).
-pub(super) fn transpose(
+fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -153,7 +155,7 @@ pub(super) fn transpose(
 }
 
 /// A halo update through NCCL (packed faces through the registered workspace).
-pub(super) fn halo(
+fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -176,4 +178,30 @@ pub(super) fn halo(
             run.run(t)
         })
     })
+}
+
+/// NCCL on device memory.
+pub(super) struct NcclBackend;
+
+impl Backend for NcclBackend {
+    /// The stream, and one peer per unit (NCCL_PL).
+    type TransposeHow = (Stream, bool);
+    type HaloHow = Stream;
+    const CAPTURE: Capture = Capture::Allowed;
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, per_peer): (Stream, bool)) -> Result<()> {
+        transpose(
+            op.cx,
+            op.call,
+            op.need,
+            per_peer,
+            stream,
+            op.capturing,
+            op.sample,
+        )
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
+        halo(op.cx, op.call, op.need, stream, op.capturing, op.sample)
+    }
 }

@@ -13,6 +13,8 @@
 //! free notice that comes after the lowering), so the values never change from one
 //! operation to the next and a CUDA graph of the operations replays correctly.
 
+use super::{Backend, Op};
+use crate::engine::route::Capture;
 use std::cell::RefCell;
 
 use crate::cuda::nvshmem::{Nvshmem, Put};
@@ -374,7 +376,7 @@ fn symmetric<'n>(cx: &Context<'_>, nv: &'n Nvshmem, sym: &SymmetricWork) -> Symm
 /// copies of the symmetric workspace, each signalled through NVSHMEM; every wait is on a
 /// stream. Uses the handle's symmetric workspace unless every rank passes the same
 /// `Handle.malloc` buffer as `work` (see [`crate::engine::workspace::Workspace::symmetric`]).
-pub(super) fn transpose(
+fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -420,7 +422,7 @@ pub(super) fn transpose(
 
 /// An NVSHMEM halo update: faces put into the neighbours' symmetric workspaces, each
 /// signalled through NVSHMEM (`blocking`, NVSHMEM_BLOCKING: whole faces).
-pub(super) fn halo(
+fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -454,4 +456,38 @@ pub(super) fn halo(
             },
         )
     })
+}
+
+/// NVSHMEM on device memory.
+pub(super) struct NvshmemBackend;
+
+impl Backend for NvshmemBackend {
+    type TransposeHow = (Stream, Mode);
+    /// The stream, and whole faces (NVSHMEM_BLOCKING).
+    type HaloHow = (Stream, bool);
+    const CAPTURE: Capture = Capture::Allowed;
+
+    fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, mode): (Stream, Mode)) -> Result<()> {
+        transpose(
+            op.cx,
+            op.call,
+            op.need,
+            mode,
+            stream,
+            op.capturing,
+            op.sample,
+        )
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, (stream, blocking): (Stream, bool)) -> Result<()> {
+        halo(
+            op.cx,
+            op.call,
+            op.need,
+            blocking,
+            stream,
+            op.capturing,
+            op.sample,
+        )
+    }
 }

@@ -7,6 +7,8 @@
 //! the same path (the autotuner times it once). MPI_A2A transposes and the halo updates
 //! stage whole messages ([`StagedMpi`]).
 
+use super::{Backend, Op};
+use crate::engine::route::{Capture, MPI_ON_HOST};
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
@@ -390,7 +392,7 @@ unsafe fn arena(
 }
 
 /// A transpose of device memory through host-staged MPI.
-pub(super) fn transpose(
+fn transpose(
     cx: &Context<'_>,
     c: &TransposeCall<'_>,
     need: usize,
@@ -432,7 +434,7 @@ pub(super) fn transpose(
 }
 
 /// A halo update of device memory through host-staged MPI.
-pub(super) fn halo(
+fn halo(
     cx: &Context<'_>,
     c: &HaloCall<'_>,
     need: usize,
@@ -454,4 +456,24 @@ pub(super) fn halo(
             run.run(t)
         })
     })
+}
+
+/// MPI without CUDA support on device memory, through page-locked staging.
+pub(super) struct StagedMpiBackend;
+
+impl Backend for StagedMpiBackend {
+    type TransposeHow = (Stream, Staging);
+    type HaloHow = Stream;
+    const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
+
+    fn transpose(
+        op: Op<'_, TransposeCall<'_>>,
+        (stream, staging): (Stream, Staging),
+    ) -> Result<()> {
+        transpose(op.cx, op.call, op.need, staging, stream, op.sample)
+    }
+
+    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
+        halo(op.cx, op.call, op.need, stream, op.sample)
+    }
 }
