@@ -43,8 +43,10 @@
 //!    NCCL and NVSHMEM, all loaded at run time.
 //! 3. `perf`: the performance report.
 //! 4. `engine`: executes plans. Its route picks the backend module that runs an
-//!    operation; the module sets up its share of the workspace and its exchange and runs
-//!    the one transpose pipeline (or the halo pipeline), which packs, exchanges, unpacks.
+//!    operation; the module (each implements the engine's `Backend` trait: its two
+//!    operations and its CUDA-graph capture rule) sets up its share of the workspace and
+//!    its exchange and runs the one transpose pipeline (or the halo pipeline), which
+//!    packs, exchanges, unpacks, in the order the pipeline's schedule gives.
 //! 5. `handle`: [`Handle`] (a private communicator, the settings, the shared workspace,
 //!    the GPU state) and [`GridDesc`] (one decomposition, whose operations check the
 //!    caller's arrays and hand the plan to the engine).
