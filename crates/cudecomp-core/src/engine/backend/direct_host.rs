@@ -461,12 +461,7 @@ fn transpose(
 }
 
 /// A halo update through host DIRECT.
-fn halo(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    sample: PerfSample<'_>,
-) -> Result<()> {
+fn halo(cx: &Context<'_>, c: &HaloCall<'_>, need: usize, sample: PerfSample<'_>) -> Result<()> {
     let mut ws = lock(&cx.slot.ws);
     // Always the handle's shared workspace: neighbours write into it.
     let work = ws.shared.exchange(cx.world, need)?;
