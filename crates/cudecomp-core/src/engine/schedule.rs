@@ -80,7 +80,8 @@ pub(crate) fn ring_places(ring: Option<usize>, lag: usize, lands_in_output: bool
 pub(crate) fn transpose_steps(shape: RunShape) -> Vec<PipelineStep> {
     use PipelineStep::*;
     let n = shape.units;
-    let mut steps = Vec::new();
+    // Each unit is sent and received once; at most six steps besides.
+    let mut steps = Vec::with_capacity(2 * n + 6);
     let mut unpacked = 0;
     // Waits for and unpacks units up to (excluding) `upto`; the first time, the own
     // cells that go first and the note that the packing side is posted.
