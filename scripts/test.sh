@@ -22,9 +22,9 @@ if [ "${1:-}" = --only ]; then
     case $fam in mpich | openmpi) ;; *) echo "--only: FAMILY must be mpich or openmpi, got $fam" >&2; exit 2 ;; esac
     [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "--only: N must be a rank count, got $n" >&2; exit 2; }
     py="$VENVS/$fam/bin/python"
-    [ -x "$py" ] || { [ -x "$VENVS/mpich/bin/maturin" ] || make_venv mpich; make_venv "$fam"; }
+    [ -x "$py" ] || make_venv "$fam"
     if [ "${CUDECOMP_REBUILD:-0}" = 1 ] || ! "$py" -c "import cudecomp" 2>/dev/null; then
-        [ -x "$VENVS/mpich/bin/maturin" ] || make_venv mpich
+        [ -x "$VENVS/mpich/bin/maturin" ] || make_venv mpich  # build_wheel uses MPICH's maturin
         build_wheel cpu
         install_wheel "$fam" cpu
     fi

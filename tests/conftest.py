@@ -140,8 +140,8 @@ def _in_share(item: pytest.Item, nranks: int, share: tuple[int, int] | None) -> 
 
 
 def _checking() -> bool:
-    """Whether this run's handles check every operation across ranks (``CUDECOMP_CHECK_COLLECTIVES``)."""
-    return os.environ.get("CUDECOMP_CHECK_COLLECTIVES", "1").strip().lower() in ("1", "true", "yes", "on")
+    """Whether this run's handles check every operation across ranks (``CUDECOMP_CHECK_COLLECTIVES``: ``0`` or ``1``)."""
+    return os.environ["CUDECOMP_CHECK_COLLECTIVES"] == "1"
 
 
 def _checking_verdict(item: pytest.Item, share: tuple[int, int] | None) -> bool | str | None:

@@ -17,7 +17,7 @@ use crate::cuda::kernels::on_engine;
 use crate::cuda::vmm::{DeviceArray, DeviceArrayRef, DEVICE_ARRAY_REF_BYTES};
 use crate::cuda::{copy_device, EventRef, Stream};
 use crate::engine::call::{HaloCall, Steps, TransposeCall};
-use crate::engine::context::{CommTime, Context, PerfSample};
+use crate::engine::context::CommTime;
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
 use crate::engine::pipe::Pipe;
 use crate::engine::pipeline::InputSteps;
@@ -347,133 +347,6 @@ fn rows_on_engine(plan: &TransposePlan, elem: usize) -> bool {
         .all(|c| on_engine(&c, elem).is_some())
 }
 
-/// A transpose through DIRECT on GPUs: single copies between library arrays where every
-/// member publishes one, else two copies through the mapped workspaces.
-fn transpose(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    stream: Stream,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let plan = c.plan;
-    let elem = c.dtype.size();
-    cx.on_device(stream, Some(plan.npeers()), false, |f, ws| {
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let work = unsafe { ws.device(&f.dev.device, need, stream)? };
-        let run = c.run(&f.mover, work);
-        let pipe = f.pipe()?;
-        let span = || pipe.span_ms();
-        let clock = Clock::Device(stream);
-        // The receivers' output steps travel with their arrays: writers cut by them.
-        let (ends, wanted) = grouped_landing(&c.steps.output);
-        // Chunks of contiguous rows of at least `ENGINE_ROW_BYTES` go to the copy engine,
-        // straight into the peers' outputs, as the two-copy path's chunks do, without its
-        // pack and unpack kernels; other chunks would be written into peers by copy
-        // kernels, which reach less of the link (as NVSHMEM_SM does), so those single
-        // copies are taken only when asked for.
-        let offered = single_copy_wanted(cx, c, || rows_on_engine(plan, elem));
-        let note = match offered.then(|| DeviceArray::find(c.output)).flatten() {
-            Some(a) => ipc_note(
-                &a.encode(),
-                &Landing::encode(c.steps.output.axis_in(&plan.out_layout), &ends)?,
-            ),
-            None => [0; NOTE],
-        };
-        cx.reported(&clock, c.group, sample, CommTime::Own(&span), |_| {
-            let notes = ws.start_direct(cx.world, work, stream, &note)?;
-            let outs = peer_outputs(
-                |r| notes.get(r).and_then(|n| DeviceArrayRef::decode(n)),
-                plan,
-                elem,
-                |r, a, bytes| ws.peer_device_arrays.map_device(&f.dev.device, r, a, bytes),
-            );
-            let x = IpcChunks {
-                pipe,
-                peers: ws.ipc(),
-                main: stream,
-                members: &plan.members,
-                me: plan.me,
-                comm: c.group,
-                wanted,
-            };
-            // As on the host: a member that cannot map a peer's output tells the others.
-            let outs = outs.and_then(|o| {
-                o.map(|o| member_landings(&notes, plan).map(|l| (o, l)))
-                    .transpose()
-            });
-            let outs = match outs {
-                Err(e) => return x.abandon(e),
-                Ok(o) => o,
-            };
-            if let Some((outs, landing)) = outs {
-                count_single_copy();
-                x.start()?;
-                let movers = |dst| -> Box<dyn Mover + '_> {
-                    let m = cx.device_mover(f.mover.kernels, x.stream_for(dst, c.output));
-                    Box::new(m.rows_on_engine())
-                };
-                // Each step's event holds back both streams the chunks are copied on.
-                let ready = c.steps.input;
-                let wait = |j: usize| {
-                    let e = ready.marks[j].event;
-                    e.wait_on(stream)?;
-                    e.wait_on(pipe.side())
-                };
-                let steps = InputSteps {
-                    axis: ready.axis_in(&plan.in_layout),
-                    ends: ready.marks.iter().map(|m| m.planes).collect(),
-                    wait: &wait,
-                };
-                let steps = (!ready.marks.is_empty()).then_some(&steps);
-                return run.single_copy(&outs, &landing, &movers, 0, &x, steps);
-            }
-            // Two copies, through the workspaces: the output is written as a whole.
-            c.steps.input.wait_all(stream)?;
-            let x = IpcSlices {
-                pipe,
-                main: stream,
-                peers: ws.ipc(),
-                members: &plan.members,
-                me: plan.me,
-                slots: peer_slots(plan, elem as i64),
-                comm: c.group,
-            };
-            run.run(&x, cx.slice_bytes)?;
-            c.steps.output.record_all(stream)
-        })
-    })
-}
-
-/// A halo update through DIRECT on GPUs.
-fn halo(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    stream: Stream,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    cx.on_device(stream, Some(1), false, |f, ws| {
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let work = unsafe { ws.device(&f.dev.device, need, stream)? };
-        let run = c.run(&f.mover, work);
-        let pipe = f.pipe()?;
-        let span = || pipe.span_ms();
-        let clock = Clock::Device(stream);
-        cx.reported(&clock, cx.world, sample, CommTime::Own(&span), |_| {
-            ws.start_direct(cx.world, work, stream, &[0; NOTE])?;
-            let x = IpcFaces {
-                pipe,
-                main: stream,
-                peers: ws.ipc(),
-                neighbours: c.plan.neighbours,
-                comm: cx.world,
-            };
-            run.direct(&x, cx.slice_bytes)
-        })
-    })
-}
-
 /// DIRECT on device memory.
 pub(super) struct DirectDeviceBackend;
 
@@ -482,11 +355,132 @@ impl Backend for DirectDeviceBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Refused(DIRECT_BARRIER);
 
+    /// A transpose through DIRECT on GPUs: single copies between library arrays where every
+    /// member publishes one, else two copies through the mapped workspaces.
     fn transpose(op: Op<'_, TransposeCall<'_>>, stream: Stream) -> Result<()> {
-        transpose(op.cx, op.call, op.need, stream, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let plan = c.plan;
+        let elem = c.dtype.size();
+        cx.on_device(stream, Some(plan.npeers()), false, |f, ws| {
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let work = unsafe { ws.device(&f.dev.device, need, stream)? };
+            let run = c.run(&f.mover, work);
+            let pipe = f.pipe()?;
+            let span = || pipe.span_ms();
+            let clock = Clock::Device(stream);
+            // The receivers' output steps travel with their arrays: writers cut by them.
+            let (ends, wanted) = grouped_landing(&c.steps.output);
+            // Chunks of contiguous rows of at least `ENGINE_ROW_BYTES` go to the copy engine,
+            // straight into the peers' outputs, as the two-copy path's chunks do, without its
+            // pack and unpack kernels; other chunks would be written into peers by copy
+            // kernels, which reach less of the link (as NVSHMEM_SM does), so those single
+            // copies are taken only when asked for.
+            let offered = single_copy_wanted(cx, c, || rows_on_engine(plan, elem));
+            let note = match offered.then(|| DeviceArray::find(c.output)).flatten() {
+                Some(a) => ipc_note(
+                    &a.encode(),
+                    &Landing::encode(c.steps.output.axis_in(&plan.out_layout), &ends)?,
+                ),
+                None => [0; NOTE],
+            };
+            cx.reported(&clock, c.group, sample, CommTime::Own(&span), |_| {
+                let notes = ws.start_direct(cx.world, work, stream, &note)?;
+                let outs = peer_outputs(
+                    |r| notes.get(r).and_then(|n| DeviceArrayRef::decode(n)),
+                    plan,
+                    elem,
+                    |r, a, bytes| ws.peer_device_arrays.map_device(&f.dev.device, r, a, bytes),
+                );
+                let x = IpcChunks {
+                    pipe,
+                    peers: ws.ipc(),
+                    main: stream,
+                    members: &plan.members,
+                    me: plan.me,
+                    comm: c.group,
+                    wanted,
+                };
+                // As on the host: a member that cannot map a peer's output tells the others.
+                let outs = outs.and_then(|o| {
+                    o.map(|o| member_landings(&notes, plan).map(|l| (o, l)))
+                        .transpose()
+                });
+                let outs = match outs {
+                    Err(e) => return x.abandon(e),
+                    Ok(o) => o,
+                };
+                if let Some((outs, landing)) = outs {
+                    count_single_copy();
+                    x.start()?;
+                    let movers = |dst| -> Box<dyn Mover + '_> {
+                        let m = cx.device_mover(f.mover.kernels, x.stream_for(dst, c.output));
+                        Box::new(m.rows_on_engine())
+                    };
+                    // Each step's event holds back both streams the chunks are copied on.
+                    let ready = c.steps.input;
+                    let wait = |j: usize| {
+                        let e = ready.marks[j].event;
+                        e.wait_on(stream)?;
+                        e.wait_on(pipe.side())
+                    };
+                    let steps = InputSteps {
+                        axis: ready.axis_in(&plan.in_layout),
+                        ends: ready.marks.iter().map(|m| m.planes).collect(),
+                        wait: &wait,
+                    };
+                    let steps = (!ready.marks.is_empty()).then_some(&steps);
+                    return run.single_copy(&outs, &landing, &movers, 0, &x, steps);
+                }
+                // Two copies, through the workspaces: the output is written as a whole.
+                c.steps.input.wait_all(stream)?;
+                let x = IpcSlices {
+                    pipe,
+                    main: stream,
+                    peers: ws.ipc(),
+                    members: &plan.members,
+                    me: plan.me,
+                    slots: peer_slots(plan, elem as i64),
+                    comm: c.group,
+                };
+                run.run(&x, cx.slice_bytes)?;
+                c.steps.output.record_all(stream)
+            })
+        })
     }
 
+    /// A halo update through DIRECT on GPUs.
     fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        halo(op.cx, op.call, op.need, stream, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        cx.on_device(stream, Some(1), false, |f, ws| {
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let work = unsafe { ws.device(&f.dev.device, need, stream)? };
+            let run = c.run(&f.mover, work);
+            let pipe = f.pipe()?;
+            let span = || pipe.span_ms();
+            let clock = Clock::Device(stream);
+            cx.reported(&clock, cx.world, sample, CommTime::Own(&span), |_| {
+                ws.start_direct(cx.world, work, stream, &[0; NOTE])?;
+                let x = IpcFaces {
+                    pipe,
+                    main: stream,
+                    peers: ws.ipc(),
+                    neighbours: c.plan.neighbours,
+                    comm: cx.world,
+                };
+                run.direct(&x, cx.slice_bytes)
+            })
+        })
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, PerfSample};
+use crate::engine::context::CommTime;
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
 use crate::mem::shm::{ArrayRef, SharedArray, SharedWorkspaces};
@@ -388,100 +388,6 @@ fn cuts_rows(plan: &TransposePlan) -> bool {
         .any(|c| c.count > 0 && c.region.len[fast] < whole)
 }
 
-/// A transpose through host DIRECT: single copies between library arrays where every
-/// member publishes one, else two copies through the node-shared workspaces.
-fn transpose(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let plan = c.plan;
-    let mut ws = lock(&cx.slot.ws);
-    // Always the handle's shared workspace: peers write into it. Each rank tells the
-    // others, in the same collective, where its output lies when peers could write into
-    // it; memory files only where peers could open this rank's workspace file.
-    let note = super::single_copy_wanted(cx, c, || true)
-        .then(|| SharedArray::find(c.output))
-        .flatten()
-        .filter(|a| a.mappable(&ws.shared))
-        .map_or_else(Vec::new, |a| a.encode());
-    let (work, notes) = ws.shared.exchange_noting(cx.world, need, &note)?;
-    let mover = cx.host_mover().streaming_into(c.output);
-    let run = c.run(&mover, work);
-    let ws = &mut *ws;
-    let outs = peer_outputs(
-        |r| notes.get(r).and_then(|n| ArrayRef::decode(n)),
-        plan,
-        c.dtype.size(),
-        |r, a, bytes| ws.peer_arrays.map_shared(r, a, bytes),
-    );
-    let x = SharedChunks {
-        workspaces: &ws.shared,
-        members: &plan.members,
-        me: plan.me,
-        waited_ms: Cell::new(0.0),
-    };
-    // Every member took the single-copy path: one that cannot map a peer's output tells
-    // the others rather than leaving them waiting.
-    let outs = match outs {
-        Err(e) => return x.abandon(e),
-        Ok(o) => o,
-    };
-    if let Some(outs) = outs {
-        let threads = cx.host_threads;
-        let movers = |dst: Buf| -> Box<dyn Mover> { Box::new(cx.host_mover().streaming_into(dst)) };
-        let waited = || Ok(x.waited_ms.get());
-        count_single_copy();
-        let block = single_copy_block(plan, threads, cx.settings.single_copy_block_bytes);
-        return cx.reported(
-            &Clock::Host,
-            c.group,
-            sample,
-            CommTime::Own(&waited),
-            |_| run.single_copy(&outs, &[], &movers, block, &x, None),
-        );
-    }
-    let x = SharedSlices {
-        workspaces: &ws.shared,
-        members: &plan.members,
-        rank: cx.rank,
-        threads: cx.host_threads,
-        ring: Some(HOST_RING_PLACES),
-        waited_ms: Cell::new(0.0),
-    };
-    let waited = || Ok(x.waited_ms.get());
-    cx.reported(
-        &Clock::Host,
-        c.group,
-        sample,
-        CommTime::Own(&waited),
-        |_| run.run(&x, cx.slice_bytes),
-    )
-}
-
-/// A halo update through host DIRECT.
-fn halo(cx: &Context<'_>, c: &HaloCall<'_>, need: usize, sample: PerfSample<'_>) -> Result<()> {
-    let mut ws = lock(&cx.slot.ws);
-    // Always the handle's shared workspace: neighbours write into it.
-    let work = ws.shared.exchange(cx.world, need)?;
-    let mover = cx.host_mover();
-    let run = c.run(&mover, work);
-    let x = SharedFaces {
-        workspaces: &ws.shared,
-        rank: cx.rank,
-        waited_ms: Cell::new(0.0),
-    };
-    let waited = || Ok(x.waited_ms.get());
-    cx.reported(
-        &Clock::Host,
-        cx.world,
-        sample,
-        CommTime::Own(&waited),
-        |_| run.direct(&x, cx.slice_bytes),
-    )
-}
-
 /// DIRECT on host memory.
 pub(super) struct DirectHostBackend;
 
@@ -490,12 +396,108 @@ impl Backend for DirectHostBackend {
     type HaloHow = ();
     const CAPTURE: Capture = Capture::Refused(DIRECT_BARRIER);
 
+    /// A transpose through host DIRECT: single copies between library arrays where every
+    /// member publishes one, else two copies through the node-shared workspaces.
     fn transpose(op: Op<'_, TransposeCall<'_>>, (): ()) -> Result<()> {
-        transpose(op.cx, op.call, op.need, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let plan = c.plan;
+        let mut ws = lock(&cx.slot.ws);
+        // Always the handle's shared workspace: peers write into it. Each rank tells the
+        // others, in the same collective, where its output lies when peers could write into
+        // it; memory files only where peers could open this rank's workspace file.
+        let note = super::single_copy_wanted(cx, c, || true)
+            .then(|| SharedArray::find(c.output))
+            .flatten()
+            .filter(|a| a.mappable(&ws.shared))
+            .map_or_else(Vec::new, |a| a.encode());
+        let (work, notes) = ws.shared.exchange_noting(cx.world, need, &note)?;
+        let mover = cx.host_mover().streaming_into(c.output);
+        let run = c.run(&mover, work);
+        let ws = &mut *ws;
+        let outs = peer_outputs(
+            |r| notes.get(r).and_then(|n| ArrayRef::decode(n)),
+            plan,
+            c.dtype.size(),
+            |r, a, bytes| ws.peer_arrays.map_shared(r, a, bytes),
+        );
+        let x = SharedChunks {
+            workspaces: &ws.shared,
+            members: &plan.members,
+            me: plan.me,
+            waited_ms: Cell::new(0.0),
+        };
+        // Every member took the single-copy path: one that cannot map a peer's output tells
+        // the others rather than leaving them waiting.
+        let outs = match outs {
+            Err(e) => return x.abandon(e),
+            Ok(o) => o,
+        };
+        if let Some(outs) = outs {
+            let threads = cx.host_threads;
+            let movers =
+                |dst: Buf| -> Box<dyn Mover> { Box::new(cx.host_mover().streaming_into(dst)) };
+            let waited = || Ok(x.waited_ms.get());
+            count_single_copy();
+            let block = single_copy_block(plan, threads, cx.settings.single_copy_block_bytes);
+            return cx.reported(
+                &Clock::Host,
+                c.group,
+                sample,
+                CommTime::Own(&waited),
+                |_| run.single_copy(&outs, &[], &movers, block, &x, None),
+            );
+        }
+        let x = SharedSlices {
+            workspaces: &ws.shared,
+            members: &plan.members,
+            rank: cx.rank,
+            threads: cx.host_threads,
+            ring: Some(HOST_RING_PLACES),
+            waited_ms: Cell::new(0.0),
+        };
+        let waited = || Ok(x.waited_ms.get());
+        cx.reported(
+            &Clock::Host,
+            c.group,
+            sample,
+            CommTime::Own(&waited),
+            |_| run.run(&x, cx.slice_bytes),
+        )
     }
 
+    /// A halo update through host DIRECT.
     fn halo(op: Op<'_, HaloCall<'_>>, (): ()) -> Result<()> {
-        halo(op.cx, op.call, op.need, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let mut ws = lock(&cx.slot.ws);
+        // Always the handle's shared workspace: neighbours write into it.
+        let work = ws.shared.exchange(cx.world, need)?;
+        let mover = cx.host_mover();
+        let run = c.run(&mover, work);
+        let x = SharedFaces {
+            workspaces: &ws.shared,
+            rank: cx.rank,
+            waited_ms: Cell::new(0.0),
+        };
+        let waited = || Ok(x.waited_ms.get());
+        cx.reported(
+            &Clock::Host,
+            cx.world,
+            sample,
+            CommTime::Own(&waited),
+            |_| run.direct(&x, cx.slice_bytes),
+        )
     }
 }
 

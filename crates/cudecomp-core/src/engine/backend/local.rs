@@ -5,7 +5,7 @@
 
 use super::{Backend, Op};
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, PerfSample};
+use crate::engine::context::CommTime;
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::route::Capture;
@@ -37,64 +37,6 @@ impl Exchange for Nothing {
     }
 }
 
-/// A transpose within one rank (in place, its own chunk goes through the workspace).
-fn transpose(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    exec: Exec,
-    capturing: bool,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    match exec {
-        Exec::Host => {
-            let mut ws = lock(&cx.slot.ws);
-            // SAFETY: the workspace stays locked, and not grown again, until the end.
-            let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
-            let mover = cx.host_mover().streaming_into(c.output);
-            let run = c.run(&mover, work);
-            cx.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |_| {
-                run.run(&Nothing, cx.slice_bytes)
-            })
-        }
-        Exec::Device(stream) => cx.on_device(stream, None, capturing, |f, ws| {
-            let work = match c.work {
-                Some(w) => w,
-                // SAFETY: the workspace stays locked, and not grown again, until `release`.
-                None => unsafe { ws.device(&f.dev.device, need, stream)? },
-            };
-            let run = c.run(&f.mover, work);
-            let clock = Clock::Device(stream);
-            cx.reported(&clock, c.group, sample, CommTime::PerCall, |_| {
-                run.run(&Nothing, cx.slice_bytes)
-            })
-        }),
-    }
-}
-
-/// A halo update whose faces wrap onto this rank: no workspace.
-fn halo(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    exec: Exec,
-    capturing: bool,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let kernels;
-    let (mover, clock): (Box<dyn Mover>, Clock) = match exec {
-        Exec::Host => (Box::new(cx.host_mover()), Clock::Host),
-        Exec::Device(stream) => {
-            kernels = cx.kernels(capturing)?.1;
-            (
-                Box::new(cx.device_mover(&kernels, stream)),
-                Clock::Device(stream),
-            )
-        }
-    };
-    let run = c.run(mover.as_ref(), Buf::empty());
-    cx.reported(&clock, cx.world, sample, CommTime::PerCall, |t| run.run(t))
-}
-
 /// Operations whose data stays on this rank.
 pub(super) struct LocalBackend;
 
@@ -103,11 +45,62 @@ impl Backend for LocalBackend {
     type HaloHow = Exec;
     const CAPTURE: Capture = Capture::Allowed;
 
+    /// A transpose within one rank (in place, its own chunk goes through the workspace).
     fn transpose(op: Op<'_, TransposeCall<'_>>, exec: Exec) -> Result<()> {
-        transpose(op.cx, op.call, op.need, exec, op.capturing, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            capturing,
+            sample,
+        } = op;
+        match exec {
+            Exec::Host => {
+                let mut ws = lock(&cx.slot.ws);
+                // SAFETY: the workspace stays locked, and not grown again, until the end.
+                let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+                let mover = cx.host_mover().streaming_into(c.output);
+                let run = c.run(&mover, work);
+                cx.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |_| {
+                    run.run(&Nothing, cx.slice_bytes)
+                })
+            }
+            Exec::Device(stream) => cx.on_device(stream, None, capturing, |f, ws| {
+                let work = match c.work {
+                    Some(w) => w,
+                    // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                    None => unsafe { ws.device(&f.dev.device, need, stream)? },
+                };
+                let run = c.run(&f.mover, work);
+                let clock = Clock::Device(stream);
+                cx.reported(&clock, c.group, sample, CommTime::PerCall, |_| {
+                    run.run(&Nothing, cx.slice_bytes)
+                })
+            }),
+        }
     }
 
+    /// A halo update whose faces wrap onto this rank: no workspace.
     fn halo(op: Op<'_, HaloCall<'_>>, exec: Exec) -> Result<()> {
-        halo(op.cx, op.call, exec, op.capturing, op.sample)
+        let Op {
+            cx,
+            call: c,
+            capturing,
+            sample,
+            ..
+        } = op;
+        let kernels;
+        let (mover, clock): (Box<dyn Mover>, Clock) = match exec {
+            Exec::Host => (Box::new(cx.host_mover()), Clock::Host),
+            Exec::Device(stream) => {
+                kernels = cx.kernels(capturing)?.1;
+                (
+                    Box::new(cx.device_mover(&kernels, stream)),
+                    Clock::Device(stream),
+                )
+            }
+        };
+        let run = c.run(mover.as_ref(), Buf::empty());
+        cx.reported(&clock, cx.world, sample, CommTime::PerCall, |t| run.run(t))
     }
 }

@@ -10,7 +10,7 @@ use crate::comm::hooked::{Hook, Hooked};
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, PerfSample};
+use crate::engine::context::CommTime;
 use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::route::Messages;
@@ -186,92 +186,6 @@ fn cuda_aware_mpi(inner: &dyn Transport, stream: Stream) -> Hooked<'_, StreamFen
     Hooked::new(inner, StreamFence::new(stream))
 }
 
-/// A transpose of host memory through MPI.
-fn transpose_host(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    how: Messages,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let mut ws = lock(&cx.slot.ws);
-    // SAFETY: the workspace stays locked, and not grown again, until the end.
-    let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
-    let mover = cx.host_mover().streaming_into(c.output);
-    let run = c.run(&mover, work);
-    cx.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |t| {
-        run.run(
-            &MessageExchange::new(t, how, c.plan.npeers()),
-            cx.slice_bytes,
-        )
-    })
-}
-
-/// A transpose of device memory through a CUDA-aware MPI.
-fn transpose_device(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    how: Messages,
-    stream: Stream,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    cx.on_device(stream, None, false, |f, ws| {
-        let work = match c.work {
-            Some(w) => w,
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            None => unsafe { ws.device(&f.dev.device, need, stream)? },
-        };
-        let run = c.run(&f.mover, work);
-        let t = cuda_aware_mpi(c.group, stream);
-        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-            run.run(
-                &MessageExchange::new(t, how, c.plan.npeers()),
-                cx.slice_bytes,
-            )
-        })
-    })
-}
-
-/// A halo update of host memory through MPI.
-fn halo_host(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let mut ws = lock(&cx.slot.ws);
-    // SAFETY: the workspace stays locked, and not grown again, until the end.
-    let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
-    let mover = cx.host_mover();
-    let run = c.run(&mover, work);
-    cx.reported(&Clock::Host, cx.world, sample, CommTime::PerCall, |t| {
-        run.run(t)
-    })
-}
-
-/// A halo update of device memory through a CUDA-aware MPI.
-fn halo_device(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    stream: Stream,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    cx.on_device(stream, None, false, |f, ws| {
-        let work = match c.work {
-            Some(w) => w,
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            None => unsafe { ws.device(&f.dev.device, need, stream)? },
-        };
-        let run = c.run(&f.mover, work);
-        let t = cuda_aware_mpi(cx.world, stream);
-        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-            run.run(t)
-        })
-    })
-}
-
 /// MPI on host memory.
 pub(super) struct HostMpiBackend;
 
@@ -280,12 +194,45 @@ impl Backend for HostMpiBackend {
     type HaloHow = ();
     const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
 
+    /// A transpose of host memory through MPI.
     fn transpose(op: Op<'_, TransposeCall<'_>>, how: Messages) -> Result<()> {
-        transpose_host(op.cx, op.call, op.need, how, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let mut ws = lock(&cx.slot.ws);
+        // SAFETY: the workspace stays locked, and not grown again, until the end.
+        let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+        let mover = cx.host_mover().streaming_into(c.output);
+        let run = c.run(&mover, work);
+        cx.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |t| {
+            run.run(
+                &MessageExchange::new(t, how, c.plan.npeers()),
+                cx.slice_bytes,
+            )
+        })
     }
 
+    /// A halo update of host memory through MPI.
     fn halo(op: Op<'_, HaloCall<'_>>, (): ()) -> Result<()> {
-        halo_host(op.cx, op.call, op.need, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let mut ws = lock(&cx.slot.ws);
+        // SAFETY: the workspace stays locked, and not grown again, until the end.
+        let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
+        let mover = cx.host_mover();
+        let run = c.run(&mover, work);
+        cx.reported(&Clock::Host, cx.world, sample, CommTime::PerCall, |t| {
+            run.run(t)
+        })
     }
 }
 
@@ -297,11 +244,52 @@ impl Backend for DeviceMpiBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
 
+    /// A transpose of device memory through a CUDA-aware MPI.
     fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, how): (Stream, Messages)) -> Result<()> {
-        transpose_device(op.cx, op.call, op.need, how, stream, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        cx.on_device(stream, None, false, |f, ws| {
+            let work = match c.work {
+                Some(w) => w,
+                // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                None => unsafe { ws.device(&f.dev.device, need, stream)? },
+            };
+            let run = c.run(&f.mover, work);
+            let t = cuda_aware_mpi(c.group, stream);
+            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+                run.run(
+                    &MessageExchange::new(t, how, c.plan.npeers()),
+                    cx.slice_bytes,
+                )
+            })
+        })
     }
 
+    /// A halo update of device memory through a CUDA-aware MPI.
     fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        halo_device(op.cx, op.call, op.need, stream, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        cx.on_device(stream, None, false, |f, ws| {
+            let work = match c.work {
+                Some(w) => w,
+                // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                None => unsafe { ws.device(&f.dev.device, need, stream)? },
+            };
+            let run = c.run(&f.mover, work);
+            let t = cuda_aware_mpi(cx.world, stream);
+            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+                run.run(t)
+            })
+        })
     }
 }

@@ -11,7 +11,7 @@ use crate::comm::{post_pieces, Communicator, Transport, Way};
 use crate::cuda::nccl::{Nccl, NcclTransport};
 use crate::cuda::Stream;
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, DeviceFrame, PerfSample};
+use crate::engine::context::{CommTime, DeviceFrame};
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::workspace::Workspace;
@@ -115,71 +115,6 @@ fn workspace(
     })
 }
 
-/// A transpose through NCCL (`per_peer`: NCCL_PL).
-fn transpose(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    per_peer: bool,
-    stream: Stream,
-    capturing: bool,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let plan = c.plan;
-    cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
-        let nccl = f.dev.nccl(cx.world)?;
-        // Never where some rank sends from its input or receives into its output.
-        let registrable = plan.packed_everywhere.then_some(c.workspace_elems);
-        let elem = c.dtype.size();
-        let (work, registered) =
-            workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
-        let pipe = f.pipe()?;
-        let t = NcclTransport::new(&nccl, pipe.side(), &plan.members);
-        let x = NcclSlices {
-            transport: &t,
-            pipe,
-            main: stream,
-            registered,
-            per_peer,
-        };
-        let run = c.run(&f.mover, work);
-        let span = || pipe.span_ms();
-        cx.reported(
-            &Clock::Device(stream),
-            &t,
-            sample,
-            CommTime::Own(&span),
-            |_| run.run(&x, cx.slice_bytes),
-        )
-    })
-}
-
-/// A halo update through NCCL (packed faces through the registered workspace).
-fn halo(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    stream: Stream,
-    capturing: bool,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    cx.on_device(stream, None, capturing, |f, ws| {
-        let nccl = f.dev.nccl(cx.world)?;
-        // Dense faces go straight from the array; every rank asks for the largest
-        // workspace of any rank.
-        let largest = c.plan.max_workspace_elems.max(c.workspace_elems);
-        let registrable = c.plan.packed_everywhere.then_some(largest);
-        let elem = c.dtype.size();
-        let (work, _) = workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
-        let everyone: Vec<usize> = (0..cx.world.size()).collect();
-        let t = NcclTransport::new(&nccl, stream, &everyone);
-        let run = c.run(&f.mover, work);
-        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-            run.run(t)
-        })
-    })
-}
-
 /// NCCL on device memory.
 pub(super) struct NcclBackend;
 
@@ -189,19 +124,67 @@ impl Backend for NcclBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Allowed;
 
+    /// A transpose through NCCL (`per_peer`: NCCL_PL).
     fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, per_peer): (Stream, bool)) -> Result<()> {
-        transpose(
-            op.cx,
-            op.call,
-            op.need,
-            per_peer,
-            stream,
-            op.capturing,
-            op.sample,
-        )
+        let Op {
+            cx,
+            call: c,
+            need,
+            capturing,
+            sample,
+        } = op;
+        let plan = c.plan;
+        cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
+            let nccl = f.dev.nccl(cx.world)?;
+            // Never where some rank sends from its input or receives into its output.
+            let registrable = plan.packed_everywhere.then_some(c.workspace_elems);
+            let elem = c.dtype.size();
+            let (work, registered) =
+                workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
+            let pipe = f.pipe()?;
+            let t = NcclTransport::new(&nccl, pipe.side(), &plan.members);
+            let x = NcclSlices {
+                transport: &t,
+                pipe,
+                main: stream,
+                registered,
+                per_peer,
+            };
+            let run = c.run(&f.mover, work);
+            let span = || pipe.span_ms();
+            cx.reported(
+                &Clock::Device(stream),
+                &t,
+                sample,
+                CommTime::Own(&span),
+                |_| run.run(&x, cx.slice_bytes),
+            )
+        })
     }
 
+    /// A halo update through NCCL (packed faces through the registered workspace).
     fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        halo(op.cx, op.call, op.need, stream, op.capturing, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            capturing,
+            sample,
+        } = op;
+        cx.on_device(stream, None, capturing, |f, ws| {
+            let nccl = f.dev.nccl(cx.world)?;
+            // Dense faces go straight from the array; every rank asks for the largest
+            // workspace of any rank.
+            let largest = c.plan.max_workspace_elems.max(c.workspace_elems);
+            let registrable = c.plan.packed_everywhere.then_some(largest);
+            let elem = c.dtype.size();
+            let (work, _) = workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
+            let everyone: Vec<usize> = (0..cx.world.size()).collect();
+            let t = NcclTransport::new(&nccl, stream, &everyone);
+            let run = c.run(&f.mover, work);
+            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+                run.run(t)
+            })
+        })
     }
 }

@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use crate::cuda::nvshmem::{Nvshmem, Put};
 use crate::cuda::Stream;
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, PerfSample};
+use crate::engine::context::{CommTime, Context};
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::route::Nvshmem as Mode;
@@ -372,92 +372,6 @@ fn symmetric<'n>(cx: &Context<'_>, nv: &'n Nvshmem, sym: &SymmetricWork) -> Symm
     }
 }
 
-/// An NVSHMEM transpose: slices put into (or, NVSHMEM_SM, packed straight into) the peers'
-/// copies of the symmetric workspace, each signalled through NVSHMEM; every wait is on a
-/// stream. Uses the handle's symmetric workspace unless every rank passes the same
-/// `Handle.malloc` buffer as `work` (see [`crate::engine::workspace::Workspace::symmetric`]).
-fn transpose(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    mode: Mode,
-    stream: Stream,
-    capturing: bool,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let plan = c.plan;
-    cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
-        let nv = f.dev.nvshmem()?;
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
-        let run = c.run(&f.mover, sym.work);
-        let pipe = f.pipe()?;
-        // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
-        let far = cx.device_mover(f.mover.kernels, pipe.side());
-        far.background(true);
-        let x = NvshmemSlices {
-            sym: symmetric(cx, &nv, &sym),
-            pipe,
-            main: stream,
-            members: &plan.members,
-            me: plan.me,
-            slots: peer_slots(plan, c.dtype.size() as i64),
-            direct: (mode == Mode::Packed).then_some(&far as &dyn Mover),
-            waited: RefCell::new(vec![false; plan.npeers()]),
-            per_peer: mode == Mode::PerPeer,
-        };
-        let span = || pipe.span_ms();
-        cx.reported(
-            &Clock::Device(stream),
-            c.group,
-            sample,
-            CommTime::Own(&span),
-            |_| {
-                x.start()?;
-                run.run(&x, cx.slice_bytes)
-            },
-        )
-    })
-}
-
-/// An NVSHMEM halo update: faces put into the neighbours' symmetric workspaces, each
-/// signalled through NVSHMEM (`blocking`, NVSHMEM_BLOCKING: whole faces).
-fn halo(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    blocking: bool,
-    stream: Stream,
-    capturing: bool,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    cx.on_device(stream, Some(1), capturing, |f, ws| {
-        let nv = f.dev.nvshmem()?;
-        // SAFETY: the workspace stays locked, and not grown again, until `release`.
-        let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
-        let run = c.run(&f.mover, sym.work);
-        let pipe = f.pipe()?;
-        let x = NvshmemFaces {
-            sym: symmetric(cx, &nv, &sym),
-            pipe,
-            main: stream,
-            neighbours: c.plan.neighbours,
-            slices: if blocking { 1 } else { MAX_SLICES / 2 },
-        };
-        let span = || pipe.span_ms();
-        cx.reported(
-            &Clock::Device(stream),
-            cx.world,
-            sample,
-            CommTime::Own(&span),
-            |_| {
-                x.start();
-                run.direct(&x, cx.slice_bytes)
-            },
-        )
-    })
-}
-
 /// NVSHMEM on device memory.
 pub(super) struct NvshmemBackend;
 
@@ -467,27 +381,87 @@ impl Backend for NvshmemBackend {
     type HaloHow = (Stream, bool);
     const CAPTURE: Capture = Capture::Allowed;
 
+    /// An NVSHMEM transpose: slices put into (or, NVSHMEM_SM, packed straight into) the peers'
+    /// copies of the symmetric workspace, each signalled through NVSHMEM; every wait is on a
+    /// stream. Uses the handle's symmetric workspace unless every rank passes the same
+    /// `Handle.malloc` buffer as `work` (see [`crate::engine::workspace::Workspace::symmetric`]).
     fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, mode): (Stream, Mode)) -> Result<()> {
-        transpose(
-            op.cx,
-            op.call,
-            op.need,
-            mode,
-            stream,
-            op.capturing,
-            op.sample,
-        )
+        let Op {
+            cx,
+            call: c,
+            need,
+            capturing,
+            sample,
+        } = op;
+        let plan = c.plan;
+        cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
+            let nv = f.dev.nvshmem()?;
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
+            let run = c.run(&f.mover, sym.work);
+            let pipe = f.pipe()?;
+            // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
+            let far = cx.device_mover(f.mover.kernels, pipe.side());
+            far.background(true);
+            let x = NvshmemSlices {
+                sym: symmetric(cx, &nv, &sym),
+                pipe,
+                main: stream,
+                members: &plan.members,
+                me: plan.me,
+                slots: peer_slots(plan, c.dtype.size() as i64),
+                direct: (mode == Mode::Packed).then_some(&far as &dyn Mover),
+                waited: RefCell::new(vec![false; plan.npeers()]),
+                per_peer: mode == Mode::PerPeer,
+            };
+            let span = || pipe.span_ms();
+            cx.reported(
+                &Clock::Device(stream),
+                c.group,
+                sample,
+                CommTime::Own(&span),
+                |_| {
+                    x.start()?;
+                    run.run(&x, cx.slice_bytes)
+                },
+            )
+        })
     }
 
+    /// An NVSHMEM halo update: faces put into the neighbours' symmetric workspaces, each
+    /// signalled through NVSHMEM (`blocking`, NVSHMEM_BLOCKING: whole faces).
     fn halo(op: Op<'_, HaloCall<'_>>, (stream, blocking): (Stream, bool)) -> Result<()> {
-        halo(
-            op.cx,
-            op.call,
-            op.need,
-            blocking,
-            stream,
-            op.capturing,
-            op.sample,
-        )
+        let Op {
+            cx,
+            call: c,
+            need,
+            capturing,
+            sample,
+        } = op;
+        cx.on_device(stream, Some(1), capturing, |f, ws| {
+            let nv = f.dev.nvshmem()?;
+            // SAFETY: the workspace stays locked, and not grown again, until `release`.
+            let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
+            let run = c.run(&f.mover, sym.work);
+            let pipe = f.pipe()?;
+            let x = NvshmemFaces {
+                sym: symmetric(cx, &nv, &sym),
+                pipe,
+                main: stream,
+                neighbours: c.plan.neighbours,
+                slices: if blocking { 1 } else { MAX_SLICES / 2 },
+            };
+            let span = || pipe.span_ms();
+            cx.reported(
+                &Clock::Device(stream),
+                cx.world,
+                sample,
+                CommTime::Own(&span),
+                |_| {
+                    x.start();
+                    run.direct(&x, cx.slice_bytes)
+                },
+            )
+        })
     }
 }

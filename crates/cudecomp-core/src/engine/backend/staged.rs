@@ -17,7 +17,7 @@ use crate::comm::hooked::Hook;
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{copy_to_device, copy_to_host, synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
-use crate::engine::context::{CommTime, Context, PerfSample};
+use crate::engine::context::CommTime;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::route::{Messages, Staging};
@@ -251,6 +251,7 @@ struct StagedMpi<'a> {
     inner: &'a dyn Transport,
     stream: Stream,
     arena: Arena,
+    /// Waits once, before the first message, for the stream.
     fence: StreamFence,
     landings: RefCell<Vec<StagedReceive>>,
 }
@@ -269,11 +270,6 @@ impl<'a> StagedMpi<'a> {
 
     fn take(&self, len: usize) -> Result<*mut u8> {
         self.arena.take(len)
-    }
-
-    /// Waits once, before the first message, for the stream (see [`StreamFence`]).
-    fn fence(&self) -> Result<()> {
-        self.fence.before_post()
     }
 
     /// Copies completed receives to the device (enqueued on the stream).
@@ -296,7 +292,7 @@ impl<'a> StagedMpi<'a> {
 
 impl Transport for StagedMpi<'_> {
     unsafe fn isend(&self, buf: *const u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
-        self.fence()?;
+        self.fence.before_post()?;
         let host = self.take(len)?;
         // SAFETY: `host` is a fresh arena slice; `buf` a device range of `len` bytes.
         unsafe { copy_to_host(host, buf as u64, len, self.stream)? };
@@ -306,7 +302,7 @@ impl Transport for StagedMpi<'_> {
     }
 
     unsafe fn irecv(&self, buf: *mut u8, len: usize, peer: usize, tag: i32) -> Result<Request> {
-        self.fence()?;
+        self.fence.before_post()?;
         let host = self.take(len)?;
         // SAFETY: as in `isend`.
         let request = unsafe { self.inner.irecv(host, len, peer, tag)? };
@@ -343,7 +339,7 @@ impl Transport for StagedMpi<'_> {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        self.fence()?;
+        self.fence.before_post()?;
         // Stage only the bytes between the first and the last chunk, shifting displacements.
         let range = |c: &[usize], d: &[usize]| {
             let used = c.iter().zip(d).filter(|(&c, _)| c > 0);
@@ -391,73 +387,6 @@ unsafe fn arena(
     Ok(unsafe { Arena::new(base, cap) })
 }
 
-/// A transpose of device memory through host-staged MPI.
-fn transpose(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    need: usize,
-    staging: Staging,
-    stream: Stream,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let sliced = staging == Staging::Sliced;
-    let pipe_peers = sliced.then_some(c.plan.npeers());
-    let staging_bytes = (c.plan.input.size + c.plan.output.size) as usize * c.dtype.size();
-    cx.on_device(stream, pipe_peers, false, |f, ws| {
-        let work = match c.work {
-            Some(w) => w,
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            None => unsafe { ws.device(&f.dev.device, need, stream)? },
-        };
-        let run = c.run(&f.mover, work);
-        let clock = Clock::Device(stream);
-        if sliced {
-            // Receives write into the arena from the host as soon as they are posted: the
-            // previous operation's copies out of it must be done.
-            ws.quiesce()?;
-        }
-        // SAFETY: used only by this operation, before `release`.
-        let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
-        if sliced {
-            let x = StagedSlices::new(c.group, f.pipe()?, stream, arena);
-            let waited = || Ok(x.waited_ms.get());
-            return cx.reported(&clock, c.group, sample, CommTime::Own(&waited), |_| {
-                run.run(&x, cx.slice_bytes)
-            });
-        }
-        let t = StagedMpi::new(c.group, stream, arena);
-        cx.reported(&clock, &t, sample, CommTime::PerCall, |t| {
-            let x = MessageExchange::new(t, Messages::AllToAll, c.plan.npeers());
-            run.run(&x, cx.slice_bytes)
-        })
-    })
-}
-
-/// A halo update of device memory through host-staged MPI.
-fn halo(
-    cx: &Context<'_>,
-    c: &HaloCall<'_>,
-    need: usize,
-    stream: Stream,
-    sample: PerfSample<'_>,
-) -> Result<()> {
-    let staging_bytes = c.plan.workspace_elems() as usize * c.dtype.size();
-    cx.on_device(stream, None, false, |f, ws| {
-        let work = match c.work {
-            Some(w) => w,
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            None => unsafe { ws.device(&f.dev.device, need, stream)? },
-        };
-        let run = c.run(&f.mover, work);
-        // SAFETY: used only by this operation, before `release`.
-        let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
-        let t = StagedMpi::new(cx.world, stream, arena);
-        cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-            run.run(t)
-        })
-    })
-}
-
 /// MPI without CUDA support on device memory, through page-locked staging.
 pub(super) struct StagedMpiBackend;
 
@@ -466,14 +395,74 @@ impl Backend for StagedMpiBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
 
+    /// A transpose of device memory through host-staged MPI.
     fn transpose(
         op: Op<'_, TransposeCall<'_>>,
         (stream, staging): (Stream, Staging),
     ) -> Result<()> {
-        transpose(op.cx, op.call, op.need, staging, stream, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let sliced = staging == Staging::Sliced;
+        let pipe_peers = sliced.then_some(c.plan.npeers());
+        let staging_bytes = (c.plan.input.size + c.plan.output.size) as usize * c.dtype.size();
+        cx.on_device(stream, pipe_peers, false, |f, ws| {
+            let work = match c.work {
+                Some(w) => w,
+                // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                None => unsafe { ws.device(&f.dev.device, need, stream)? },
+            };
+            let run = c.run(&f.mover, work);
+            let clock = Clock::Device(stream);
+            if sliced {
+                // Receives write into the arena from the host as soon as they are posted: the
+                // previous operation's copies out of it must be done.
+                ws.quiesce()?;
+            }
+            // SAFETY: used only by this operation, before `release`.
+            let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
+            if sliced {
+                let x = StagedSlices::new(c.group, f.pipe()?, stream, arena);
+                let waited = || Ok(x.waited_ms.get());
+                return cx.reported(&clock, c.group, sample, CommTime::Own(&waited), |_| {
+                    run.run(&x, cx.slice_bytes)
+                });
+            }
+            let t = StagedMpi::new(c.group, stream, arena);
+            cx.reported(&clock, &t, sample, CommTime::PerCall, |t| {
+                let x = MessageExchange::new(t, Messages::AllToAll, c.plan.npeers());
+                run.run(&x, cx.slice_bytes)
+            })
+        })
     }
 
+    /// A halo update of device memory through host-staged MPI.
     fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        halo(op.cx, op.call, op.need, stream, op.sample)
+        let Op {
+            cx,
+            call: c,
+            need,
+            sample,
+            ..
+        } = op;
+        let staging_bytes = c.plan.workspace_elems() as usize * c.dtype.size();
+        cx.on_device(stream, None, false, |f, ws| {
+            let work = match c.work {
+                Some(w) => w,
+                // SAFETY: the workspace stays locked, and not grown again, until `release`.
+                None => unsafe { ws.device(&f.dev.device, need, stream)? },
+            };
+            let run = c.run(&f.mover, work);
+            // SAFETY: used only by this operation, before `release`.
+            let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
+            let t = StagedMpi::new(cx.world, stream, arena);
+            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
+                run.run(t)
+            })
+        })
     }
 }
