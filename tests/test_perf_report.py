@@ -137,7 +137,7 @@ def test_a_write_dir_rank_0_cannot_make_raises_on_every_rank(tmp_path: os.PathLi
         cfg = cudecomp.GridDescConfig()
         cfg.gdims, cfg.pdims = (8, 8, 8), (1, comm.size)
         g = h.create_grid(cfg)
-        x = np.zeros(g.get_pencil_info(0).array_shape)
+        x = device(np.zeros(g.get_pencil_info(0).array_shape))
         g.transpose_x_to_y(x)
         expected = "CUDECOMP_PERFORMANCE_REPORT_WRITE_DIR" if comm.rank == 0 else "rank 0 failed in the performance report"
         with pytest.raises(cudecomp.InvalidUsageError, match=expected):
