@@ -10,7 +10,7 @@
 //! every member's output, and the output steps it wants (`output_ready`), and each writer
 //! signals each step of each receiver's output as it lands.
 
-use super::{Backend, Op};
+use super::{Backend, Place, Stage};
 use crate::comm::{allgather_u64, Communicator};
 use crate::cuda::ipc::{IpcPeers, NOTE};
 use crate::cuda::kernels::on_engine;
@@ -22,8 +22,8 @@ use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopy
 use crate::engine::pipe::Pipe;
 use crate::engine::pipeline::InputSteps;
 use crate::engine::route::{Capture, DIRECT_BARRIER};
+use crate::engine::workspace::Workspace;
 use crate::mem::{Buf, Mover};
-use crate::perf::Clock;
 use crate::plan::{
     landing_groups, Landing, TransposePlan, LANDING_BYTES, MAX_LANDING_STEPS, MAX_SLICES,
 };
@@ -355,132 +355,133 @@ impl Backend for DirectDeviceBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Refused(DIRECT_BARRIER);
 
+    /// The second copies run on the library's stream.
+    fn transpose_place(c: &TransposeCall<'_>, &stream: &Stream) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: Some(c.plan.npeers()),
+        }
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, &stream: &Stream) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: Some(1),
+        }
+    }
+
     /// A transpose through DIRECT on GPUs: single copies between library arrays where every
     /// member publishes one, else two copies through the mapped workspaces.
-    fn transpose(op: Op<'_, TransposeCall<'_>>, stream: Stream) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
+    fn transpose(
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
+        stream: Stream,
+    ) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
         let plan = c.plan;
         let elem = c.dtype.size();
-        cx.on_device(stream, Some(plan.npeers()), false, |f, ws| {
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            let work = unsafe { ws.device(&f.dev.device, need, stream)? };
-            let run = c.run(&f.mover, work);
-            let pipe = f.pipe()?;
-            let span = || pipe.span_ms();
-            let clock = Clock::Device(stream);
-            // The receivers' output steps travel with their arrays: writers cut by them.
-            let (ends, wanted) = grouped_landing(&c.steps.output);
-            // Chunks of contiguous rows of at least `ENGINE_ROW_BYTES` go to the copy engine,
-            // straight into the peers' outputs, as the two-copy path's chunks do, without its
-            // pack and unpack kernels; other chunks would be written into peers by copy
-            // kernels, which reach less of the link (as NVSHMEM_SM does), so those single
-            // copies are taken only when asked for.
-            let offered = single_copy_wanted(cx, c, || rows_on_engine(plan, elem));
-            let note = match offered.then(|| DeviceArray::find(c.output)).flatten() {
-                Some(a) => ipc_note(
-                    &a.encode(),
-                    &Landing::encode(c.steps.output.axis_in(&plan.out_layout), &ends)?,
-                ),
-                None => [0; NOTE],
+        // Always the handle's workspace: peers write into it.
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let work = unsafe { ws.device(&f.dev.device, s.need, stream)? };
+        let pipe = f.pipe()?;
+        let span = || pipe.span_ms();
+        // The receivers' output steps travel with their arrays: writers cut by them.
+        let (ends, wanted) = grouped_landing(&c.steps.output);
+        // Chunks of contiguous rows of at least `ENGINE_ROW_BYTES` go to the copy engine,
+        // straight into the peers' outputs, as the two-copy path's chunks do, without its
+        // pack and unpack kernels; other chunks would be written into peers by copy
+        // kernels, which reach less of the link (as NVSHMEM_SM does), so those single
+        // copies are taken only when asked for.
+        let offered = single_copy_wanted(cx, c, || rows_on_engine(plan, elem));
+        let note = match offered.then(|| DeviceArray::find(c.output)).flatten() {
+            Some(a) => ipc_note(
+                &a.encode(),
+                &Landing::encode(c.steps.output.axis_in(&plan.out_layout), &ends)?,
+            ),
+            None => [0; NOTE],
+        };
+        s.reported(work, c.group, CommTime::Own(&span), |run, _| {
+            let notes = ws.start_direct(cx.world, work, stream, &note)?;
+            let outs = peer_outputs(
+                |r| notes.get(r).and_then(|n| DeviceArrayRef::decode(n)),
+                plan,
+                elem,
+                |r, a, bytes| ws.peer_device_arrays.map_device(&f.dev.device, r, a, bytes),
+            );
+            let x = IpcChunks {
+                pipe,
+                peers: ws.ipc(),
+                main: stream,
+                members: &plan.members,
+                me: plan.me,
+                comm: c.group,
+                wanted,
             };
-            cx.reported(&clock, c.group, sample, CommTime::Own(&span), |_| {
-                let notes = ws.start_direct(cx.world, work, stream, &note)?;
-                let outs = peer_outputs(
-                    |r| notes.get(r).and_then(|n| DeviceArrayRef::decode(n)),
-                    plan,
-                    elem,
-                    |r, a, bytes| ws.peer_device_arrays.map_device(&f.dev.device, r, a, bytes),
-                );
-                let x = IpcChunks {
-                    pipe,
-                    peers: ws.ipc(),
-                    main: stream,
-                    members: &plan.members,
-                    me: plan.me,
-                    comm: c.group,
-                    wanted,
+            // As on the host: a member that cannot map a peer's output tells the others.
+            let outs = outs.and_then(|o| {
+                o.map(|o| member_landings(&notes, plan).map(|l| (o, l)))
+                    .transpose()
+            });
+            let outs = match outs {
+                Err(e) => return x.abandon(e),
+                Ok(o) => o,
+            };
+            if let Some((outs, landing)) = outs {
+                count_single_copy();
+                x.start()?;
+                let movers = |dst| -> Box<dyn Mover + '_> {
+                    let m = cx.device_mover(f.mover.kernels, x.stream_for(dst, c.output));
+                    Box::new(m.rows_on_engine())
                 };
-                // As on the host: a member that cannot map a peer's output tells the others.
-                let outs = outs.and_then(|o| {
-                    o.map(|o| member_landings(&notes, plan).map(|l| (o, l)))
-                        .transpose()
-                });
-                let outs = match outs {
-                    Err(e) => return x.abandon(e),
-                    Ok(o) => o,
+                // Each step's event holds back both streams the chunks are copied on.
+                let ready = c.steps.input;
+                let wait = |j: usize| {
+                    let e = ready.marks[j].event;
+                    e.wait_on(stream)?;
+                    e.wait_on(pipe.side())
                 };
-                if let Some((outs, landing)) = outs {
-                    count_single_copy();
-                    x.start()?;
-                    let movers = |dst| -> Box<dyn Mover + '_> {
-                        let m = cx.device_mover(f.mover.kernels, x.stream_for(dst, c.output));
-                        Box::new(m.rows_on_engine())
-                    };
-                    // Each step's event holds back both streams the chunks are copied on.
-                    let ready = c.steps.input;
-                    let wait = |j: usize| {
-                        let e = ready.marks[j].event;
-                        e.wait_on(stream)?;
-                        e.wait_on(pipe.side())
-                    };
-                    let steps = InputSteps {
-                        axis: ready.axis_in(&plan.in_layout),
-                        ends: ready.marks.iter().map(|m| m.planes).collect(),
-                        wait: &wait,
-                    };
-                    let steps = (!ready.marks.is_empty()).then_some(&steps);
-                    return run.single_copy(&outs, &landing, &movers, 0, &x, steps);
-                }
-                // Two copies, through the workspaces: the output is written as a whole.
-                c.steps.input.wait_all(stream)?;
-                let x = IpcSlices {
-                    pipe,
-                    main: stream,
-                    peers: ws.ipc(),
-                    members: &plan.members,
-                    me: plan.me,
-                    slots: peer_slots(plan, elem as i64),
-                    comm: c.group,
+                let steps = InputSteps {
+                    axis: ready.axis_in(&plan.in_layout),
+                    ends: ready.marks.iter().map(|m| m.planes).collect(),
+                    wait: &wait,
                 };
-                run.run(&x, cx.slice_bytes)?;
-                c.steps.output.record_all(stream)
-            })
+                let steps = (!ready.marks.is_empty()).then_some(&steps);
+                return run.single_copy(&outs, &landing, &movers, 0, &x, steps);
+            }
+            // Two copies, through the workspaces: the output is written as a whole.
+            c.steps.input.wait_all(stream)?;
+            let x = IpcSlices {
+                pipe,
+                main: stream,
+                peers: ws.ipc(),
+                members: &plan.members,
+                me: plan.me,
+                slots: peer_slots(plan, elem as i64),
+                comm: c.group,
+            };
+            run.run(&x, cx.slice_bytes)?;
+            c.steps.output.record_all(stream)
         })
     }
 
     /// A halo update through DIRECT on GPUs.
-    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
-        cx.on_device(stream, Some(1), false, |f, ws| {
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            let work = unsafe { ws.device(&f.dev.device, need, stream)? };
-            let run = c.run(&f.mover, work);
-            let pipe = f.pipe()?;
-            let span = || pipe.span_ms();
-            let clock = Clock::Device(stream);
-            cx.reported(&clock, cx.world, sample, CommTime::Own(&span), |_| {
-                ws.start_direct(cx.world, work, stream, &[0; NOTE])?;
-                let x = IpcFaces {
-                    pipe,
-                    main: stream,
-                    peers: ws.ipc(),
-                    neighbours: c.plan.neighbours,
-                    comm: cx.world,
-                };
-                run.direct(&x, cx.slice_bytes)
-            })
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, stream: Stream) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
+        // Always the handle's workspace: neighbours write into it.
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let work = unsafe { ws.device(&f.dev.device, s.need, stream)? };
+        let pipe = f.pipe()?;
+        let span = || pipe.span_ms();
+        s.reported(work, cx.world, CommTime::Own(&span), |run, _| {
+            ws.start_direct(cx.world, work, stream, &[0; NOTE])?;
+            let x = IpcFaces {
+                pipe,
+                main: stream,
+                peers: ws.ipc(),
+                neighbours: c.plan.neighbours,
+                comm: cx.world,
+            };
+            run.direct(&x, cx.slice_bytes)
         })
     }
 }

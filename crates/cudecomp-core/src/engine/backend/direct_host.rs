@@ -5,7 +5,7 @@
 //! reads them, so the two copies of an off-rank cell cost little more memory traffic than
 //! one. No MPI message carries data.
 
-use super::{Backend, Op};
+use super::{Backend, Place, Stage};
 use crate::engine::route::{Capture, DIRECT_BARRIER};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 
 use crate::engine::call::{HaloCall, TransposeCall};
 use crate::engine::context::CommTime;
-use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
+use crate::engine::workspace::Workspace;
 use crate::mem::shm::{ArrayRef, SharedArray, SharedWorkspaces};
 use crate::mem::{Buf, Mover};
-use crate::perf::Clock;
 use crate::plan::TransposePlan;
 use crate::{Error, Result};
 
@@ -396,18 +395,19 @@ impl Backend for DirectHostBackend {
     type HaloHow = ();
     const CAPTURE: Capture = Capture::Refused(DIRECT_BARRIER);
 
+    fn transpose_place(_c: &TransposeCall<'_>, (): &()) -> Place {
+        Place::Host
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, (): &()) -> Place {
+        Place::Host
+    }
+
     /// A transpose through host DIRECT: single copies between library arrays where every
     /// member publishes one, else two copies through the node-shared workspaces.
-    fn transpose(op: Op<'_, TransposeCall<'_>>, (): ()) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
+    fn transpose(s: &Stage<'_, TransposeCall<'_>>, ws: &mut Workspace, (): ()) -> Result<()> {
+        let (cx, c) = (s.cx, s.call);
         let plan = c.plan;
-        let mut ws = lock(&cx.slot.ws);
         // Always the handle's shared workspace: peers write into it. Each rank tells the
         // others, in the same collective, where its output lies when peers could write into
         // it; memory files only where peers could open this rank's workspace file.
@@ -416,10 +416,7 @@ impl Backend for DirectHostBackend {
             .flatten()
             .filter(|a| a.mappable(&ws.shared))
             .map_or_else(Vec::new, |a| a.encode());
-        let (work, notes) = ws.shared.exchange_noting(cx.world, need, &note)?;
-        let mover = cx.host_mover().streaming_into(c.output);
-        let run = c.run(&mover, work);
-        let ws = &mut *ws;
+        let (work, notes) = ws.shared.exchange_noting(cx.world, s.need, &note)?;
         let outs = peer_outputs(
             |r| notes.get(r).and_then(|n| ArrayRef::decode(n)),
             plan,
@@ -445,13 +442,9 @@ impl Backend for DirectHostBackend {
             let waited = || Ok(x.waited_ms.get());
             count_single_copy();
             let block = single_copy_block(plan, threads, cx.settings.single_copy_block_bytes);
-            return cx.reported(
-                &Clock::Host,
-                c.group,
-                sample,
-                CommTime::Own(&waited),
-                |_| run.single_copy(&outs, &[], &movers, block, &x, None),
-            );
+            return s.reported(work, c.group, CommTime::Own(&waited), |run, _| {
+                run.single_copy(&outs, &[], &movers, block, &x, None)
+            });
         }
         let x = SharedSlices {
             workspaces: &ws.shared,
@@ -462,42 +455,25 @@ impl Backend for DirectHostBackend {
             waited_ms: Cell::new(0.0),
         };
         let waited = || Ok(x.waited_ms.get());
-        cx.reported(
-            &Clock::Host,
-            c.group,
-            sample,
-            CommTime::Own(&waited),
-            |_| run.run(&x, cx.slice_bytes),
-        )
+        s.reported(work, c.group, CommTime::Own(&waited), |run, _| {
+            run.run(&x, cx.slice_bytes)
+        })
     }
 
     /// A halo update through host DIRECT.
-    fn halo(op: Op<'_, HaloCall<'_>>, (): ()) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
-        let mut ws = lock(&cx.slot.ws);
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, (): ()) -> Result<()> {
+        let cx = s.cx;
         // Always the handle's shared workspace: neighbours write into it.
-        let work = ws.shared.exchange(cx.world, need)?;
-        let mover = cx.host_mover();
-        let run = c.run(&mover, work);
+        let work = ws.shared.exchange(cx.world, s.need)?;
         let x = SharedFaces {
             workspaces: &ws.shared,
             rank: cx.rank,
             waited_ms: Cell::new(0.0),
         };
         let waited = || Ok(x.waited_ms.get());
-        cx.reported(
-            &Clock::Host,
-            cx.world,
-            sample,
-            CommTime::Own(&waited),
-            |_| run.direct(&x, cx.slice_bytes),
-        )
+        s.reported(work, cx.world, CommTime::Own(&waited), |run, _| {
+            run.direct(&x, cx.slice_bytes)
+        })
     }
 }
 

@@ -1,12 +1,13 @@
-//! One module per backend: each implements [`Backend`]: it sets up what its exchange
-//! needs (its share of the workspace, the library's stream, the single-copy negotiation
-//! of DIRECT), runs the one transpose pipeline ([`super::pipeline`]) or the halo pipeline
-//! ([`super::halo`]) with its exchange, and says whether its operations may be captured
-//! into a CUDA graph. [`transpose`] and [`update_halos`] hand each operation, as an
-//! [`Op`], to the module its route names.
+//! One module per backend: each implements [`Backend`]: it says where its operations run,
+//! sets up what its exchange needs (its share of the workspace, the single-copy
+//! negotiation of DIRECT), runs the one transpose pipeline ([`super::pipeline`]) or the
+//! halo pipeline ([`super::halo`]) with its exchange, and says whether its operations may
+//! be captured into a CUDA graph. [`transpose`] and [`update_halos`] hand each operation
+//! to the module its route names, inside the frame ([`frame`]) that module asks for.
 
 mod direct_device;
 mod direct_host;
+mod frame;
 mod local;
 mod mpi;
 mod nccl;
@@ -25,42 +26,50 @@ use staged::StagedMpiBackend;
 use crate::engine::call::{HaloCall, TransposeCall};
 use crate::engine::context::{work_bytes, Context, PerfSample};
 use crate::engine::route::{halo_route, transpose_route, Capture, HaloRoute, TransposeRoute};
+use crate::engine::workspace::Workspace;
 use crate::engine::Exec;
 use crate::mem::Buf;
 use crate::perf::{halo_bytes, halo_key, transpose_bytes, transpose_key};
 use crate::plan::TransposePlan;
 use crate::settings::SingleCopy;
 use crate::{cuda, unsupported, Result};
+use frame::{framed, Op, Place, Stage};
 
-/// One operation as a backend module receives it.
-#[derive(Clone, Copy)]
-pub(super) struct Op<'a, C> {
-    /// What the operation runs with.
-    pub(super) cx: &'a Context<'a>,
-    /// The operation.
-    pub(super) call: &'a C,
-    /// Workspace bytes it needs.
-    pub(super) need: usize,
-    /// Its stream is being captured into a CUDA graph.
-    pub(super) capturing: bool,
-    /// What the performance report records of it.
-    pub(super) sample: PerfSample<'a>,
-}
-
-/// What every backend module implements: its two operations, each given the operation
-/// and what the route says of how it runs (streams, message kinds, modes), and whether
-/// they may be captured into a CUDA graph.
-pub(super) trait Backend {
+/// What every backend module implements: where its operations run, how each runs in its
+/// frame (given what the route says of it: streams, message kinds, modes), and whether
+/// they may be captured into a CUDA graph. The frame is set up, and the pipeline run and
+/// timed, in [`frame`]: a module chooses its workspace and builds its exchange.
+trait Backend {
     /// What a transpose's route tells this module.
     type TransposeHow;
     /// What a halo update's route tells this module.
     type HaloHow;
     /// Whether its operations may run inside a CUDA graph capture.
     const CAPTURE: Capture;
-    /// Runs a transpose (host: synchronously; device: enqueued on the stream).
-    fn transpose(op: Op<'_, TransposeCall<'_>>, how: Self::TransposeHow) -> Result<()>;
-    /// Runs a halo update.
-    fn halo(op: Op<'_, HaloCall<'_>>, how: Self::HaloHow) -> Result<()>;
+    /// Where a transpose runs.
+    fn transpose_place(c: &TransposeCall<'_>, how: &Self::TransposeHow) -> Place;
+    /// Where a halo update runs.
+    fn halo_place(c: &HaloCall<'_>, how: &Self::HaloHow) -> Place;
+    /// Runs a transpose in its frame (host: synchronously; device: enqueued on the stream).
+    fn transpose(
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
+        how: Self::TransposeHow,
+    ) -> Result<()>;
+    /// Runs a halo update in its frame.
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, how: Self::HaloHow) -> Result<()>;
+}
+
+/// A transpose through module `B`, in the frame it asks for.
+fn transpose_with<B: Backend>(op: Op<'_, TransposeCall<'_>>, how: B::TransposeHow) -> Result<()> {
+    let place = B::transpose_place(op.call, &how);
+    framed(op, place, |s, ws| B::transpose(s, ws, how))
+}
+
+/// A halo update through module `B`, in the frame it asks for.
+fn halo_with<B: Backend>(op: Op<'_, HaloCall<'_>>, how: B::HaloHow) -> Result<()> {
+    let place = B::halo_place(op.call, &how);
+    framed(op, place, |s, ws| B::halo(s, ws, how))
 }
 
 /// Whether a transpose on `route` may be captured: its module's rule.
@@ -146,14 +155,20 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
         sample,
     };
     match route {
-        TransposeRoute::Local(exec) => LocalBackend::transpose(op, exec),
-        TransposeRoute::HostMpi(m) => HostMpiBackend::transpose(op, m),
-        TransposeRoute::CudaAwareMpi(stream, m) => DeviceMpiBackend::transpose(op, (stream, m)),
-        TransposeRoute::StagedMpi(stream, s) => StagedMpiBackend::transpose(op, (stream, s)),
-        TransposeRoute::Nccl { stream, per_peer } => NcclBackend::transpose(op, (stream, per_peer)),
-        TransposeRoute::DirectHost => DirectHostBackend::transpose(op, ()),
-        TransposeRoute::DirectDevice(stream) => DirectDeviceBackend::transpose(op, stream),
-        TransposeRoute::Nvshmem(stream, mode) => NvshmemBackend::transpose(op, (stream, mode)),
+        TransposeRoute::Local(exec) => transpose_with::<LocalBackend>(op, exec),
+        TransposeRoute::HostMpi(m) => transpose_with::<HostMpiBackend>(op, m),
+        TransposeRoute::CudaAwareMpi(stream, m) => {
+            transpose_with::<DeviceMpiBackend>(op, (stream, m))
+        }
+        TransposeRoute::StagedMpi(stream, s) => transpose_with::<StagedMpiBackend>(op, (stream, s)),
+        TransposeRoute::Nccl { stream, per_peer } => {
+            transpose_with::<NcclBackend>(op, (stream, per_peer))
+        }
+        TransposeRoute::DirectHost => transpose_with::<DirectHostBackend>(op, ()),
+        TransposeRoute::DirectDevice(stream) => transpose_with::<DirectDeviceBackend>(op, stream),
+        TransposeRoute::Nvshmem(stream, mode) => {
+            transpose_with::<NvshmemBackend>(op, (stream, mode))
+        }
     }?;
     match whole {
         Some(stream) => c.steps.output.record_all(stream),
@@ -181,14 +196,14 @@ pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Re
         sample,
     };
     match route {
-        HaloRoute::Local(exec) => LocalBackend::halo(op, exec),
-        HaloRoute::HostMpi => HostMpiBackend::halo(op, ()),
-        HaloRoute::CudaAwareMpi(stream) => DeviceMpiBackend::halo(op, stream),
-        HaloRoute::StagedMpi(stream) => StagedMpiBackend::halo(op, stream),
-        HaloRoute::Nccl(stream) => NcclBackend::halo(op, stream),
-        HaloRoute::DirectHost => DirectHostBackend::halo(op, ()),
-        HaloRoute::DirectDevice(stream) => DirectDeviceBackend::halo(op, stream),
-        HaloRoute::Nvshmem(stream, blocking) => NvshmemBackend::halo(op, (stream, blocking)),
+        HaloRoute::Local(exec) => halo_with::<LocalBackend>(op, exec),
+        HaloRoute::HostMpi => halo_with::<HostMpiBackend>(op, ()),
+        HaloRoute::CudaAwareMpi(stream) => halo_with::<DeviceMpiBackend>(op, stream),
+        HaloRoute::StagedMpi(stream) => halo_with::<StagedMpiBackend>(op, stream),
+        HaloRoute::Nccl(stream) => halo_with::<NcclBackend>(op, stream),
+        HaloRoute::DirectHost => halo_with::<DirectHostBackend>(op, ()),
+        HaloRoute::DirectDevice(stream) => halo_with::<DirectDeviceBackend>(op, stream),
+        HaloRoute::Nvshmem(stream, blocking) => halo_with::<NvshmemBackend>(op, (stream, blocking)),
     }
 }
 

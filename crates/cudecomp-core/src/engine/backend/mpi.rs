@@ -2,7 +2,7 @@
 //! memory, and on device memory when MPI reads device pointers (CUDA-aware MPI). Chunks
 //! move whole: MPI cuts messages over 1 GiB into pieces itself ([`post_pieces`]).
 
-use super::{Backend, Op};
+use super::{Backend, Place, Stage};
 use crate::engine::route::{Capture, MPI_ON_HOST};
 use std::cell::{Cell, RefCell};
 
@@ -11,10 +11,10 @@ use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::cuda::{synchronize, Stream};
 use crate::engine::call::{HaloCall, TransposeCall};
 use crate::engine::context::CommTime;
-use crate::engine::device::lock;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::route::Messages;
-use crate::perf::Clock;
+use crate::engine::workspace::Workspace;
+use crate::engine::Exec;
 use crate::Result;
 
 /// Tag of a transpose's messages (pieces of one message take the tags after it).
@@ -194,43 +194,30 @@ impl Backend for HostMpiBackend {
     type HaloHow = ();
     const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
 
+    fn transpose_place(_c: &TransposeCall<'_>, _: &Messages) -> Place {
+        Place::Host
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, (): &()) -> Place {
+        Place::Host
+    }
+
     /// A transpose of host memory through MPI.
-    fn transpose(op: Op<'_, TransposeCall<'_>>, how: Messages) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
-        let mut ws = lock(&cx.slot.ws);
-        // SAFETY: the workspace stays locked, and not grown again, until the end.
-        let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
-        let mover = cx.host_mover().streaming_into(c.output);
-        let run = c.run(&mover, work);
-        cx.reported(&Clock::Host, c.group, sample, CommTime::PerCall, |t| {
-            run.run(
-                &MessageExchange::new(t, how, c.plan.npeers()),
-                cx.slice_bytes,
-            )
+    fn transpose(
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
+        how: Messages,
+    ) -> Result<()> {
+        let c = s.call;
+        s.reported(s.work(ws)?, c.group, CommTime::PerCall, |run, t| {
+            let x = MessageExchange::new(t, how, c.plan.npeers());
+            run.run(&x, s.cx.slice_bytes)
         })
     }
 
     /// A halo update of host memory through MPI.
-    fn halo(op: Op<'_, HaloCall<'_>>, (): ()) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
-        let mut ws = lock(&cx.slot.ws);
-        // SAFETY: the workspace stays locked, and not grown again, until the end.
-        let work = c.work.unwrap_or_else(|| unsafe { ws.host(need) });
-        let mover = cx.host_mover();
-        let run = c.run(&mover, work);
-        cx.reported(&Clock::Host, cx.world, sample, CommTime::PerCall, |t| {
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, (): ()) -> Result<()> {
+        s.reported(s.work(ws)?, s.cx.world, CommTime::PerCall, |run, t| {
             run.run(t)
         })
     }
@@ -244,52 +231,31 @@ impl Backend for DeviceMpiBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
 
+    fn transpose_place(_c: &TransposeCall<'_>, &(stream, _): &(Stream, Messages)) -> Place {
+        Place::on(Exec::Device(stream))
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, &stream: &Stream) -> Place {
+        Place::on(Exec::Device(stream))
+    }
+
     /// A transpose of device memory through a CUDA-aware MPI.
-    fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, how): (Stream, Messages)) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
-        cx.on_device(stream, None, false, |f, ws| {
-            let work = match c.work {
-                Some(w) => w,
-                // SAFETY: the workspace stays locked, and not grown again, until `release`.
-                None => unsafe { ws.device(&f.dev.device, need, stream)? },
-            };
-            let run = c.run(&f.mover, work);
-            let t = cuda_aware_mpi(c.group, stream);
-            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-                run.run(
-                    &MessageExchange::new(t, how, c.plan.npeers()),
-                    cx.slice_bytes,
-                )
-            })
+    fn transpose(
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
+        (stream, how): (Stream, Messages),
+    ) -> Result<()> {
+        let c = s.call;
+        let t = cuda_aware_mpi(c.group, stream);
+        s.reported(s.work(ws)?, &t, CommTime::PerCall, |run, t| {
+            let x = MessageExchange::new(t, how, c.plan.npeers());
+            run.run(&x, s.cx.slice_bytes)
         })
     }
 
     /// A halo update of device memory through a CUDA-aware MPI.
-    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
-        cx.on_device(stream, None, false, |f, ws| {
-            let work = match c.work {
-                Some(w) => w,
-                // SAFETY: the workspace stays locked, and not grown again, until `release`.
-                None => unsafe { ws.device(&f.dev.device, need, stream)? },
-            };
-            let run = c.run(&f.mover, work);
-            let t = cuda_aware_mpi(cx.world, stream);
-            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-                run.run(t)
-            })
-        })
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, stream: Stream) -> Result<()> {
+        let t = cuda_aware_mpi(s.cx.world, stream);
+        s.reported(s.work(ws)?, &t, CommTime::PerCall, |run, t| run.run(t))
     }
 }

@@ -3,7 +3,7 @@
 //! the user's stream packs and unpacks. Where every rank packs and unpacks through its
 //! workspace, both move through the handle's workspace registered with NCCL.
 
-use super::{Backend, Op};
+use super::{Backend, Place, Stage};
 use crate::engine::route::Capture;
 use std::sync::Arc;
 
@@ -15,8 +15,8 @@ use crate::engine::context::{CommTime, DeviceFrame};
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::workspace::Workspace;
+use crate::engine::Exec;
 use crate::mem::Buf;
-use crate::perf::Clock;
 use crate::Result;
 
 /// Default slice size of NCCL pipelines between unregistered and between registered
@@ -124,67 +124,59 @@ impl Backend for NcclBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Allowed;
 
+    /// Slices go through the library's stream.
+    fn transpose_place(c: &TransposeCall<'_>, &(stream, _): &(Stream, bool)) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: Some(c.plan.npeers()),
+        }
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, &stream: &Stream) -> Place {
+        Place::on(Exec::Device(stream))
+    }
+
     /// A transpose through NCCL (`per_peer`: NCCL_PL).
-    fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, per_peer): (Stream, bool)) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            capturing,
-            sample,
-        } = op;
+    fn transpose(
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
+        (stream, per_peer): (Stream, bool),
+    ) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
         let plan = c.plan;
-        cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
-            let nccl = f.dev.nccl(cx.world)?;
-            // Never where some rank sends from its input or receives into its output.
-            let registrable = plan.packed_everywhere.then_some(c.workspace_elems);
-            let elem = c.dtype.size();
-            let (work, registered) =
-                workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
-            let pipe = f.pipe()?;
-            let t = NcclTransport::new(&nccl, pipe.side(), &plan.members);
-            let x = NcclSlices {
-                transport: &t,
-                pipe,
-                main: stream,
-                registered,
-                per_peer,
-            };
-            let run = c.run(&f.mover, work);
-            let span = || pipe.span_ms();
-            cx.reported(
-                &Clock::Device(stream),
-                &t,
-                sample,
-                CommTime::Own(&span),
-                |_| run.run(&x, cx.slice_bytes),
-            )
+        let nccl = f.dev.nccl(cx.world)?;
+        // Never where some rank sends from its input or receives into its output.
+        let registrable = plan.packed_everywhere.then_some(c.workspace_elems);
+        let elem = c.dtype.size();
+        let (work, registered) =
+            workspace(ws, &nccl, f, cx.world, registrable, c.work, s.need, elem)?;
+        let pipe = f.pipe()?;
+        let t = NcclTransport::new(&nccl, pipe.side(), &plan.members);
+        let x = NcclSlices {
+            transport: &t,
+            pipe,
+            main: stream,
+            registered,
+            per_peer,
+        };
+        let span = || pipe.span_ms();
+        s.reported(work, &t, CommTime::Own(&span), |run, _| {
+            run.run(&x, cx.slice_bytes)
         })
     }
 
     /// A halo update through NCCL (packed faces through the registered workspace).
-    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            capturing,
-            sample,
-        } = op;
-        cx.on_device(stream, None, capturing, |f, ws| {
-            let nccl = f.dev.nccl(cx.world)?;
-            // Dense faces go straight from the array; every rank asks for the largest
-            // workspace of any rank.
-            let largest = c.plan.max_workspace_elems.max(c.workspace_elems);
-            let registrable = c.plan.packed_everywhere.then_some(largest);
-            let elem = c.dtype.size();
-            let (work, _) = workspace(ws, &nccl, f, cx.world, registrable, c.work, need, elem)?;
-            let everyone: Vec<usize> = (0..cx.world.size()).collect();
-            let t = NcclTransport::new(&nccl, stream, &everyone);
-            let run = c.run(&f.mover, work);
-            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-                run.run(t)
-            })
-        })
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, stream: Stream) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
+        let nccl = f.dev.nccl(cx.world)?;
+        // Dense faces go straight from the array; every rank asks for the largest
+        // workspace of any rank.
+        let largest = c.plan.max_workspace_elems.max(c.workspace_elems);
+        let registrable = c.plan.packed_everywhere.then_some(largest);
+        let elem = c.dtype.size();
+        let (work, _) = workspace(ws, &nccl, f, cx.world, registrable, c.work, s.need, elem)?;
+        let everyone: Vec<usize> = (0..cx.world.size()).collect();
+        let t = NcclTransport::new(&nccl, stream, &everyone);
+        s.reported(work, &t, CommTime::PerCall, |run, t| run.run(t))
     }
 }

@@ -13,7 +13,7 @@
 //! free notice that comes after the lowering), so the values never change from one
 //! operation to the next and a CUDA graph of the operations replays correctly.
 
-use super::{Backend, Op};
+use super::{Backend, Place, Stage};
 use crate::engine::route::Capture;
 use std::cell::RefCell;
 
@@ -25,8 +25,8 @@ use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::route::Nvshmem as Mode;
 use crate::engine::workspace::SymmetricWork;
+use crate::engine::workspace::Workspace;
 use crate::mem::{Buf, Mover};
-use crate::perf::Clock;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
@@ -381,87 +381,80 @@ impl Backend for NvshmemBackend {
     type HaloHow = (Stream, bool);
     const CAPTURE: Capture = Capture::Allowed;
 
+    /// Slices are put on the library's stream.
+    fn transpose_place(c: &TransposeCall<'_>, &(stream, _): &(Stream, Mode)) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: Some(c.plan.npeers()),
+        }
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, &(stream, _): &(Stream, bool)) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: Some(1),
+        }
+    }
+
     /// An NVSHMEM transpose: slices put into (or, NVSHMEM_SM, packed straight into) the peers'
     /// copies of the symmetric workspace, each signalled through NVSHMEM; every wait is on a
     /// stream. Uses the handle's symmetric workspace unless every rank passes the same
     /// `Handle.malloc` buffer as `work` (see [`crate::engine::workspace::Workspace::symmetric`]).
-    fn transpose(op: Op<'_, TransposeCall<'_>>, (stream, mode): (Stream, Mode)) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            capturing,
-            sample,
-        } = op;
+    fn transpose(
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
+        (stream, mode): (Stream, Mode),
+    ) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
         let plan = c.plan;
-        cx.on_device(stream, Some(plan.npeers()), capturing, |f, ws| {
-            let nv = f.dev.nvshmem()?;
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
-            let run = c.run(&f.mover, sym.work);
-            let pipe = f.pipe()?;
-            // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
-            let far = cx.device_mover(f.mover.kernels, pipe.side());
-            far.background(true);
-            let x = NvshmemSlices {
-                sym: symmetric(cx, &nv, &sym),
-                pipe,
-                main: stream,
-                members: &plan.members,
-                me: plan.me,
-                slots: peer_slots(plan, c.dtype.size() as i64),
-                direct: (mode == Mode::Packed).then_some(&far as &dyn Mover),
-                waited: RefCell::new(vec![false; plan.npeers()]),
-                per_peer: mode == Mode::PerPeer,
-            };
-            let span = || pipe.span_ms();
-            cx.reported(
-                &Clock::Device(stream),
-                c.group,
-                sample,
-                CommTime::Own(&span),
-                |_| {
-                    x.start()?;
-                    run.run(&x, cx.slice_bytes)
-                },
-            )
+        let nv = f.dev.nvshmem()?;
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, s.need, c.work)? };
+        let pipe = f.pipe()?;
+        // NVSHMEM_SM's packs into peers, on the library's stream beside the user's.
+        let far = cx.device_mover(f.mover.kernels, pipe.side());
+        far.background(true);
+        let x = NvshmemSlices {
+            sym: symmetric(cx, &nv, &sym),
+            pipe,
+            main: stream,
+            members: &plan.members,
+            me: plan.me,
+            slots: peer_slots(plan, c.dtype.size() as i64),
+            direct: (mode == Mode::Packed).then_some(&far as &dyn Mover),
+            waited: RefCell::new(vec![false; plan.npeers()]),
+            per_peer: mode == Mode::PerPeer,
+        };
+        let span = || pipe.span_ms();
+        s.reported(sym.work, c.group, CommTime::Own(&span), |run, _| {
+            x.start()?;
+            run.run(&x, cx.slice_bytes)
         })
     }
 
     /// An NVSHMEM halo update: faces put into the neighbours' symmetric workspaces, each
     /// signalled through NVSHMEM (`blocking`, NVSHMEM_BLOCKING: whole faces).
-    fn halo(op: Op<'_, HaloCall<'_>>, (stream, blocking): (Stream, bool)) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            capturing,
-            sample,
-        } = op;
-        cx.on_device(stream, Some(1), capturing, |f, ws| {
-            let nv = f.dev.nvshmem()?;
-            // SAFETY: the workspace stays locked, and not grown again, until `release`.
-            let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, need, c.work)? };
-            let run = c.run(&f.mover, sym.work);
-            let pipe = f.pipe()?;
-            let x = NvshmemFaces {
-                sym: symmetric(cx, &nv, &sym),
-                pipe,
-                main: stream,
-                neighbours: c.plan.neighbours,
-                slices: if blocking { 1 } else { MAX_SLICES / 2 },
-            };
-            let span = || pipe.span_ms();
-            cx.reported(
-                &Clock::Device(stream),
-                cx.world,
-                sample,
-                CommTime::Own(&span),
-                |_| {
-                    x.start();
-                    run.direct(&x, cx.slice_bytes)
-                },
-            )
+    fn halo(
+        s: &Stage<'_, HaloCall<'_>>,
+        ws: &mut Workspace,
+        (stream, blocking): (Stream, bool),
+    ) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
+        let nv = f.dev.nvshmem()?;
+        // SAFETY: the workspace stays locked, and not grown again, until `release`.
+        let sym = unsafe { ws.symmetric(&nv, &f.dev.device, cx.world, s.need, c.work)? };
+        let pipe = f.pipe()?;
+        let x = NvshmemFaces {
+            sym: symmetric(cx, &nv, &sym),
+            pipe,
+            main: stream,
+            neighbours: c.plan.neighbours,
+            slices: if blocking { 1 } else { MAX_SLICES / 2 },
+        };
+        let span = || pipe.span_ms();
+        s.reported(sym.work, cx.world, CommTime::Own(&span), |run, _| {
+            x.start();
+            run.direct(&x, cx.slice_bytes)
         })
     }
 }

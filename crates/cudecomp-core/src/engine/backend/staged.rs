@@ -7,7 +7,7 @@
 //! the same path (the autotuner times it once). MPI_A2A transposes and the halo updates
 //! stage whole messages ([`StagedMpi`]).
 
-use super::{Backend, Op};
+use super::{Backend, Place, Stage};
 use crate::engine::route::{Capture, MPI_ON_HOST};
 use std::cell::{Cell, RefCell};
 use std::time::Instant;
@@ -21,7 +21,8 @@ use crate::engine::context::CommTime;
 use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::pipe::Pipe;
 use crate::engine::route::{Messages, Staging};
-use crate::perf::Clock;
+use crate::engine::workspace::Workspace;
+use crate::engine::Exec;
 use crate::plan::MAX_SLICES;
 use crate::{Error, Result};
 
@@ -395,74 +396,57 @@ impl Backend for StagedMpiBackend {
     type HaloHow = Stream;
     const CAPTURE: Capture = Capture::Refused(MPI_ON_HOST);
 
+    /// Sliced staging copies on the library's stream.
+    fn transpose_place(c: &TransposeCall<'_>, &(stream, staging): &(Stream, Staging)) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: (staging == Staging::Sliced).then_some(c.plan.npeers()),
+        }
+    }
+
+    fn halo_place(_c: &HaloCall<'_>, &stream: &Stream) -> Place {
+        Place::on(Exec::Device(stream))
+    }
+
     /// A transpose of device memory through host-staged MPI.
     fn transpose(
-        op: Op<'_, TransposeCall<'_>>,
+        s: &Stage<'_, TransposeCall<'_>>,
+        ws: &mut Workspace,
         (stream, staging): (Stream, Staging),
     ) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
         let sliced = staging == Staging::Sliced;
-        let pipe_peers = sliced.then_some(c.plan.npeers());
         let staging_bytes = (c.plan.input.size + c.plan.output.size) as usize * c.dtype.size();
-        cx.on_device(stream, pipe_peers, false, |f, ws| {
-            let work = match c.work {
-                Some(w) => w,
-                // SAFETY: the workspace stays locked, and not grown again, until `release`.
-                None => unsafe { ws.device(&f.dev.device, need, stream)? },
-            };
-            let run = c.run(&f.mover, work);
-            let clock = Clock::Device(stream);
-            if sliced {
-                // Receives write into the arena from the host as soon as they are posted: the
-                // previous operation's copies out of it must be done.
-                ws.quiesce()?;
-            }
-            // SAFETY: used only by this operation, before `release`.
-            let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
-            if sliced {
-                let x = StagedSlices::new(c.group, f.pipe()?, stream, arena);
-                let waited = || Ok(x.waited_ms.get());
-                return cx.reported(&clock, c.group, sample, CommTime::Own(&waited), |_| {
-                    run.run(&x, cx.slice_bytes)
-                });
-            }
-            let t = StagedMpi::new(c.group, stream, arena);
-            cx.reported(&clock, &t, sample, CommTime::PerCall, |t| {
-                let x = MessageExchange::new(t, Messages::AllToAll, c.plan.npeers());
+        let work = s.work(ws)?;
+        if sliced {
+            // Receives write into the arena from the host as soon as they are posted: the
+            // previous operation's copies out of it must be done.
+            ws.quiesce()?;
+        }
+        // SAFETY: used only by this operation, before `release`.
+        let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
+        if sliced {
+            let x = StagedSlices::new(c.group, f.pipe()?, stream, arena);
+            let waited = || Ok(x.waited_ms.get());
+            return s.reported(work, c.group, CommTime::Own(&waited), |run, _| {
                 run.run(&x, cx.slice_bytes)
-            })
+            });
+        }
+        let t = StagedMpi::new(c.group, stream, arena);
+        s.reported(work, &t, CommTime::PerCall, |run, t| {
+            let x = MessageExchange::new(t, Messages::AllToAll, c.plan.npeers());
+            run.run(&x, cx.slice_bytes)
         })
     }
 
     /// A halo update of device memory through host-staged MPI.
-    fn halo(op: Op<'_, HaloCall<'_>>, stream: Stream) -> Result<()> {
-        let Op {
-            cx,
-            call: c,
-            need,
-            sample,
-            ..
-        } = op;
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, stream: Stream) -> Result<()> {
+        let (cx, c, f) = (s.cx, s.call, s.device()?);
         let staging_bytes = c.plan.workspace_elems() as usize * c.dtype.size();
-        cx.on_device(stream, None, false, |f, ws| {
-            let work = match c.work {
-                Some(w) => w,
-                // SAFETY: the workspace stays locked, and not grown again, until `release`.
-                None => unsafe { ws.device(&f.dev.device, need, stream)? },
-            };
-            let run = c.run(&f.mover, work);
-            // SAFETY: used only by this operation, before `release`.
-            let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
-            let t = StagedMpi::new(cx.world, stream, arena);
-            cx.reported(&Clock::Device(stream), &t, sample, CommTime::PerCall, |t| {
-                run.run(t)
-            })
-        })
+        let work = s.work(ws)?;
+        // SAFETY: used only by this operation, before `release`.
+        let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
+        let t = StagedMpi::new(cx.world, stream, arena);
+        s.reported(work, &t, CommTime::PerCall, |run, t| run.run(t))
     }
 }
