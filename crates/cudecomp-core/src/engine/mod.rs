@@ -1,8 +1,9 @@
 //! Engines execute plans. The route (`route.rs`) decides which backend runs an operation;
-//! the backend module (under `backend/`) sets up its share of the workspace and its
-//! exchange and runs the one transpose pipeline (`pipeline.rs`, interpreting the order of
-//! steps `schedule.rs` makes) or the halo pipeline (`halo.rs`), which pack, hand slices or
-//! faces to the exchange, and unpack.
+//! `backend/frame.rs` sets up the frame it asks for (host or stream, workspace, mover,
+//! clock); the backend module (under `backend/`) chooses its share of the workspace and
+//! builds its exchange, and the frame runs the one transpose pipeline (`pipeline.rs`,
+//! interpreting the order of steps `schedule.rs` makes) or the halo pipeline (`halo.rs`),
+//! which pack, hand slices or faces to the exchange, and unpack.
 
 mod backend;
 mod call;

@@ -357,17 +357,11 @@ impl Backend for DirectDeviceBackend {
 
     /// The second copies run on the library's stream.
     fn transpose_place(c: &TransposeCall<'_>, &stream: &Stream) -> Place {
-        Place::Device {
-            stream,
-            pipe_peers: Some(c.plan.npeers()),
-        }
+        Place::piped(stream, c.plan.npeers())
     }
 
     fn halo_place(_c: &HaloCall<'_>, &stream: &Stream) -> Place {
-        Place::Device {
-            stream,
-            pipe_peers: Some(1),
-        }
+        Place::piped(stream, 1)
     }
 
     /// A transpose through DIRECT on GPUs: single copies between library arrays where every

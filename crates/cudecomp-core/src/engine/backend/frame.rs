@@ -50,6 +50,14 @@ pub(super) enum Place {
 }
 
 impl Place {
+    /// On `stream`, beside the library's stream with room for `peers` peers.
+    pub(super) fn piped(stream: Stream, peers: usize) -> Place {
+        Place::Device {
+            stream,
+            pipe_peers: Some(peers),
+        }
+    }
+
     /// On the host, or on `exec`'s stream without the library's stream.
     pub(super) fn on(exec: Exec) -> Place {
         match exec {

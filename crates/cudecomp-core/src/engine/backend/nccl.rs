@@ -126,10 +126,7 @@ impl Backend for NcclBackend {
 
     /// Slices go through the library's stream.
     fn transpose_place(c: &TransposeCall<'_>, &(stream, _): &(Stream, bool)) -> Place {
-        Place::Device {
-            stream,
-            pipe_peers: Some(c.plan.npeers()),
-        }
+        Place::piped(stream, c.plan.npeers())
     }
 
     fn halo_place(_c: &HaloCall<'_>, &stream: &Stream) -> Place {

@@ -383,17 +383,11 @@ impl Backend for NvshmemBackend {
 
     /// Slices are put on the library's stream.
     fn transpose_place(c: &TransposeCall<'_>, &(stream, _): &(Stream, Mode)) -> Place {
-        Place::Device {
-            stream,
-            pipe_peers: Some(c.plan.npeers()),
-        }
+        Place::piped(stream, c.plan.npeers())
     }
 
     fn halo_place(_c: &HaloCall<'_>, &(stream, _): &(Stream, bool)) -> Place {
-        Place::Device {
-            stream,
-            pipe_peers: Some(1),
-        }
+        Place::piped(stream, 1)
     }
 
     /// An NVSHMEM transpose: slices put into (or, NVSHMEM_SM, packed straight into) the peers'
