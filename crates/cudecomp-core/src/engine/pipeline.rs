@@ -12,7 +12,9 @@
 
 use crate::comm::Way;
 use crate::engine::exchange::{Exchange, Piece, SingleCopySignals};
-use crate::engine::schedule::{lag_of, ring_places, transpose_steps, PipelineStep, RunShape};
+use crate::engine::schedule::{
+    lag_of, ring_places, single_copy_steps, transpose_steps, PipelineStep, RunShape, SingleCopyStep,
+};
 use crate::geometry::{Axis, Box3};
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, Landing, Slicing, TransposePlan};
@@ -408,38 +410,43 @@ impl TransposeRun<'_> {
             ),
             None => (None, &[][..]),
         };
-        let steps = (0..np).map(|p| landing_of(p).steps()).max().unwrap_or(1);
-        for s in 0..steps {
-            let mut lo = 0;
-            for i in 0..=in_ends.len() {
-                let hi = in_ends.get(i).copied().unwrap_or(i64::MAX);
-                if s == 0 && i < in_ends.len() {
+        let out_steps = (0..np).map(|p| landing_of(p).steps()).max().unwrap_or(1);
+        for step in single_copy_steps(out_steps, in_ends.len()) {
+            match step {
+                SingleCopyStep::WaitInput(i) => {
                     if let Some(st) = staged {
                         (st.wait)(i)?;
                     }
                 }
-                for j in 0..pieces {
-                    for part in &parts {
-                        let Some(c) = part.cuts.get(j) else { continue };
-                        let c = match &along_in {
-                            Some(a) => c.src_range(a, lo, hi),
-                            None => Some(*c),
-                        };
-                        if let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s)) {
-                            part.mover.copy(self.elem, self.input, part.dst, &c)?;
+                SingleCopyStep::Copy { step: s, input: i } => {
+                    let lo = i.checked_sub(1).and_then(|j| in_ends.get(j)).copied();
+                    let lo = lo.unwrap_or(0);
+                    let hi = in_ends.get(i).copied().unwrap_or(i64::MAX);
+                    for j in 0..pieces {
+                        for part in &parts {
+                            let Some(c) = part.cuts.get(j) else { continue };
+                            let c = match &along_in {
+                                Some(a) => c.src_range(a, lo, hi),
+                                None => Some(*c),
+                            };
+                            if let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s)) {
+                                part.mover.copy(self.elem, self.input, part.dst, &c)?;
+                            }
                         }
                     }
                 }
-                lo = hi;
-            }
-            for k in 1..np {
-                let p = (plan.me + k) % np;
-                if s < landing_of(p).steps() {
-                    x.delivered(p, s)?;
+                SingleCopyStep::Deliver(s) => {
+                    for k in 1..np {
+                        let p = (plan.me + k) % np;
+                        if s < landing_of(p).steps() {
+                            x.delivered(p, s)?;
+                        }
+                    }
                 }
+                SingleCopyStep::Arrived => x.arrived()?,
             }
         }
-        x.arrived()
+        Ok(())
     }
 
     /// Packs slice `part` of `peer`'s chunk (straight into the peer's workspace when the

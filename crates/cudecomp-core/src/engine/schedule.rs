@@ -126,6 +126,48 @@ pub(crate) fn transpose_steps(shape: RunShape) -> Vec<PipelineStep> {
     steps
 }
 
+/// One step of a DIRECT single copy (each chunk written once, straight into its
+/// receiver's output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SingleCopyStep {
+    /// Waits for the caller's event of input step `i`.
+    WaitInput(usize),
+    /// Copies the cells of input step `input` that belong to output step `step` into
+    /// every receiver's output.
+    Copy {
+        /// The receivers' output step.
+        step: usize,
+        /// The input step.
+        input: usize,
+    },
+    /// Tells every receiver taking its output in more than `step` steps that its step
+    /// `step` is written.
+    Deliver(usize),
+    /// Waits for every chunk written into this rank's output.
+    Arrived,
+}
+
+/// The steps of a single copy whose receivers take their output in `out_steps` steps
+/// (1: whole) from an input written in `in_marks` steps (0: whole): every output step
+/// goes through the input's steps in order, the first waiting for each input step's
+/// event (the cells past the last mark need none), and is delivered once all of it is
+/// written.
+pub(crate) fn single_copy_steps(out_steps: usize, in_marks: usize) -> Vec<SingleCopyStep> {
+    use SingleCopyStep::*;
+    let mut steps = Vec::with_capacity(out_steps * (in_marks + 2) + in_marks + 1);
+    for step in 0..out_steps.max(1) {
+        for input in 0..=in_marks {
+            if step == 0 && input < in_marks {
+                steps.push(WaitInput(input));
+            }
+            steps.push(Copy { step, input });
+        }
+        steps.push(Deliver(step));
+    }
+    steps.push(Arrived);
+    steps
+}
+
 /// The deadlock rule of rings over a schedule that every rank runs alike: a writer of
 /// unit `k` reuses the place of unit `k - places`, which each reader frees when it
 /// unpacks that unit; so the unpacking of unit `k - places` must come before the sending
@@ -323,5 +365,64 @@ mod tests {
         }
         assert_eq!(ring_places(Some(4), usize::MAX, false), None);
         assert_eq!(ring_places(Some(4), 2, true), None);
+    }
+
+    #[test]
+    fn a_whole_single_copy_copies_delivers_and_waits() {
+        use SingleCopyStep::*;
+        assert_eq!(
+            single_copy_steps(1, 0),
+            [Copy { step: 0, input: 0 }, Deliver(0), Arrived]
+        );
+    }
+
+    #[test]
+    fn a_single_copy_waits_for_each_input_step_before_its_cells() {
+        use SingleCopyStep::*;
+        assert_eq!(
+            single_copy_steps(1, 2),
+            [
+                WaitInput(0),
+                Copy { step: 0, input: 0 },
+                WaitInput(1),
+                Copy { step: 0, input: 1 },
+                Copy { step: 0, input: 2 },
+                Deliver(0),
+                Arrived
+            ]
+        );
+    }
+
+    #[test]
+    fn each_output_step_is_delivered_once_all_its_cells_are_written() {
+        use SingleCopyStep::*;
+        let steps = single_copy_steps(3, 2);
+        for (i, s) in steps.iter().enumerate() {
+            match *s {
+                // Every input step's wait comes before any of its cells are read.
+                Copy { input, .. } if input < 2 => {
+                    let wait = steps.iter().position(|t| *t == WaitInput(input));
+                    assert!(wait.is_some_and(|w| w < i), "{steps:?}");
+                }
+                // A delivery follows every copy of its step, and precedes the next step's.
+                Deliver(d) => {
+                    let copies = |k: usize| {
+                        steps
+                            .iter()
+                            .enumerate()
+                            .filter(move |(_, t)| matches!(t, Copy { step, .. } if *step == k))
+                            .map(|(j, _)| j)
+                    };
+                    assert!(copies(d).all(|j| j < i), "{steps:?}");
+                    assert!(copies(d + 1).all(|j| j > i), "{steps:?}");
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            steps.iter().filter(|t| matches!(t, WaitInput(_))).count(),
+            2
+        );
+        assert_eq!(steps.last(), Some(&Arrived));
     }
 }
