@@ -3,22 +3,20 @@
 //! slice after slice is packed through a mover (host or device) and handed to the
 //! backend's [`Exchange`], and arrived slices are unpacked in order; the order of that
 //! work is data ([`super::schedule`]), which [`TransposeRun::run`] interprets. DIRECT between
-//! library arrays runs the pipeline's single-copy mode ([`TransposeRun::single_copy`]):
-//! each chunk is copied once, straight into the receiving member's output.
+//! library arrays copies each chunk once instead, straight into the receiving member's
+//! output (`backend/single_copy.rs`).
 //!
 //! Workspace layout (elements): packed send chunks from 0, packed receive chunks from
 //! `plan.recv_base`. Chunks are sent straight from the input / received straight into
 //! the output when the plan says they are dense there and aliasing allows it.
 
 use crate::comm::Way;
-use crate::engine::exchange::{Exchange, Piece, SingleCopySignals};
-use crate::engine::schedule::{
-    lag_of, ring_places, single_copy_steps, transpose_steps, PipelineStep, RunShape, SingleCopyStep,
-};
-use crate::geometry::{Axis, Box3};
+use crate::engine::exchange::{Exchange, Piece};
+use crate::engine::schedule::{lag_of, ring_places, transpose_steps, PipelineStep, RunShape};
+use crate::geometry::Box3;
 use crate::mem::{Buf, Mover};
-use crate::plan::{Copy3, Landing, Slicing, TransposePlan};
-use crate::{Error, Result};
+use crate::plan::{Copy3, Slicing, TransposePlan};
+use crate::Result;
 
 /// Pieces this rank's own cells are cut into when the exchange polls: each fills part of
 /// a wait for a peer's slice.
@@ -68,11 +66,11 @@ pub(crate) struct TransposeRun<'a> {
 }
 
 impl TransposeRun<'_> {
-    fn e(&self) -> i64 {
+    pub(in crate::engine) fn e(&self) -> i64 {
         self.elem as i64
     }
 
-    fn in_place(&self) -> bool {
+    pub(in crate::engine) fn in_place(&self) -> bool {
         self.input.ptr() == self.output.ptr()
     }
 
@@ -314,141 +312,6 @@ impl TransposeRun<'_> {
         ran
     }
 
-    /// Single-copy exchange, out of place: each chunk goes once, straight from this rank's
-    /// input into the receiving member's output (`outs[peer]`, mapped here), peers in
-    /// staggered order so that writers spread over receivers, in pieces of about
-    /// `block_bytes` of input (0: whole chunks). `movers(dst)` gives the mover for a
-    /// destination. Receivers that take their output in steps (`landing`, by member;
-    /// empty: all whole) get their chunk step by step, each step followed by
-    /// `x.delivered(peer, step)`; `x.arrived()` waits for every chunk written into this
-    /// rank's output.
-    pub(crate) fn single_copy<'m>(
-        &self,
-        outs: &[Buf],
-        landing: &[Landing],
-        movers: &dyn Fn(Buf) -> Box<dyn Mover + 'm>,
-        block_bytes: i64,
-        x: &dyn SingleCopySignals,
-        staged: Option<&InputSteps<'_>>,
-    ) -> Result<()> {
-        let plan = self.plan;
-        let np = plan.npeers();
-        if outs.len() != np || self.in_place() || !(landing.is_empty() || landing.len() == np) {
-            return Err(Error::Internal(format!(
-                "single copy with {} outputs and {} landings for {np} members (in place: {})",
-                outs.len(),
-                landing.len(),
-                self.in_place()
-            )));
-        }
-        let whole = Landing::default();
-        let landing_of = |p: usize| landing.get(p).unwrap_or(&whole);
-        // Cache blocking (see `single_copy_block`): all chunks are cut alike and the pieces
-        // over the same input go to every receiver in turn.
-        let src_bytes: i64 = plan.sends.iter().map(|c| c.count).sum::<i64>() * self.e();
-        let pieces = match (block_bytes, staged) {
-            (_, Some(_)) => 1,
-            (b, None) if b <= 0 => 1,
-            (b, None) => (src_bytes / b).max(1) as usize,
-        };
-        // Pieces are cut along the input's slowest axis where it has a cell per piece: each
-        // piece then reads one contiguous stretch of input and writes long runs into every
-        // output. Cut along the rows' neighbours instead (two input rows of every plane),
-        // the writes come in runs of two rows, which copy measurably slower where chunks
-        // are short pieces of rows. Neither the input's rows nor the outputs' are ever cut:
-        // pieces along an output's fastest axis (the input's slowest in Y->X and Z->Y of
-        // axis-contiguous pencils) write a few cells of every output row, and pieces along
-        // the input's fastest read a few of every input row; each line then comes from
-        // memory once per piece. So the cut goes along the slowest of the other axes with a
-        // cell per piece, else along the longest of them (in fewer, larger pieces).
-        let (in_fast, out_fast) = (
-            plan.in_layout.fastest_axis(),
-            plan.out_layout.fastest_axis(),
-        );
-        let mut cut_axes: Vec<Axis> = (0..3).filter(|&g| g != in_fast && g != out_fast).collect();
-        cut_axes.sort_by_key(|&g| std::cmp::Reverse(plan.in_layout.strides[g].abs()));
-        let cut = |c: &Copy3| {
-            let axis = cut_axes
-                .iter()
-                .copied()
-                .find(|&g| c.extent[g] >= pieces as i64)
-                .or_else(|| cut_axes.iter().copied().max_by_key(|&g| c.extent[g]))
-                .unwrap_or(2);
-            c.split_along(axis, pieces)
-        };
-        let mut parts: Vec<CopyPart<'m>> = (1..=np)
-            .map(|step| (plan.me + step) % np)
-            .filter(|&p| plan.sends[p].count > 0 && (p != plan.me || self.own_cells))
-            .map(|p| {
-                let (dst, c) = if p == plan.me {
-                    (self.output, plan.self_copy())
-                } else {
-                    (outs[p], plan.peer_output_copy(p))
-                };
-                let cuts = cut(&c);
-                CopyPart {
-                    member: p,
-                    dst,
-                    mover: movers(dst),
-                    cuts,
-                }
-            })
-            .collect();
-        if pieces > 1 {
-            // Each piece's parts take neighbouring stretches of the same input rows: read
-            // them in address order, so that the hardware's forward prefetch of one part
-            // brings in the next. Starting at the rank's own rotation leaves the stretches
-            // before it to demand misses, and the members starting mid-row copy slower.
-            parts.sort_by_key(|part| part.cuts.first().map_or(i64::MAX, Copy3::src_start));
-        }
-        // The input's steps (the caller's events: each step's cells go out once its event
-        // is waited for), or one step of the whole input.
-        let (along_in, in_ends) = match staged {
-            Some(st) => (
-                Some(plan.in_layout.along(st.axis, plan.input.size)),
-                &st.ends[..],
-            ),
-            None => (None, &[][..]),
-        };
-        let out_steps = (0..np).map(|p| landing_of(p).steps()).max().unwrap_or(1);
-        for step in single_copy_steps(out_steps, in_ends.len()) {
-            match step {
-                SingleCopyStep::WaitInput(i) => {
-                    if let Some(st) = staged {
-                        (st.wait)(i)?;
-                    }
-                }
-                SingleCopyStep::Copy { step: s, input: i } => {
-                    let lo = i.checked_sub(1).and_then(|j| in_ends.get(j)).copied();
-                    let lo = lo.unwrap_or(0);
-                    let hi = in_ends.get(i).copied().unwrap_or(i64::MAX);
-                    for j in 0..pieces {
-                        for part in &parts {
-                            let Some(c) = part.cuts.get(j) else { continue };
-                            let c = match &along_in {
-                                Some(a) => c.src_range(a, lo, hi),
-                                None => Some(*c),
-                            };
-                            if let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s)) {
-                                part.mover.copy(self.elem, self.input, part.dst, &c)?;
-                            }
-                        }
-                    }
-                }
-                SingleCopyStep::Deliver(s) => {
-                    for k in 1..np {
-                        let p = (plan.me + k) % np;
-                        if s < landing_of(p).steps() {
-                            x.delivered(p, s)?;
-                        }
-                    }
-                }
-                SingleCopyStep::Arrived => x.arrived()?,
-            }
-        }
-        Ok(())
-    }
-
     /// Packs slice `part` of `peer`'s chunk (straight into the peer's workspace when the
     /// exchange can address it, else into this rank's unless sent from the input) and
     /// returns the piece that leaves this rank.
@@ -498,28 +361,6 @@ impl TransposeRun<'_> {
     }
 }
 
-/// One member's chunk of a single copy: where it goes and how, cut into pieces.
-struct CopyPart<'m> {
-    /// The receiving member.
-    member: usize,
-    /// Its output, as mapped here.
-    dst: Buf,
-    /// The mover of copies into it.
-    mover: Box<dyn Mover + 'm>,
-    /// The chunk's pieces (see `single_copy_block`).
-    cuts: Vec<Copy3>,
-}
-
-/// An input that becomes ready in steps (device operations with `input_ready` events).
-pub(crate) struct InputSteps<'s> {
-    /// The global axis the steps run along.
-    pub axis: Axis,
-    /// End of each step: cells `0..ends[j]` along `axis` of the input array.
-    pub ends: Vec<i64>,
-    /// Orders the copies of step `j`'s planes after the step's event.
-    pub wait: &'s dyn Fn(usize) -> Result<()>,
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
@@ -530,12 +371,17 @@ mod tests {
     use crate::comm::{mock, Communicator};
     use crate::comm::{post_pieces, Request, Transport};
     use crate::config::GridConfig;
+    use crate::engine::backend::single_copy::InputSteps;
     use crate::engine::exchange::Profile;
+    use crate::engine::exchange::SingleCopySignals;
+    use crate::geometry::Axis;
     use crate::geometry::Grid;
     use crate::mem::HostMover;
     use crate::plan::AxisCells;
+    use crate::plan::Landing;
     use crate::plan::{Direction, TransposeLayouts, MAX_SLICES};
     use crate::testing::oracle;
+    use crate::Error;
 
     /// Slices over a blocking transport: every unit is posted up front and completed in
     /// arrival order, as a stream-ordered exchange would deliver them.

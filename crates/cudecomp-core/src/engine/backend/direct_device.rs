@@ -20,7 +20,6 @@ use crate::engine::call::{HaloCall, Steps, TransposeCall};
 use crate::engine::context::CommTime;
 use crate::engine::exchange::{Exchange, FaceExchange, Piece, Profile, SingleCopySignals};
 use crate::engine::pipe::Pipe;
-use crate::engine::pipeline::InputSteps;
 use crate::engine::route::{Capture, DIRECT_BARRIER};
 use crate::engine::workspace::Workspace;
 use crate::mem::{Buf, Mover};
@@ -30,7 +29,8 @@ use crate::plan::{
 use crate::{Error, Result};
 
 use super::direct_host::count_single_copy;
-use super::{peer_outputs, peer_slots, single_copy_wanted};
+use super::peer_slots;
+use super::single_copy::{peer_outputs, single_copy_wanted, InputSteps};
 
 /// Makes the copy stream wait until each of `ranks` has finished with its workspace
 /// (their `free` records precede the operation's start barrier, so these waits see

@@ -20,7 +20,7 @@ use crate::mem::{Buf, Mover};
 use crate::plan::TransposePlan;
 use crate::{Error, Result};
 
-use super::peer_outputs;
+use super::single_copy::{peer_outputs, single_copy_wanted};
 
 /// Slice size of host DIRECT transposes and halos copied by one thread: slices stay in the
 /// cache between the writer's stores and the reader's loads.
@@ -411,7 +411,7 @@ impl Backend for DirectHostBackend {
         // Always the handle's shared workspace: peers write into it. Each rank tells the
         // others, in the same collective, where its output lies when peers could write into
         // it; memory files only where peers could open this rank's workspace file.
-        let note = super::single_copy_wanted(cx, c, || true)
+        let note = single_copy_wanted(cx, c, || true)
             .then(|| SharedArray::find(c.output))
             .flatten()
             .filter(|a| a.mappable(&ws.shared))

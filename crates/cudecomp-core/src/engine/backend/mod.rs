@@ -12,6 +12,7 @@ mod local;
 mod mpi;
 mod nccl;
 mod nvshmem;
+pub(super) mod single_copy;
 mod staged;
 
 use direct_device::DirectDeviceBackend;
@@ -28,10 +29,8 @@ use crate::engine::context::{work_bytes, Context, PerfSample};
 use crate::engine::route::{halo_route, transpose_route, Capture, HaloRoute, TransposeRoute};
 use crate::engine::workspace::Workspace;
 use crate::engine::Exec;
-use crate::mem::Buf;
 use crate::perf::{halo_bytes, halo_key, transpose_bytes, transpose_key};
 use crate::plan::TransposePlan;
-use crate::settings::SingleCopy;
 use crate::{cuda, unsupported, Result};
 use frame::{framed, Op, Place, Stage};
 
@@ -205,51 +204,6 @@ pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Re
         HaloRoute::DirectDevice(stream) => halo_with::<DirectDeviceBackend>(op, stream),
         HaloRoute::Nvshmem(stream, blocking) => halo_with::<NvshmemBackend>(op, (stream, blocking)),
     }
-}
-
-/// Whether this rank offers its output for a DIRECT single copy: out of place, with
-/// peers, and allowed by `CUDECOMP_SINGLE_COPY` (`0`: never, `1`: always; unset: where
-/// `by_default` says). It then publishes where its output lies when that is a library
-/// array, in the collective at the operation's start.
-fn single_copy_wanted(
-    cx: &Context<'_>,
-    c: &TransposeCall<'_>,
-    by_default: impl FnOnce() -> bool,
-) -> bool {
-    let allowed = match cx.settings.single_copy {
-        SingleCopy::Never => false,
-        SingleCopy::Always => true,
-        SingleCopy::Auto => by_default(),
-    };
-    allowed && !c.input.overlaps(&c.output)
-}
-
-/// The outputs of every member of `plan`'s sub-communicator, mapped here by `map`, when
-/// every member published one (`published`, by handle rank; the same answer on every
-/// member: all see the same notes); `None` when some member did not, and the two-copy
-/// exchange runs.
-fn peer_outputs<R>(
-    published: impl Fn(usize) -> Option<R>,
-    plan: &TransposePlan,
-    elem: usize,
-    mut map: impl FnMut(usize, &R, usize) -> Result<Buf>,
-) -> Result<Option<Vec<Buf>>> {
-    let refs: Option<Vec<R>> = plan.members.iter().map(|&r| published(r)).collect();
-    let Some(refs) = refs else {
-        return Ok(None);
-    };
-    refs.iter()
-        .enumerate()
-        .map(|(p, a)| {
-            let bytes = plan.peer_out_elems[p] as usize * elem;
-            if p == plan.me {
-                // This rank's own output is the operation's; the entry keeps indices aligned.
-                return Ok(Buf::empty());
-            }
-            map(plan.members[p], a, bytes)
-        })
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
 }
 
 /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
