@@ -4,7 +4,7 @@ use crate::comm::Communicator;
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::cuda::{EventRef, Stream};
 use crate::engine::halo::HaloRun;
-use crate::engine::pipeline::TransposeRun;
+use crate::engine::pipeline::{Fields, TransposeRun};
 use crate::geometry::Axis;
 use crate::mem::{Buf, Mover};
 use crate::plan::{HaloPlan, Layout, TransposePlan};
@@ -112,6 +112,7 @@ impl TransposeCall<'_> {
             output: self.output,
             work,
             own_cells: self.own_cells,
+            fields: Fields::ONE,
         }
     }
 }

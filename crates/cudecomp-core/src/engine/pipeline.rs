@@ -16,11 +16,48 @@ use crate::engine::schedule::{lag_of, ring_places, transpose_steps, PipelineStep
 use crate::geometry::Box3;
 use crate::mem::{Buf, Mover};
 use crate::plan::{Copy3, Slicing, TransposePlan};
-use crate::Result;
+use crate::{Error, Result};
 
 /// Pieces this rank's own cells are cut into when the exchange polls: each fills part of
 /// a wait for a peer's slice.
 const OWN_PIECES: usize = 16;
+
+/// The fields one run moves together (a batch): field `f` of the input starts
+/// `f * in_stride` elements after the first, of the output `f * out_stride`; in the
+/// workspace each chunk holds its fields one after another, so that one piece carries
+/// a whole chunk of every field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fields {
+    /// Fields moved (at least one).
+    pub count: i64,
+    /// Elements from one field of the input to the next.
+    pub in_stride: i64,
+    /// Elements from one field of the output to the next.
+    pub out_stride: i64,
+}
+
+impl Fields {
+    /// One field: an unbatched run.
+    pub(crate) const ONE: Fields = Fields {
+        count: 1,
+        in_stride: 0,
+        out_stride: 0,
+    };
+}
+
+/// One slice of a chunk: its cells of fields `fields.0..fields.1` (more than one field
+/// only for a whole chunk).
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    fields: (i64, i64),
+    cells: Box3,
+}
+
+impl Part {
+    fn volume(&self) -> i64 {
+        (self.fields.1 - self.fields.0) * self.cells.volume()
+    }
+}
 
 /// Slices of one chunk cycling through `places` reused places of `len` elements in the
 /// receiver's workspace (see [`SliceExchange::ring`]).
@@ -63,11 +100,56 @@ pub(crate) struct TransposeRun<'a> {
     /// Copy this rank's own cells into the output; `false` (out of place only) leaves them
     /// in the input for the caller.
     pub own_cells: bool,
+    /// The fields moved together.
+    pub fields: Fields,
 }
 
 impl TransposeRun<'_> {
     pub(in crate::engine) fn e(&self) -> i64 {
         self.elem as i64
+    }
+
+    /// `c` moved `f` times `src` elements further in its source and `f` times `dst` in
+    /// its destination: the copy of field `f`.
+    fn of_field(&self, mut c: Copy3, f: i64, src: i64, dst: i64) -> Copy3 {
+        c.src_offset += f * src;
+        c.dst_offset += f * dst;
+        c
+    }
+
+    /// Where a chunk at `offset` of an unbatched workspace starts in this run's.
+    fn chunk_start(&self, offset: i64) -> i64 {
+        offset * self.fields.count
+    }
+
+    /// The parts of the chunk over `region` cut into `slices`: with several fields, the
+    /// whole chunk of every field in one part when it was not cut, else each field's
+    /// slices.
+    fn parts(&self, region: &Box3, slices: Vec<Box3>) -> Vec<Part> {
+        let k = self.fields.count;
+        if k == 1 {
+            return slices
+                .into_iter()
+                .map(|cells| Part {
+                    fields: (0, 1),
+                    cells,
+                })
+                .collect();
+        }
+        if slices.len() <= 1 {
+            return vec![Part {
+                fields: (0, k),
+                cells: *region,
+            }];
+        }
+        (0..k)
+            .flat_map(|f| {
+                slices.iter().map(move |&cells| Part {
+                    fields: (f, f + 1),
+                    cells,
+                })
+            })
+            .collect()
     }
 
     pub(in crate::engine) fn in_place(&self) -> bool {
@@ -76,35 +158,41 @@ impl TransposeRun<'_> {
 
     /// Chunks leave straight from the input, unpacked (dense there, and not in place).
     fn sends_from_input(&self) -> bool {
-        self.plan.send_from_input && !self.in_place()
+        self.plan.send_from_input && !self.in_place() && self.fields.count == 1
     }
 
     /// In-place runs stage this rank's own chunk through the send region (packed before
     /// anything lands in the shared buffer); out-of-place runs copy it directly.
     fn self_before(&self) -> Result<()> {
-        let me = self.plan.me;
-        if self.in_place() {
-            if self.plan.sends[me].count > 0 {
-                self.mover
-                    .copy(self.elem, self.input, self.work, &self.plan.pack(me))?;
+        let (plan, fl) = (self.plan, self.fields);
+        let own = &plan.sends[plan.me];
+        for f in 0..fl.count {
+            if self.in_place() {
+                if own.count > 0 {
+                    let shift = self.chunk_start(own.offset) - own.offset + f * own.count;
+                    let c = self.of_field(plan.pack(plan.me), f, fl.in_stride, 0);
+                    let c = self.of_field(c, 1, 0, shift);
+                    self.mover.copy(self.elem, self.input, self.work, &c)?;
+                }
+            } else if self.own_cells {
+                let c = self.of_field(plan.self_copy(), f, fl.in_stride, fl.out_stride);
+                self.mover.copy(self.elem, self.input, self.output, &c)?;
             }
-            Ok(())
-        } else if self.own_cells {
-            self.mover
-                .copy(self.elem, self.input, self.output, &self.plan.self_copy())
-        } else {
-            Ok(())
         }
+        Ok(())
     }
 
     fn self_after(&self) -> Result<()> {
-        if self.in_place() {
-            self.mover.copy(
-                self.elem,
-                self.work,
-                self.output,
-                &self.plan.unpack_self_packed(),
-            )?;
+        if !self.in_place() {
+            return Ok(());
+        }
+        let (plan, fl) = (self.plan, self.fields);
+        let own = &plan.sends[plan.me];
+        for f in 0..fl.count {
+            let shift = self.chunk_start(own.offset) - own.offset + f * own.count;
+            let c = self.of_field(plan.unpack_self_packed(), f, 0, fl.out_stride);
+            let c = self.of_field(c, 1, shift, 0);
+            self.mover.copy(self.elem, self.work, self.output, &c)?;
         }
         Ok(())
     }
@@ -114,8 +202,8 @@ impl TransposeRun<'_> {
     fn units(
         &self,
         per_peer: bool,
-        sends: &[Vec<Box3>],
-        recvs: &[Vec<Box3>],
+        sends: &[Vec<Part>],
+        recvs: &[Vec<Part>],
     ) -> Vec<(Vec<(usize, usize)>, usize)> {
         let steps: Vec<Vec<(usize, usize)>> = if per_peer {
             self.plan.schedule.iter().map(|&p| vec![p]).collect()
@@ -141,7 +229,7 @@ impl TransposeRun<'_> {
         &self,
         way: Way,
         peer: usize,
-        part: &Box3,
+        part: &Part,
         unpacked: bool,
         at: Option<i64>,
     ) -> Result<Piece> {
@@ -152,17 +240,25 @@ impl TransposeRun<'_> {
                 &plan.sends[peer],
                 (self.input, plan.send_offset_in_input(peer)),
             ),
-            (Way::Send, false) => (&plan.sends[peer], (self.work, plan.sends[peer].offset)),
+            (Way::Send, false) => (
+                &plan.sends[peer],
+                (self.work, self.chunk_start(plan.sends[peer].offset)),
+            ),
             (Way::Receive, true) => (
                 &plan.recvs[peer],
                 (self.output, plan.recv_offset_in_output(peer)),
             ),
             (Way::Receive, false) => (
                 &plan.recvs[peer],
-                (self.work, plan.recv_base + plan.recvs[peer].offset),
+                (
+                    self.work,
+                    self.chunk_start(plan.recv_base + plan.recvs[peer].offset),
+                ),
             ),
         };
-        let rel = at.unwrap_or_else(|| plan.packed_offset(&chunk.region, part));
+        let rel = at.unwrap_or_else(|| {
+            part.fields.0 * chunk.count + plan.packed_offset(&chunk.region, &part.cells)
+        });
         let len = part.volume() * e;
         Ok(Piece {
             peer,
@@ -193,24 +289,46 @@ impl TransposeRun<'_> {
         };
         let sends_from_input = self.sends_from_input();
         let np = plan.npeers();
-        let send_parts: Vec<Vec<Box3>> = (0..np)
-            .map(|p| plan.send_slices(p, self.elem, &cut))
+        if self.fields.count < 1 {
+            return Err(Error::Internal(format!(
+                "a run of {} fields",
+                self.fields.count
+            )));
+        }
+        let batched = self.fields.count > 1;
+        let send_parts: Vec<Vec<Part>> = (0..np)
+            .map(|p| self.parts(&plan.sends[p].region, plan.send_slices(p, self.elem, &cut)))
             .collect();
-        let recv_parts: Vec<Vec<Box3>> = (0..np)
-            .map(|p| plan.recv_slices(p, self.elem, &cut))
+        let recv_parts: Vec<Vec<Part>> = (0..np)
+            .map(|p| self.parts(&plan.recvs[p].region, plan.recv_slices(p, self.elem, &cut)))
             .collect();
         let units = self.units(profile.per_peer, &send_parts, &recv_parts);
         // In place, receives may land in the output only when one unit carries every
         // chunk: it is exchanged after all the input is packed.
-        let lands_in_output =
-            plan.recv_into_output && profile.lands_in_output && (!in_place || units.len() <= 1);
+        let lands_in_output = plan.recv_into_output
+            && profile.lands_in_output
+            && (!in_place || units.len() <= 1)
+            && !batched;
         let lag = lag_of(profile.lag, in_place);
-        let places = ring_places(profile.ring, lag, lands_in_output);
+        // Rings place single-field slices: a batch keeps every slice at its own place.
+        let places = ring_places(profile.ring, lag, lands_in_output).filter(|_| !batched);
         let send_rings: Vec<Option<Ring>> = (0..np)
-            .map(|p| Ring::of(places, &send_parts[p], plan.sends[p].count))
+            .map(|p| {
+                Ring::of(
+                    places,
+                    &plan.send_slices(p, self.elem, &cut),
+                    plan.sends[p].count,
+                )
+            })
             .collect();
         let recv_rings: Vec<Option<Ring>> = (0..np)
-            .map(|p| Ring::of(places, &recv_parts[p], plan.recvs[p].count))
+            .map(|p| {
+                Ring::of(
+                    places,
+                    &plan.recv_slices(p, self.elem, &cut),
+                    plan.recvs[p].count,
+                )
+            })
             .collect();
         // What arrives in each unit.
         let incoming = units
@@ -239,10 +357,14 @@ impl TransposeRun<'_> {
             Vec::new()
         } else {
             let pieces = if profile.polls { OWN_PIECES } else { 1 };
-            self.plan
-                .self_copy()
-                .split(pieces)
-                .into_iter()
+            let fl = self.fields;
+            let whole = self.plan.self_copy().split(pieces);
+            (0..fl.count)
+                .flat_map(|f| {
+                    whole
+                        .iter()
+                        .map(move |&c| self.of_field(c, f, fl.in_stride, fl.out_stride))
+                })
                 .rev()
                 .collect()
         };
@@ -282,12 +404,19 @@ impl TransposeRun<'_> {
                     if !lands_in_output {
                         for r in recvs {
                             let part = &recv_parts[r.peer][k];
-                            let mut c = plan.unpack_part(r.peer, plan.recv_base, part);
+                            let chunk = &plan.recvs[r.peer];
+                            let start = plan.recv_base + chunk.offset;
+                            let mut c = plan.unpack_part(r.peer, plan.recv_base, &part.cells);
                             if let Some(ring) = recv_rings[r.peer] {
-                                let natural = plan.packed_offset(&plan.recvs[r.peer].region, part);
+                                let natural = plan.packed_offset(&chunk.region, &part.cells);
                                 c.src_offset += ring.place(k) - natural;
                             }
-                            self.mover.copy(self.elem, self.work, self.output, &c)?;
+                            c.src_offset += self.chunk_start(start) - start;
+                            let fl = self.fields;
+                            for f in part.fields.0..part.fields.1 {
+                                let c = self.of_field(c, f, chunk.count, fl.out_stride);
+                                self.mover.copy(self.elem, self.work, self.output, &c)?;
+                            }
                             if recv_rings[r.peer].is_some() {
                                 x.unpacked(r.peer, k)?;
                             }
@@ -319,13 +448,19 @@ impl TransposeRun<'_> {
         &self,
         x: &dyn Exchange,
         peer: usize,
-        part: &Box3,
+        part: &Part,
         sends_from_input: bool,
         ring: Option<Ring>,
         k: usize,
     ) -> Result<Piece> {
         let plan = self.plan;
         if let Some(far) = x.pack_into(peer) {
+            if self.fields.count > 1 {
+                return Err(Error::Internal(
+                    "a batch of fields through an exchange that packs into its peers".into(),
+                ));
+            }
+            let part = &part.cells;
             let natural = plan.packed_offset(&plan.sends[peer].region, part);
             let mut c = plan.pack_into_peer(peer, part);
             let rel = match ring {
@@ -350,12 +485,13 @@ impl TransposeRun<'_> {
             });
         }
         if !sends_from_input {
-            self.mover.copy(
-                self.elem,
-                self.input,
-                self.work,
-                &plan.pack_part(peer, part),
-            )?;
+            let (chunk, fl) = (&plan.sends[peer], self.fields);
+            let c = plan.pack_part(peer, &part.cells);
+            let c = self.of_field(c, 1, 0, self.chunk_start(chunk.offset) - chunk.offset);
+            for f in part.fields.0..part.fields.1 {
+                let c = self.of_field(c, f, fl.in_stride, chunk.count);
+                self.mover.copy(self.elem, self.input, self.work, &c)?;
+            }
         }
         self.piece(Way::Send, peer, part, sends_from_input, None)
     }
@@ -473,6 +609,7 @@ mod tests {
                     output: if in_place { inp } else { bytes(&mut output) },
                     work: bytes(&mut work),
                     own_cells: true,
+                    fields: Fields::ONE,
                 };
                 let x = Posted {
                     t: sub.as_ref(),
@@ -489,6 +626,96 @@ mod tests {
                 sub.free().unwrap();
             }
         });
+    }
+
+    /// `k` fields transposed in one run equal `k` transposes of each field: field `f`
+    /// holds the oracle's values with bit 40 + `f` flipped, padding and halos untouched.
+    fn batched_case(pdims: [i32; 2], contiguous: bool, in_place: bool, profile: Profile) {
+        const K: usize = 3;
+        let (g, n) = test_grid(pdims, contiguous);
+        let mark = |v: u64, f: usize| v ^ (1u64 << (40 + f));
+        mock::run(n, |c: &dyn Communicator| {
+            let gd = g.gdims;
+            for d in Direction::ALL {
+                let lay = if in_place {
+                    TransposeLayouts::default()
+                } else {
+                    halo_and_padding()
+                };
+                let plan = TransposePlan::new(&g, c.rank(), d, &lay).unwrap();
+                let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
+                let (ni, no) = (plan.input.size as usize, plan.output.size as usize);
+                let (si, so) = if in_place {
+                    (ni.max(no), ni.max(no))
+                } else {
+                    (ni, no)
+                };
+                let one = oracle(&plan.input, gd, u64::MAX);
+                let mut input = vec![0u64; K * si];
+                for f in 0..K {
+                    for (i, v) in one.iter().enumerate() {
+                        input[f * si + i] = mark(*v, f);
+                    }
+                }
+                let (e5, e6) = (oracle(&plan.output, gd, 5), oracle(&plan.output, gd, 6));
+                let mut work = vec![0u64; K * g.transpose_workspace_size().unwrap() as usize];
+                let mut output = vec![5u64; K * so];
+                let inp = bytes(&mut input);
+                let run = TransposeRun {
+                    plan: &plan,
+                    elem: 8,
+                    mover: &HostMover::default(),
+                    input: inp,
+                    output: if in_place { inp } else { bytes(&mut output) },
+                    work: bytes(&mut work),
+                    own_cells: true,
+                    fields: Fields {
+                        count: K as i64,
+                        in_stride: si as i64,
+                        out_stride: so as i64,
+                    },
+                };
+                let x = Posted {
+                    t: sub.as_ref(),
+                    reqs: RefCell::new(Vec::new()),
+                    profile,
+                };
+                run.run(&x, Some(24)).unwrap();
+                let got = if in_place { &input } else { &output };
+                for f in 0..K {
+                    let want: Vec<u64> = (0..no)
+                        .map(|i| if e5[i] == e6[i] { mark(e5[i], f) } else { 5 })
+                        .collect();
+                    if in_place {
+                        // In place, padding cells hold what the input left there.
+                        for i in (0..no).filter(|&i| e5[i] == e6[i]) {
+                            assert_eq!(got[f * so + i], want[i], "{d:?} field {f} cell {i}");
+                        }
+                    } else {
+                        assert_eq!(&got[f * so..f * so + no], &want[..], "{d:?} field {f}");
+                    }
+                }
+                sub.free().unwrap();
+            }
+        });
+    }
+
+    #[test]
+    fn batched_pipeline_equals_one_run_per_field() {
+        for pdims in [[2, 2], [3, 1], [1, 2], [1, 1]] {
+            for contiguous in [false, true] {
+                for in_place in [false, true] {
+                    for max_slices in [1, MAX_SLICES] {
+                        let profile = Profile {
+                            lag: 2,
+                            ..Profile::sliced(max_slices)
+                        };
+                        batched_case(pdims, contiguous, in_place, profile);
+                        batched_case(pdims, contiguous, in_place, Profile::whole_chunks());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -628,6 +855,7 @@ mod tests {
                     output: outs[c.rank()],
                     work: Buf::empty(),
                     own_cells: true,
+                    fields: Fields::ONE,
                 };
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
                 body(&run, &members, sub.as_ref());
