@@ -59,6 +59,48 @@ impl Part {
     }
 }
 
+/// The parts of one chunk: its slices; with several fields, the whole chunk of every
+/// field in one part when it was not cut, else each field's slices in turn.
+struct Parts {
+    slices: Vec<Box3>,
+    region: Box3,
+    fields: i64,
+}
+
+impl Parts {
+    /// The slices are kept as cut: parts are made as they are asked for.
+    fn single(&self) -> bool {
+        self.fields == 1 || self.slices.len() > 1
+    }
+
+    fn len(&self) -> usize {
+        match self.single() {
+            true => self.slices.len() * self.fields as usize,
+            false => usize::from(!self.slices.is_empty()),
+        }
+    }
+
+    fn get(&self, j: usize) -> Option<Part> {
+        if !self.single() {
+            return (j == 0 && !self.slices.is_empty()).then_some(Part {
+                fields: (0, self.fields),
+                cells: self.region,
+            });
+        }
+        let n = self.slices.len().max(1);
+        let f = (j / n) as i64;
+        let cells = *self.slices.get(j % n)?;
+        (f < self.fields).then_some(Part {
+            fields: (f, f + 1),
+            cells,
+        })
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Part> + '_ {
+        (0..self.len()).filter_map(|j| self.get(j))
+    }
+}
+
 /// Slices of one chunk cycling through `places` reused places of `len` elements in the
 /// receiver's workspace (see [`SliceExchange::ring`]).
 #[derive(Clone, Copy, Debug)]
@@ -70,9 +112,9 @@ struct Ring {
 impl Ring {
     /// The ring of a chunk of `count` elements cut into `parts`; `None` when it has too few
     /// slices to reuse a place or the places would not fit in the chunk's own room.
-    fn of(places: Option<usize>, parts: &[Box3], count: i64) -> Option<Ring> {
+    fn of(places: Option<usize>, parts: &Parts, count: i64) -> Option<Ring> {
         let places = places.filter(|&p| p > 0)?;
-        let len = parts.iter().map(Box3::volume).max()?;
+        let len = parts.iter().map(|p| p.volume()).max()?;
         (parts.len() > places && places as i64 * len <= count).then_some(Ring { places, len })
     }
 
@@ -120,36 +162,6 @@ impl TransposeRun<'_> {
     /// Where a chunk at `offset` of an unbatched workspace starts in this run's.
     fn chunk_start(&self, offset: i64) -> i64 {
         offset * self.fields.count
-    }
-
-    /// The parts of the chunk over `region` cut into `slices`: with several fields, the
-    /// whole chunk of every field in one part when it was not cut, else each field's
-    /// slices.
-    fn parts(&self, region: &Box3, slices: Vec<Box3>) -> Vec<Part> {
-        let k = self.fields.count;
-        if k == 1 {
-            return slices
-                .into_iter()
-                .map(|cells| Part {
-                    fields: (0, 1),
-                    cells,
-                })
-                .collect();
-        }
-        if slices.len() <= 1 {
-            return vec![Part {
-                fields: (0, k),
-                cells: *region,
-            }];
-        }
-        (0..k)
-            .flat_map(|f| {
-                slices.iter().map(move |&cells| Part {
-                    fields: (f, f + 1),
-                    cells,
-                })
-            })
-            .collect()
     }
 
     pub(in crate::engine) fn in_place(&self) -> bool {
@@ -202,8 +214,8 @@ impl TransposeRun<'_> {
     fn units(
         &self,
         per_peer: bool,
-        sends: &[Vec<Part>],
-        recvs: &[Vec<Part>],
+        sends: &[Parts],
+        recvs: &[Parts],
     ) -> Vec<(Vec<(usize, usize)>, usize)> {
         let steps: Vec<Vec<(usize, usize)>> = if per_peer {
             self.plan.schedule.iter().map(|&p| vec![p]).collect()
@@ -296,11 +308,16 @@ impl TransposeRun<'_> {
             )));
         }
         let batched = self.fields.count > 1;
-        let send_parts: Vec<Vec<Part>> = (0..np)
-            .map(|p| self.parts(&plan.sends[p].region, plan.send_slices(p, self.elem, &cut)))
+        let parts = |region: Box3, slices| Parts {
+            slices,
+            region,
+            fields: self.fields.count,
+        };
+        let send_parts: Vec<Parts> = (0..np)
+            .map(|p| parts(plan.sends[p].region, plan.send_slices(p, self.elem, &cut)))
             .collect();
-        let recv_parts: Vec<Vec<Part>> = (0..np)
-            .map(|p| self.parts(&plan.recvs[p].region, plan.recv_slices(p, self.elem, &cut)))
+        let recv_parts: Vec<Parts> = (0..np)
+            .map(|p| parts(plan.recvs[p].region, plan.recv_slices(p, self.elem, &cut)))
             .collect();
         let units = self.units(profile.per_peer, &send_parts, &recv_parts);
         // In place, receives may land in the output only when one unit carries every
@@ -313,22 +330,10 @@ impl TransposeRun<'_> {
         // Rings place single-field slices: a batch keeps every slice at its own place.
         let places = ring_places(profile.ring, lag, lands_in_output).filter(|_| !batched);
         let send_rings: Vec<Option<Ring>> = (0..np)
-            .map(|p| {
-                Ring::of(
-                    places,
-                    &plan.send_slices(p, self.elem, &cut),
-                    plan.sends[p].count,
-                )
-            })
+            .map(|p| Ring::of(places, &send_parts[p], plan.sends[p].count))
             .collect();
         let recv_rings: Vec<Option<Ring>> = (0..np)
-            .map(|p| {
-                Ring::of(
-                    places,
-                    &plan.recv_slices(p, self.elem, &cut),
-                    plan.recvs[p].count,
-                )
-            })
+            .map(|p| Ring::of(places, &recv_parts[p], plan.recvs[p].count))
             .collect();
         // What arrives in each unit.
         let incoming = units
@@ -339,7 +344,7 @@ impl TransposeRun<'_> {
                     .filter_map(|&(_, from)| recv_parts[from].get(*k).map(|b| (from, b)))
                     .map(|(from, b)| {
                         let at = recv_rings[from].map(|r| r.place(*k));
-                        self.piece(Way::Receive, from, b, lands_in_output, at)
+                        self.piece(Way::Receive, from, &b, lands_in_output, at)
                     })
                     .collect::<Result<Vec<_>>>()
             })
@@ -378,7 +383,7 @@ impl TransposeRun<'_> {
                     for &(to, _) in pairs {
                         if let Some(b) = send_parts[to].get(*k) {
                             let ring = send_rings[to];
-                            sends.push(self.pack_slice(x, to, b, sends_from_input, ring, *k)?);
+                            sends.push(self.pack_slice(x, to, &b, sends_from_input, ring, *k)?);
                         }
                     }
                     x.ready(u)?;
@@ -403,7 +408,9 @@ impl TransposeRun<'_> {
                     }
                     if !lands_in_output {
                         for r in recvs {
-                            let part = &recv_parts[r.peer][k];
+                            let Some(part) = recv_parts[r.peer].get(k) else {
+                                continue;
+                            };
                             let chunk = &plan.recvs[r.peer];
                             let start = plan.recv_base + chunk.offset;
                             let mut c = plan.unpack_part(r.peer, plan.recv_base, &part.cells);
