@@ -505,9 +505,13 @@ class GridDesc:
                 ``get_pencil_info(0, input_halo_extents, input_padding).array_shape``
                 (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                Only its interior is read.
+                Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                is a batch of ``k`` fields moved in one exchange (one message per
+                peer for all of them); ``out`` is then the batch of ``k`` output
+                pencils, and an explicit ``work`` holds ``k`` times the workspace.
             out: The Y-pencil, writable, of shape
-                ``get_pencil_info(1, output_halo_extents, output_padding).array_shape``.
+                ``get_pencil_info(1, output_halo_extents, output_padding).array_shape``
+                (after the batch axis of a batch).
                 ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 the current device, from CuPy's memory pool on the operation's stream,
                 in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -519,7 +523,8 @@ class GridDesc:
                 on first use, grown when an operation needs more, reused, never shrunk).
                 Otherwise a writable C-contiguous array of the variant's kind, any
                 shape and element type, disjoint from the data, of at least
-                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                (times ``k`` for a batch of ``k`` fields),
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
                 an explicit one (its size is checked all the same).
@@ -613,9 +618,13 @@ class GridDesc:
                 ``get_pencil_info(1, input_halo_extents, input_padding).array_shape``
                 (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                Only its interior is read.
+                Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                is a batch of ``k`` fields moved in one exchange (one message per
+                peer for all of them); ``out`` is then the batch of ``k`` output
+                pencils, and an explicit ``work`` holds ``k`` times the workspace.
             out: The Z-pencil, writable, of shape
-                ``get_pencil_info(2, output_halo_extents, output_padding).array_shape``.
+                ``get_pencil_info(2, output_halo_extents, output_padding).array_shape``
+                (after the batch axis of a batch).
                 ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 the current device, from CuPy's memory pool on the operation's stream,
                 in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -627,7 +636,8 @@ class GridDesc:
                 on first use, grown when an operation needs more, reused, never shrunk).
                 Otherwise a writable C-contiguous array of the variant's kind, any
                 shape and element type, disjoint from the data, of at least
-                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                (times ``k`` for a batch of ``k`` fields),
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
                 an explicit one (its size is checked all the same).
@@ -721,9 +731,13 @@ class GridDesc:
                 ``get_pencil_info(2, input_halo_extents, input_padding).array_shape``
                 (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                Only its interior is read.
+                Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                is a batch of ``k`` fields moved in one exchange (one message per
+                peer for all of them); ``out`` is then the batch of ``k`` output
+                pencils, and an explicit ``work`` holds ``k`` times the workspace.
             out: The Y-pencil, writable, of shape
-                ``get_pencil_info(1, output_halo_extents, output_padding).array_shape``.
+                ``get_pencil_info(1, output_halo_extents, output_padding).array_shape``
+                (after the batch axis of a batch).
                 ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 the current device, from CuPy's memory pool on the operation's stream,
                 in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -735,7 +749,8 @@ class GridDesc:
                 on first use, grown when an operation needs more, reused, never shrunk).
                 Otherwise a writable C-contiguous array of the variant's kind, any
                 shape and element type, disjoint from the data, of at least
-                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                (times ``k`` for a batch of ``k`` fields),
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
                 an explicit one (its size is checked all the same).
@@ -829,9 +844,13 @@ class GridDesc:
                 ``get_pencil_info(1, input_halo_extents, input_padding).array_shape``
                 (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                Only its interior is read.
+                Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                is a batch of ``k`` fields moved in one exchange (one message per
+                peer for all of them); ``out`` is then the batch of ``k`` output
+                pencils, and an explicit ``work`` holds ``k`` times the workspace.
             out: The X-pencil, writable, of shape
-                ``get_pencil_info(0, output_halo_extents, output_padding).array_shape``.
+                ``get_pencil_info(0, output_halo_extents, output_padding).array_shape``
+                (after the batch axis of a batch).
                 ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 the current device, from CuPy's memory pool on the operation's stream,
                 in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -843,7 +862,8 @@ class GridDesc:
                 on first use, grown when an operation needs more, reused, never shrunk).
                 Otherwise a writable C-contiguous array of the variant's kind, any
                 shape and element type, disjoint from the data, of at least
-                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                (times ``k`` for a batch of ``k`` fields),
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
                 an explicit one (its size is checked all the same).
@@ -937,9 +957,13 @@ class GridDesc:
                 ``get_pencil_info(0, input_halo_extents, input_padding).array_shape``
                 (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                Only its interior is read.
+                Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                is a batch of ``k`` fields moved in one exchange (one message per
+                peer for all of them); ``out`` is then the batch of ``k`` output
+                pencils, and an explicit ``work`` holds ``k`` times the workspace.
             out: The Z-pencil, writable, of shape
-                ``get_pencil_info(2, output_halo_extents, output_padding).array_shape``.
+                ``get_pencil_info(2, output_halo_extents, output_padding).array_shape``
+                (after the batch axis of a batch).
                 ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 the current device, from CuPy's memory pool on the operation's stream,
                 in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -951,7 +975,8 @@ class GridDesc:
                 on first use, grown when an operation needs more, reused, never shrunk).
                 Otherwise a writable C-contiguous array of the variant's kind, any
                 shape and element type, disjoint from the data, of at least
-                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                (times ``k`` for a batch of ``k`` fields),
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
                 an explicit one (its size is checked all the same).
@@ -1046,9 +1071,13 @@ class GridDesc:
                 ``get_pencil_info(2, input_halo_extents, input_padding).array_shape``
                 (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                Only its interior is read.
+                Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                is a batch of ``k`` fields moved in one exchange (one message per
+                peer for all of them); ``out`` is then the batch of ``k`` output
+                pencils, and an explicit ``work`` holds ``k`` times the workspace.
             out: The X-pencil, writable, of shape
-                ``get_pencil_info(0, output_halo_extents, output_padding).array_shape``.
+                ``get_pencil_info(0, output_halo_extents, output_padding).array_shape``
+                (after the batch axis of a batch).
                 ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 the current device, from CuPy's memory pool on the operation's stream,
                 in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -1060,7 +1089,8 @@ class GridDesc:
                 on first use, grown when an operation needs more, reused, never shrunk).
                 Otherwise a writable C-contiguous array of the variant's kind, any
                 shape and element type, disjoint from the data, of at least
-                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                (times ``k`` for a batch of ``k`` fields),
                 for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 registered workspace, run in the handle's own workspace and do not use
                 an explicit one (its size is checked all the same).

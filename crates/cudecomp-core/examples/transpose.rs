@@ -144,6 +144,7 @@ fn transposes(grid: &GridDesc, backend: TransposeBackend) -> Result<bool> {
             layouts: TransposeLayouts::default(),
             dtype: DataType::Double,
             own_cells: true,
+            fields: 1,
         };
         grid.transpose(&op, buf(&mut data), buf(&mut out), None, Exec::Host)?;
         let good = out == oracle(&out_info, g.gdims, SENTINEL);

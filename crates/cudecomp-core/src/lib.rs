@@ -94,6 +94,7 @@
 //!         layouts: TransposeLayouts::default(),
 //!         dtype: DataType::Double,
 //!         own_cells: true,
+//!         fields: 1,
 //!     };
 //!     grid.transpose(&op, input.into(), output.into(), None, Exec::Host)?;
 //!     grid.destroy()?;

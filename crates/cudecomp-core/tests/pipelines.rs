@@ -22,6 +22,7 @@ fn op(direction: Direction, layouts: TransposeLayouts) -> TransposeOp {
         layouts,
         dtype: DataType::Double,
         own_cells: true,
+        fields: 1,
     }
 }
 

@@ -44,13 +44,18 @@ impl ArrayArg {
         unsafe { Buf::new(self.ptr as *mut u8, self.nbytes()) }
     }
 
-    /// The array as the core checks it: its bytes, its shape (3-D arrays; workspaces of
-    /// other ranks pass bytes alone), and why it may not be written, if it may not.
+    /// The array as the core checks it: its bytes, its shape (3-D arrays, and 4-D ones as
+    /// a batch of 3-D pencils along the leading axis; workspaces of other ranks pass
+    /// bytes alone), and why it may not be written, if it may not.
     ///
     /// # Safety
     /// As [`ArrayArg::buf`].
     pub(crate) unsafe fn array(&self) -> Array {
-        let shape = <[i64; 3]>::try_from(self.shape.as_slice()).ok();
+        let (batch, pencil) = match self.shape.as_slice() {
+            [k, rest @ ..] if rest.len() == 3 => (Some(*k), rest),
+            all => (None, all),
+        };
+        let shape = <[i64; 3]>::try_from(pencil).ok();
         let read_only = if self.readonly {
             Some("a read-only one")
         } else if self.from_dlpack {
@@ -62,6 +67,7 @@ impl ArrayArg {
             // SAFETY: forwarded to the caller.
             buf: unsafe { self.buf() },
             shape,
+            batch,
             read_only,
         }
     }

@@ -192,9 +192,13 @@ macro_rules! grid_methods {
                 #[doc = concat!("        ``get_pencil_info(", $fax, ", input_halo_extents, input_padding).array_shape``")]
                 ///         (a native-byte-order NumPy array in the CPU variant, an object exposing
                 ///         ``__cuda_array_interface__`` on the handle's device in the GPU variant).
-                ///         Only its interior is read.
+                ///         Only its interior is read. A 4-D array of shape ``(k, *array_shape)``
+                ///         is a batch of ``k`` fields moved in one exchange (one message per
+                ///         peer for all of them); ``out`` is then the batch of ``k`` output
+                ///         pencils, and an explicit ``work`` holds ``k`` times the workspace.
                 #[doc = concat!("    out: The ", $to, "-pencil, writable, of shape")]
-                #[doc = concat!("        ``get_pencil_info(", $tax, ", output_halo_extents, output_padding).array_shape``.")]
+                #[doc = concat!("        ``get_pencil_info(", $tax, ", output_halo_extents, output_padding).array_shape``")]
+                ///         (after the batch axis of a batch).
                 ///         ``None`` allocates it: a NumPy array in the CPU variant; a CuPy array on
                 ///         the current device, from CuPy's memory pool on the operation's stream,
                 ///         in the GPU variant (only for CuPy inputs; other inputs need ``out``).
@@ -206,7 +210,8 @@ macro_rules! grid_methods {
                 ///         on first use, grown when an operation needs more, reused, never shrunk).
                 ///         Otherwise a writable C-contiguous array of the variant's kind, any
                 ///         shape and element type, disjoint from the data, of at least
-                ///         ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes,
+                ///         ``get_transpose_workspace_size() * get_data_type_size(dtype)`` bytes
+                ///         (times ``k`` for a batch of ``k`` fields),
                 ///         for example from ``Handle.malloc``. DIRECT, and NCCL through its
                 ///         registered workspace, run in the handle's own workspace and do not use
                 ///         an explicit one (its size is checked all the same).

@@ -9,7 +9,7 @@ use cudecomp_core::{
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 
 use crate::args::{bool_triple, index_arg, int_triple, parse_dtype};
 use crate::array::{resolve_dtype, ArrayArg};
@@ -152,6 +152,28 @@ pub(crate) fn strict_bool(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
     )))
 }
 
+/// A transpose's data array: one pencil (3-D) or a batch of pencils along a leading axis
+/// (4-D); a sequence of arrays is refused with the form to use instead.
+fn batch_array(py: Python<'_>, v: &Bound<'_, PyAny>, what: &'static str) -> PyResult<ArrayArg> {
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: a batch of fields is one array with a leading batch axis, shape (k, *array_shape) (stack the fields, or allocate the batch so), got a {}",
+            v.get_type().name()?
+        )));
+    }
+    let a = variant::array(py, v, what, true)?;
+    if !matches!(a.shape.len(), 3 | 4) {
+        return Err(invalid(
+            py,
+            format!(
+                "{what}: expected a 3-dimensional array (one pencil) or a 4-dimensional one (a batch of pencils along its leading axis), got {} dimensions",
+                a.shape.len()
+            ),
+        ));
+    }
+    Ok(a)
+}
+
 /// Parses a transpose's arguments (allocating `out` when omitted); the core checks them.
 pub(crate) fn prepare_transpose<'py>(
     py: Python<'py>,
@@ -178,7 +200,11 @@ pub(crate) fn prepare_transpose<'py>(
         output_halo: int_triple(py, c.output_halo_extents, "output_halo_extents")?,
         output_padding: int_triple(py, c.output_padding, "output_padding")?,
     };
-    let input = variant::array(py, c.input, "input", false)?;
+    let input = batch_array(py, c.input, "input")?;
+    let fields = match input.shape.as_slice() {
+        [k, _, _, _] => *k,
+        _ => 1,
+    };
     let dtype: DataType = resolve_dtype(py, explicit, &[&input])?;
     let exec = variant::exec(py, c.stream, c.input)?;
     let out_obj = match c.out.filter(|o| !o.is_none()) {
@@ -196,10 +222,15 @@ pub(crate) fn prepare_transpose<'py>(
                     layouts.output_padding,
                 )
                 .py(py)?;
-            variant::allocate_output(py, c.input, info.array_shape(), dtype, c.stream)?
+            let shape = info.array_shape();
+            let shape = match fields {
+                1 if input.shape.len() == 3 => shape.to_vec(),
+                k => [&[k][..], &shape].concat(),
+            };
+            variant::allocate_output(py, c.input, shape, dtype, c.stream)?
         }
     };
-    let out = variant::array(py, &out_obj, "out", false)?;
+    let out = batch_array(py, &out_obj, "out")?;
     resolve_dtype(py, Some(dtype), &[&out])?;
     let work = work_arg(py, c.work)?;
     let op = TransposeOp {
@@ -207,6 +238,7 @@ pub(crate) fn prepare_transpose<'py>(
         layouts,
         dtype,
         own_cells,
+        fields,
     };
     // SAFETY: the array objects are referenced by the caller for the whole call and were
     // checked to be C-contiguous; device work is ordered on the operation's stream, which

@@ -498,7 +498,9 @@ fn prepare_run<'py>(
     let exec = variant::exec(py, stream, input)?;
     let out_obj = match out.filter(|o| !o.is_none()) {
         Some(o) => o.clone(),
-        None => variant::allocate_output(py, input, r.output().array_shape(), dtype, stream)?,
+        None => {
+            variant::allocate_output(py, input, r.output().array_shape().to_vec(), dtype, stream)?
+        }
     };
     let o = variant::array(py, &out_obj, "out", false)?;
     resolve_dtype(py, Some(dtype), &[&o])?;

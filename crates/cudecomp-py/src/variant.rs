@@ -70,7 +70,7 @@ mod cpu {
     pub(crate) fn allocate_output<'py>(
         py: Python<'py>,
         _input: &Bound<'py, PyAny>,
-        shape: [i64; 3],
+        shape: Vec<i64>,
         dtype: DataType,
         _stream: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -280,7 +280,7 @@ mod gpu {
     pub(crate) fn allocate_output<'py>(
         py: Python<'py>,
         input: &Bound<'py, PyAny>,
-        shape: [i64; 3],
+        shape: Vec<i64>,
         dtype: DataType,
         stream: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {

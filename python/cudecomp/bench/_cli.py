@@ -245,6 +245,13 @@ def parser() -> argparse.ArgumentParser:
         "N eager calls, wall clock per operation (rows op-graph; capturable backends only; 0 = off) (default: 0)",
     )
     p.add_argument(
+        "--fields",
+        type=positive_int,
+        default=1,
+        help="fields per transpose: K > 1 moves a batch of K pencils in one exchange, beside K calls of one field "
+        "and one exchange of the same bytes (the grid K times longer along Z, the bound) (default: 1)",
+    )
+    p.add_argument(
         "--alloc",
         choices=["user", "library"],
         default="user",
@@ -339,6 +346,10 @@ def _output_problem(args: argparse.Namespace) -> str:
             return f"--plot {args.plot}: cannot create the directory: {e}"
     if args.graph and cudecomp.CPU_ONLY:
         return "--graph needs the GPU variant (CUDA graphs); this is the CPU variant"
+    if args.fields > 1 and args.alloc == "library":
+        return "--fields moves batches of fields, which GridDesc.empty_pencil (--alloc library) does not make: leave out one of them"
+    if args.fields > 1 and args.graph:
+        return "--fields and --graph: graphs are captured from single-field calls; leave out one of them"
     if args.progress == "bar" and not args.quiet and tqdm_class() is None:
         return "--progress bar needs tqdm, which is not installed (pip install tqdm)"
     for opt in ("json", "csv"):

@@ -85,6 +85,8 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         infos = [grid.get_pencil_info(a) for a in range(3)]
         if comm.allreduce(any(i.size == 0 for i in infos), op=MPI.LOR):
             return [case.row("all", bname, ac, note=f"skipped: {empty_pencils(case)}")]
+        k = args.fields
+        batch = (k,) if k > 1 else ()
         if args.alloc == "library":
             # The library's own arrays (on DIRECT grids: node-shared host memory, exported
             # device memory).
@@ -92,7 +94,7 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             for b in bufs:
                 b[...] = 1
         else:
-            bufs = [s.xp.m.ones(i.array_shape, case.np_dtype) for i in infos]
+            bufs = [s.xp.m.ones((*batch, *i.array_shape), case.np_dtype) for i in infos]
         for key in args.ops:
             if key not in OPS:
                 continue
@@ -107,8 +109,10 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             off = off_rank_bytes(grid, a, b, case.itemsize)
             distributed = comm.allreduce(off > 0, op=MPI.LOR)
             # A local transpose is compared with a copy of the pencil's bytes.
-            local_bytes = infos[a].size * case.itemsize
-            row = s.measured_row(case.row(key, bname, ac), med, mn, off, local_bytes, distributed)
+            local_bytes = infos[a].size * case.itemsize * k
+            row = s.measured_row(case.row(key, bname, ac), med, mn, k * off, local_bytes, distributed)
+            if k > 1:
+                row.baseline = with_ratios(batch_baselines(s, case, grid, key, bname, ac, halo_backend), med)
             # The baselines are distributed X->Y transposes of the default layout: compare
             # only with the same (a local X->Y has none, see xy_baselines).
             if key == "xy" and not ac and distributed and base:
@@ -126,6 +130,35 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         cfg = config(case.gdims, case.pdims, TransposeCommBackend[bname], ac, halo_backend)
         rows += graph_rows(s, cfg, case.np_dtype, rows)
     return rows
+
+
+def batch_baselines(
+    s: Session, case: Case, grid: cudecomp.GridDesc, key: str, bname: str, ac: bool, halo_backend: HaloCommBackend
+) -> dict[str, float]:
+    """Time what a batch of ``--fields`` K fields is compared with (collective).
+
+    K calls of one field each on ``grid``, and one call on the grid K times longer along Z
+    (the same bytes in one exchange of one field: the bound).
+    """
+    k, (name, a, b) = s.args.fields, OPS[key]
+    infos = [grid.get_pencil_info(x) for x in (a, b)]
+    ins = [s.xp.m.ones(infos[0].array_shape, case.np_dtype) for _ in range(k)]
+    outs = [s.xp.m.ones(infos[1].array_shape, case.np_dtype) for _ in range(k)]
+    fn = getattr(grid, name)
+
+    def separate() -> None:
+        for x, y in zip(ins, outs, strict=True):
+            fn(x, y)
+
+    base = {"separate_calls_ms": s.time(separate)[0] * 1e3}
+    gx, gy, gz = case.gdims
+    long = s.handle.create_grid(config((gx, gy, gz * k), case.pdims, TransposeCommBackend[bname], ac, halo_backend))
+    try:
+        x, y = (s.xp.m.ones(long.get_pencil_info(p).array_shape, case.np_dtype) for p in (a, b))
+        base["one_exchange_bound_ms"] = s.time(functools.partial(getattr(long, name), x, y))[0] * 1e3
+    finally:
+        long.destroy()
+    return base
 
 
 def empty_pencils(case: Case) -> str:

@@ -88,6 +88,8 @@ def case_name(r: Row, args: argparse.Namespace, env: Mapping[str, str]) -> str:
         words.append("halo=" + ",".join(map(str, r.halo)))
     if base in OPS and args.alloc != "user":
         words.append(f"alloc={args.alloc}")
+    if base in OPS and getattr(args, "fields", 1) > 1:
+        words.append(f"fields={args.fields}")
     if r.op.endswith("-graph"):
         words.append(f"graph={args.graph}")
     if r.op.split("-")[0] in ("fft", "ifft", "stage") and args.fft_norm != "backward":

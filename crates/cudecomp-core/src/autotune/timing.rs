@@ -149,6 +149,7 @@ pub(super) fn time_transposes(grid: &GridDesc, o: &AutotuneOptions, best: f64) -
                 layouts: layouts[i],
                 dtype: o.dtype,
                 own_cells: true,
+                fields: 1,
             };
             record[i] += run_timed(exec, &mut || {
                 grid.transpose(&op, ab.into(), out.into(), None, exec)

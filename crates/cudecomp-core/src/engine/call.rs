@@ -4,7 +4,7 @@ use crate::comm::Communicator;
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::cuda::{EventRef, Stream};
 use crate::engine::halo::HaloRun;
-use crate::engine::pipeline::{Fields, TransposeRun};
+use crate::engine::pipeline::{Batch, TransposeRun};
 use crate::geometry::Axis;
 use crate::mem::{Buf, Mover};
 use crate::plan::{HaloPlan, Layout, TransposePlan};
@@ -33,6 +33,8 @@ pub(crate) struct TransposeCall<'a> {
     pub steps: TransposeSteps<'a>,
     /// Copy this rank's own cells (see [`crate::handle::grid::TransposeOp::own_cells`]).
     pub own_cells: bool,
+    /// The fields moved together (see [`crate::handle::grid::TransposeOp::fields`]).
+    pub fields: Batch,
 }
 
 /// A device transpose's array written, or wanted, in steps along an axis: input steps
@@ -112,7 +114,7 @@ impl TransposeCall<'_> {
             output: self.output,
             work,
             own_cells: self.own_cells,
-            fields: Fields::ONE,
+            fields: self.fields,
         }
     }
 }

@@ -21,6 +21,7 @@ pub(crate) use backend::{single_copies, transpose, update_halos};
 pub(crate) use call::{HaloCall, TransposeCall};
 pub use call::{ReadyMark, Steps, TransposeSteps};
 pub(crate) use context::Context;
+pub(crate) use pipeline::Batch;
 
 use crate::cuda::Stream;
 

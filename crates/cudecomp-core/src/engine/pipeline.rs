@@ -27,7 +27,7 @@ const OWN_PIECES: usize = 16;
 /// workspace each chunk holds its fields one after another, so that one piece carries
 /// a whole chunk of every field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Fields {
+pub(crate) struct Batch {
     /// Fields moved (at least one).
     pub count: i64,
     /// Elements from one field of the input to the next.
@@ -36,9 +36,9 @@ pub(crate) struct Fields {
     pub out_stride: i64,
 }
 
-impl Fields {
+impl Batch {
     /// One field: an unbatched run.
-    pub(crate) const ONE: Fields = Fields {
+    pub(crate) const ONE: Batch = Batch {
         count: 1,
         in_stride: 0,
         out_stride: 0,
@@ -143,7 +143,7 @@ pub(crate) struct TransposeRun<'a> {
     /// in the input for the caller.
     pub own_cells: bool,
     /// The fields moved together.
-    pub fields: Fields,
+    pub fields: Batch,
 }
 
 impl TransposeRun<'_> {
@@ -462,14 +462,12 @@ impl TransposeRun<'_> {
     ) -> Result<Piece> {
         let plan = self.plan;
         if let Some(far) = x.pack_into(peer) {
-            if self.fields.count > 1 {
-                return Err(Error::Internal(
-                    "a batch of fields through an exchange that packs into its peers".into(),
-                ));
-            }
-            let part = &part.cells;
-            let natural = plan.packed_offset(&plan.sends[peer].region, part);
-            let mut c = plan.pack_into_peer(peer, part);
+            // Into this rank's receive slot of the peer's workspace: its fields one after
+            // another from where the unbatched chunk would start times the fields.
+            let (chunk, fl) = (&plan.sends[peer], self.fields);
+            let slot = plan.peer_recv_offsets[peer];
+            let natural = plan.packed_offset(&chunk.region, &part.cells);
+            let c = plan.pack_into_peer(peer, &part.cells);
             let rel = match ring {
                 Some(r) => {
                     if k >= r.places {
@@ -477,13 +475,17 @@ impl TransposeRun<'_> {
                     }
                     r.place(k)
                 }
-                None => natural,
+                None => part.fields.0 * chunk.count + natural,
             };
-            c.dst_offset += rel - natural;
+            let first = self.chunk_start(slot) - slot + rel - natural;
+            let c = self.of_field(c, 1, 0, first - part.fields.0 * chunk.count);
             let mover = x.far_mover().unwrap_or(self.mover);
-            mover.copy(self.elem, self.input, far, &c)?;
+            for f in part.fields.0..part.fields.1 {
+                let c = self.of_field(c, f, fl.in_stride, chunk.count);
+                mover.copy(self.elem, self.input, far, &c)?;
+            }
             let len = part.volume() * self.e();
-            let at = (plan.peer_recv_offsets[peer] + rel) * self.e();
+            let at = (self.chunk_start(slot) + rel) * self.e();
             return Ok(Piece {
                 peer,
                 ptr: far.range(at, len)?,
@@ -616,7 +618,7 @@ mod tests {
                     output: if in_place { inp } else { bytes(&mut output) },
                     work: bytes(&mut work),
                     own_cells: true,
-                    fields: Fields::ONE,
+                    fields: Batch::ONE,
                 };
                 let x = Posted {
                     t: sub.as_ref(),
@@ -676,7 +678,7 @@ mod tests {
                     output: if in_place { inp } else { bytes(&mut output) },
                     work: bytes(&mut work),
                     own_cells: true,
-                    fields: Fields {
+                    fields: Batch {
                         count: K as i64,
                         in_stride: si as i64,
                         out_stride: so as i64,
@@ -862,7 +864,7 @@ mod tests {
                     output: outs[c.rank()],
                     work: Buf::empty(),
                     own_cells: true,
-                    fields: Fields::ONE,
+                    fields: Batch::ONE,
                 };
                 let members: Vec<Buf> = plan.members.iter().map(|&r| outs[r]).collect();
                 body(&run, &members, sub.as_ref());

@@ -12,7 +12,7 @@ use crate::comm::Communicator;
 use crate::config::DataType;
 use crate::engine::device::lock;
 use crate::engine::Exec;
-use crate::engine::{self, HaloCall, Steps, TransposeCall, TransposeSteps};
+use crate::engine::{self, Batch, HaloCall, Steps, TransposeCall, TransposeSteps};
 use crate::geometry::{CommAxis, Grid};
 use crate::handle::runner::{check_work, Array, Runner};
 use crate::handle::Handle;
@@ -33,6 +33,10 @@ pub struct TransposeOp {
     /// `false` leaves them to the caller, which reads them from the input (out of place
     /// only). Each rank decides for itself: peers' chunks move alike either way.
     pub own_cells: bool,
+    /// Fields moved together in one exchange (at least 1): each array holds that many
+    /// pencils one after another (a leading batch axis), the workspace that many times
+    /// the grid's.
+    pub fields: i64,
 }
 
 /// One decomposition bound to a handle.
@@ -54,8 +58,12 @@ fn transpose_signature(
     explicit_work: bool,
 ) -> String {
     let l = &op.layouts;
+    let fields = match op.fields {
+        1 => String::new(),
+        k => format!("{k} fields, "),
+    };
     format!(
-        "grid {serial}: {}(dtype {}, input_halo_extents {:?}, output_halo_extents {:?}, input_padding {:?}, output_padding {:?}, {}, {} workspace)",
+        "grid {serial}: {}({fields}dtype {}, input_halo_extents {:?}, output_halo_extents {:?}, input_padding {:?}, output_padding {:?}, {}, {} workspace)",
         op.direction.method_name(),
         op.dtype.enum_name(),
         l.input_halo,
@@ -243,6 +251,11 @@ impl GridDesc {
                     work: work.map(|w| w.buf),
                     steps,
                     own_cells: op.own_cells,
+                    fields: Batch {
+                        count: op.fields,
+                        in_stride: plan.input.size,
+                        out_stride: plan.output.size,
+                    },
                 },
                 exec,
             )
@@ -261,21 +274,33 @@ impl GridDesc {
         self.runner.check_exec(exec)?;
         let plan = self.transpose_plan(op.direction, &op.layouts)?;
         let elem = op.dtype.size();
-        if !op.own_cells && input.buf.ptr() == output.buf.ptr() {
+        let in_place = input.buf.ptr() == output.buf.ptr();
+        if !op.own_cells && in_place {
             invalid!("own_cells=False: expected an out-of-place transpose (this rank's own cells stay in the input for the caller), got out sharing the input's memory");
         }
+        if op.fields < 1 {
+            invalid!("fields: expected at least one field, got {}", op.fields);
+        }
+        if op.fields > 1 && in_place && plan.input.size != plan.output.size {
+            invalid!(
+                "out: an in-place transpose of {} fields needs input and output pencils of one size (each field keeps its place), got {} and {} elements on this rank: pass a separate out",
+                op.fields,
+                plan.input.size,
+                plan.output.size
+            );
+        }
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
+        let query = match op.fields {
+            1 => "get_transpose_workspace_size()".to_string(),
+            k => format!("get_transpose_workspace_size() times {k} fields"),
+        };
         self.runner.check_exchange_arrays(
             &plan,
             elem,
             [shape, shape],
-            input,
-            output,
+            (input, output, op.fields),
             work,
-            (
-                self.grid.transpose_workspace_size()?,
-                "get_transpose_workspace_size()",
-            ),
+            (self.grid.transpose_workspace_size()? * op.fields, &query),
             exec,
         )?;
         Ok(plan)

@@ -8,7 +8,7 @@
 use crate::comm::allgather_words;
 use crate::config::{DataType, HaloBackend, TransposeBackend};
 use crate::engine::device::lock;
-use crate::engine::{self, Exec, TransposeCall};
+use crate::engine::{self, Batch, Exec, TransposeCall};
 use crate::geometry::{align, Axis, Box3, PencilInfo};
 use crate::handle::grid::GridDesc;
 use crate::handle::runner::{Array, Runner};
@@ -366,6 +366,7 @@ impl Redistribution {
                     work: work.map(|w| w.buf),
                     steps: Default::default(),
                     own_cells: true,
+                    fields: Batch::ONE,
                 },
                 exec,
             )
@@ -399,8 +400,7 @@ impl Redistribution {
                 "the redistribution's input_info.array_shape",
                 "the redistribution's output_info.array_shape",
             ],
-            input,
-            output,
+            (input, output, 1),
             work,
             (self.workspace_elems, "get_workspace_size()"),
             exec,

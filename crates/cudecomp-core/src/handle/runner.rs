@@ -25,9 +25,12 @@ use crate::{invalid, Error, Fields, Result};
 pub struct Array {
     /// The array's memory (host or device).
     pub buf: Buf,
-    /// The C-contiguous shape, slowest axis first (`PencilInfo::array_shape`); `None`:
-    /// only the bytes are known (checked to hold the pencil).
+    /// The C-contiguous shape, slowest axis first (`PencilInfo::array_shape`), after the
+    /// batch axis if any; `None`: only the bytes are known (checked to hold the pencil).
     pub shape: Option<[i64; 3]>,
+    /// The leading axis of a batch of pencils (fields one after another); `None`: one
+    /// pencil, or only the bytes are known.
+    pub batch: Option<i64>,
     /// `None` when the array may be written; otherwise why not (a read-only view, an
     /// export that does not say), for the message where an output or halo array must be.
     pub read_only: Option<&'static str>,
@@ -39,6 +42,7 @@ impl From<Buf> for Array {
         Array {
             buf,
             shape: None,
+            batch: None,
             read_only: None,
         }
     }
@@ -61,17 +65,43 @@ impl Array {
         hint: &str,
         write: bool,
     ) -> Result<()> {
+        self.check_fields(what, info, 1, elem, hint, write)
+    }
+
+    /// [`Array::check`] of a batch of `fields` pencils one after another (a leading
+    /// batch axis of that length; one pencil may come without it).
+    pub(crate) fn check_fields(
+        &self,
+        what: &str,
+        info: &PencilInfo,
+        fields: i64,
+        elem: usize,
+        hint: &str,
+        write: bool,
+    ) -> Result<()> {
+        let batch = self.batch.unwrap_or(1);
         if let Some(shape) = self.shape {
             let want = info.array_shape();
-            if shape != want {
-                invalid!(
-                    "{what}: expected shape {} ({hint}), got {}",
-                    shape_text(&want),
-                    shape_text(&shape)
-                );
+            if shape != want || batch != fields {
+                let (want, got) = match (fields, self.batch) {
+                    (1, None) => (shape_text(&want), shape_text(&shape)),
+                    (_, None) => (
+                        shape_text(&[&[fields][..], &want].concat()),
+                        shape_text(&shape),
+                    ),
+                    (_, Some(b)) => (
+                        shape_text(&[&[fields][..], &want].concat()),
+                        shape_text(&[&[b][..], &shape].concat()),
+                    ),
+                };
+                let hint = match fields {
+                    1 => hint.to_string(),
+                    k => format!("{k} fields, each {hint}"),
+                };
+                invalid!("{what}: expected shape {want} ({hint}), got {got}");
             }
         }
-        check_len(what, self.buf, info.size, elem)?;
+        check_len(what, self.buf, info.size.saturating_mul(fields), elem)?;
         match self.read_only {
             Some(why) if write => invalid!("{what}: expected a writable array, got {why}"),
             _ => Ok(()),
@@ -236,14 +266,13 @@ impl Runner {
         plan: &TransposePlan,
         elem: usize,
         shapes: [&str; 2],
-        input: Array,
-        output: Array,
+        (input, output, fields): (Array, Array, i64),
         work: Option<Array>,
         (work_elems, query): (i64, &str),
         exec: Exec,
     ) -> Result<()> {
-        input.check("input", &plan.input, elem, shapes[0], false)?;
-        output.check("out", &plan.output, elem, shapes[1], true)?;
+        input.check_fields("input", &plan.input, fields, elem, shapes[0], false)?;
+        output.check_fields("out", &plan.output, fields, elem, shapes[1], true)?;
         let (i, o) = (input.buf, output.buf);
         if i.ptr() != o.ptr() && i.overlaps(&o) {
             invalid!("out: expected either the input's own memory (in-place, same data pointer) or memory disjoint from it, got a partial overlap");

@@ -450,7 +450,7 @@ impl Backend for DirectDeviceBackend {
                 peers: ws.ipc(),
                 members: &plan.members,
                 me: plan.me,
-                slots: peer_slots(plan, elem as i64),
+                slots: peer_slots(plan, elem as i64, c.fields.count),
                 comm: c.group,
             };
             run.run(&x, cx.slice_bytes)?;

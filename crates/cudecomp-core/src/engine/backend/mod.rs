@@ -129,13 +129,20 @@ fn capturing(cx: &Context<'_>, exec: Exec, capture: Capture, backend: &str) -> R
 pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> Result<()> {
     let plan = c.plan;
     let elem = c.dtype.size();
-    let need = work_bytes(c.work, c.workspace_elems, elem, TRANSPOSE_QUERY)?;
+    let need = work_bytes(
+        c.work,
+        c.workspace_elems * c.fields.count,
+        elem,
+        TRANSPOSE_QUERY,
+    )?;
     let key = || transpose_key(plan, c.dtype, c.input.ptr() == c.output.ptr());
     let sample = PerfSample {
         key: &key,
         bytes: transpose_bytes(plan, elem),
     };
-    let route = transpose_route(exec, c.backend, cx.mpi_cuda_aware(), plan, elem)?;
+    // Messages carry every field's chunk: the all-to-all's bound counts them all.
+    let cell_bytes = elem * c.fields.count as usize;
+    let route = transpose_route(exec, c.backend, cx.mpi_cuda_aware(), plan, cell_bytes)?;
     let capturing = capturing(cx, exec, transpose_capture(route), c.backend.enum_name())?;
     // Only DIRECT's single copies move the input, and write the output, in steps; every
     // other route waits for the whole input and says the output landed at its end.
@@ -207,10 +214,10 @@ pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Re
 }
 
 /// Byte offset, in each peer's workspace, of the slot this rank's chunk goes to.
-fn peer_slots(plan: &TransposePlan, elem: i64) -> Vec<u64> {
+fn peer_slots(plan: &TransposePlan, elem: i64, fields: i64) -> Vec<u64> {
     plan.peer_recv_offsets
         .iter()
-        .map(|&o| (o * elem) as u64)
+        .map(|&o| (o * fields * elem) as u64)
         .collect()
 }
 

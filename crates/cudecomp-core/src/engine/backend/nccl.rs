@@ -142,8 +142,10 @@ impl Backend for NcclBackend {
         let (cx, c, f) = (s.cx, s.call, s.device()?);
         let plan = c.plan;
         let nccl = f.dev.nccl(cx.world)?;
-        // Never where some rank sends from its input or receives into its output.
-        let registrable = plan.packed_everywhere.then_some(c.workspace_elems);
+        // Never where some rank sends from its input or receives into its output (a batch
+        // of fields always packs, on every rank alike).
+        let registrable = (plan.packed_everywhere || c.fields.count > 1)
+            .then_some(c.workspace_elems * c.fields.count);
         let elem = c.dtype.size();
         let (work, registered) =
             workspace(ws, &nccl, f, cx.world, registrable, c.work, s.need, elem)?;

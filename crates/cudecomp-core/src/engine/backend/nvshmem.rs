@@ -414,7 +414,7 @@ impl Backend for NvshmemBackend {
             main: stream,
             members: &plan.members,
             me: plan.me,
-            slots: peer_slots(plan, c.dtype.size() as i64),
+            slots: peer_slots(plan, c.dtype.size() as i64, c.fields.count),
             direct: (mode == Mode::Packed).then_some(&far as &dyn Mover),
             waited: RefCell::new(vec![false; plan.npeers()]),
             per_peer: mode == Mode::PerPeer,

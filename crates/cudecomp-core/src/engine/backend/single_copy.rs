@@ -27,7 +27,8 @@ pub(super) fn single_copy_wanted(
         SingleCopy::Always => true,
         SingleCopy::Auto => by_default(),
     };
-    allowed && !c.input.overlaps(&c.output)
+    // A batch of fields takes the two-copy path: single copies move one field.
+    allowed && !c.input.overlaps(&c.output) && c.fields.count == 1
 }
 
 /// The outputs of every member of `plan`'s sub-communicator, mapped here by `map`, when

@@ -416,7 +416,9 @@ impl Backend for StagedMpiBackend {
     ) -> Result<()> {
         let (cx, c, f) = (s.cx, s.call, s.device()?);
         let sliced = staging == Staging::Sliced;
-        let staging_bytes = (c.plan.input.size + c.plan.output.size) as usize * c.dtype.size();
+        let fields = c.fields.count as usize;
+        let staging_bytes =
+            (c.plan.input.size + c.plan.output.size) as usize * fields * c.dtype.size();
         let work = s.work(ws)?;
         if sliced {
             // Receives write into the arena from the host as soon as they are posted: the

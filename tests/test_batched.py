@@ -1,0 +1,165 @@
+"""Several fields in one exchange: a transpose of a batch of pencils (a leading batch axis)
+equals one transpose per field, bit for bit, on every backend, layout and process grid;
+and what a batch may not be raises on every rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+from conftest import handle_with, requires_data_path
+from cudecomp import DataType
+from oracle import device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
+
+pytestmark = [pytest.mark.mpi, requires_data_path()]
+
+K = 3
+GDIMS = (9, 10, 7)
+OPS = [
+    ("transpose_x_to_y", 0, 1),
+    ("transpose_y_to_z", 1, 2),
+    ("transpose_z_to_y", 2, 1),
+    ("transpose_y_to_x", 1, 0),
+    ("transpose_x_to_z", 0, 2),
+    ("transpose_z_to_x", 2, 0),
+]
+NRANKS = MPI.COMM_WORLD.size
+SENTINEL = -5.0
+ZERO3 = (0, 0, 0)
+# name: (axis contiguity, input halo, output halo, input padding, output padding)
+LAYOUTS = {
+    "plain": ((False, False, False), ZERO3, ZERO3, ZERO3, ZERO3),
+    "halos and padding": ((False, False, False), (1, 0, 1), (0, 2, 0), (0, 1, 0), (1, 0, 0)),
+    "axis-contiguous": ((True, True, True), ZERO3, (1, 1, 0), (0, 0, 1), ZERO3),
+}
+
+
+def batch(info: cudecomp.PencilInfo, dtype: DataType, k: int) -> np.ndarray:
+    """``k`` distinct fields of the pencil: the oracle plus a per-field offset inside."""
+    one = make(info, GDIMS, dtype, SENTINEL)
+    inside = interior(info)
+    b = np.stack([one] * k)
+    for f in range(k):
+        b[f][inside] += 1000.0 * f
+    return b
+
+
+def grid_of(
+    handle: cudecomp.Handle, pdims: tuple[int, int], backend: cudecomp.TransposeCommBackend, contiguous: tuple[bool, bool, bool]
+) -> cudecomp.GridDesc:
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, pdims
+    cfg.transpose_comm_backend = backend
+    cfg.transpose_axis_contiguous = contiguous
+    return handle.create_grid(cfg)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [DataType.DOUBLE, DataType.FLOAT_COMPLEX])
+@pytest.mark.parametrize("backend", variant_transpose_backends())
+def test_a_batch_equals_one_transpose_per_field(
+    handle: cudecomp.Handle, backend: cudecomp.TransposeCommBackend, dtype: DataType, layout: str
+) -> None:
+    contiguous, in_halo, out_halo, in_pad, out_pad = LAYOUTS[layout]
+    kw = dict(input_halo_extents=in_halo, output_halo_extents=out_halo, input_padding=in_pad, output_padding=out_pad)
+    for pdims in factor_pairs(NRANKS):
+        grid = grid_of(handle, pdims, backend, contiguous)
+        for name, a, b in OPS:
+            src = grid.get_pencil_info(a, in_halo, in_pad)
+            dst = grid.get_pencil_info(b, out_halo, out_pad)
+            x = batch(src, dtype, K)
+            out = device(np.full((K, *dst.array_shape), SENTINEL, dtype=x.dtype))
+            got = getattr(grid, name)(device(x), out=out, **kw)
+            assert got is out
+            for f in range(K):
+                one = device(np.full(dst.array_shape, SENTINEL, dtype=x.dtype))
+                getattr(grid, name)(device(np.ascontiguousarray(x[f])), out=one, **kw)
+                assert np.array_equal(to_host(out)[f], to_host(one)), f"{name} {pdims} field {f}"
+        grid.destroy()
+
+
+@pytest.mark.parametrize("backend", variant_transpose_backends())
+def test_a_batch_cut_into_slices_equals_one_transpose_per_field(backend: cudecomp.TransposeCommBackend) -> None:
+    # Slices of 64 bytes cut every chunk: each field then travels in its own slices.
+    with handle_with(CUDECOMP_PIPELINE_SLICE_BYTES="64") as h:
+        for pdims in factor_pairs(NRANKS):
+            grid = grid_of(h, pdims, backend, (False, False, False))
+            for name, a, b in OPS:
+                src, dst = grid.get_pencil_info(a), grid.get_pencil_info(b)
+                x = batch(src, DataType.DOUBLE, K)
+                got = to_host(getattr(grid, name)(device(x)))
+                inside = interior(dst)
+                for f in range(K):
+                    one = to_host(getattr(grid, name)(device(np.ascontiguousarray(x[f]))))
+                    assert np.array_equal(got[f][inside], one[inside]), f"{name} {pdims} field {f}"
+            grid.destroy()
+
+
+def test_a_batch_allocates_its_output_and_one_field_batch_keeps_its_axis(handle: cudecomp.Handle) -> None:
+    grid = grid_of(handle, (1, NRANKS), cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+    src, dst = grid.get_pencil_info(0), grid.get_pencil_info(1)
+    x = batch(src, DataType.DOUBLE, K)
+    y = to_host(grid.transpose_x_to_y(device(x)))
+    assert y.shape == (K, *dst.array_shape)
+    inside = interior(dst)
+    for f in range(K):
+        assert np.array_equal(y[f][inside], make(dst, GDIMS, DataType.DOUBLE)[inside] + 1000.0 * f)
+    assert to_host(grid.transpose_x_to_y(device(x[:1]))).shape == (1, *dst.array_shape)
+    grid.destroy()
+
+
+def test_an_in_place_batch_needs_pencils_of_one_size(handle: cudecomp.Handle) -> None:
+    grid = grid_of(handle, (1, NRANKS), cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+    # X and Y pencils of (1, n) grids hold the same cells on every rank.
+    src, dst = grid.get_pencil_info(0), grid.get_pencil_info(1)
+    assert src.size == dst.size
+    x = batch(src, DataType.DOUBLE, K)
+    y = grid.transpose_x_to_y(device(x), out=device(x.copy()))
+    inplace = device(x.copy())
+    assert grid.transpose_x_to_y(inplace, out=inplace) is inplace
+    assert np.array_equal(to_host(inplace), to_host(y))
+    # Padding the output makes it larger on every rank.
+    with pytest.raises(cudecomp.InvalidUsageError, match="pencils of one size"):
+        grid.transpose_x_to_y(inplace, out=inplace, output_padding=(1, 0, 0))
+    grid.destroy()
+
+
+def test_what_a_batch_may_not_be_raises(handle: cudecomp.Handle) -> None:
+    grid = grid_of(handle, (1, NRANKS), cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+    src, dst = grid.get_pencil_info(0), grid.get_pencil_info(1)
+    x = device(batch(src, DataType.DOUBLE, K))
+    fields = [device(make(src, GDIMS, DataType.DOUBLE)) for _ in range(K)]
+    with pytest.raises(TypeError, match="leading batch axis"):
+        grid.transpose_x_to_y(fields)
+    with pytest.raises(cudecomp.InvalidUsageError, match=r"out: expected shape \(3, "):
+        grid.transpose_x_to_y(x, out=device(np.zeros((2, *dst.array_shape))))
+    with pytest.raises(cudecomp.InvalidUsageError, match="out: expected shape"):
+        grid.transpose_x_to_y(x, out=device(np.zeros(dst.array_shape)))
+    with pytest.raises(cudecomp.InvalidUsageError, match="at least one field"):
+        grid.transpose_x_to_y(device(np.zeros((0, *src.array_shape))))
+    with pytest.raises(cudecomp.InvalidUsageError, match="3-dimensional array .* or a 4-dimensional"):
+        grid.transpose_x_to_y(device(np.zeros((1, 1, *src.array_shape))))
+    # An explicit workspace holds the grid's workspace once per field.
+    one = grid.get_transpose_workspace_size()
+    with pytest.raises(cudecomp.InvalidUsageError, match="times 3 fields"):
+        grid.transpose_x_to_y(x, work=device(np.zeros(one)))
+    y = grid.transpose_x_to_y(x, work=device(np.zeros(K * one)))
+    assert y.shape == (K, *dst.array_shape)
+    grid.destroy()
+
+
+@pytest.mark.checking
+@pytest.mark.mpi(min_ranks=2)
+def test_batches_of_different_sizes_on_different_ranks_raise_on_every_rank(handle: cudecomp.Handle) -> None:
+    grid = grid_of(handle, (1, NRANKS), cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+    src = grid.get_pencil_info(0)
+    k = 2 if MPI.COMM_WORLD.rank == 0 else K
+    with pytest.raises(cudecomp.InvalidUsageError, match="fields"):
+        grid.transpose_x_to_y(device(batch(src, DataType.DOUBLE, k)))
+    # The grid goes on working.
+    y = grid.transpose_x_to_y(device(batch(src, DataType.DOUBLE, K)))
+    assert xp.asarray(y).shape[0] == K
+    grid.destroy()
