@@ -1,6 +1,6 @@
-"""Several fields in one exchange: a transpose of a batch of pencils (a leading batch axis)
-equals one transpose per field, bit for bit, on every backend, layout and process grid;
-and what a batch may not be raises on every rank.
+"""Several fields in one exchange: a transpose or halo update of a batch of pencils (a
+leading batch axis) equals one operation per field, bit for bit, on every backend, layout
+and process grid; and what a batch may not be raises on every rank.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from mpi4py import MPI
 import cudecomp
 from conftest import handle_with, requires_data_path
 from cudecomp import DataType
-from oracle import device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
+from oracle import device, factor_pairs, interior, make, to_host, variant_halo_backends, variant_transpose_backends, xp
 
 pytestmark = [pytest.mark.mpi, requires_data_path()]
 
@@ -162,4 +162,51 @@ def test_batches_of_different_sizes_on_different_ranks_raise_on_every_rank(handl
     # The grid goes on working.
     y = grid.transpose_x_to_y(device(batch(src, DataType.DOUBLE, K)))
     assert xp.asarray(y).shape[0] == K
+    grid.destroy()
+
+
+UPDATES = ("update_halos_x", "update_halos_y", "update_halos_z")
+
+
+@pytest.mark.parametrize("periods", [(True, True, True), (False, True, False)])
+@pytest.mark.parametrize("backend", variant_halo_backends())
+def test_a_batch_of_halo_updates_equals_one_update_per_field(
+    handle: cudecomp.Handle, backend: cudecomp.HaloCommBackend, periods: tuple[bool, bool, bool]
+) -> None:
+    halo, padding = (1, 1, 1), (0, 1, 0)
+    for pdims in factor_pairs(NRANKS):
+        cfg = cudecomp.GridDescConfig()
+        cfg.gdims, cfg.pdims, cfg.halo_comm_backend = GDIMS, pdims, backend
+        grid = handle.create_grid(cfg)
+        for axis, name in enumerate(UPDATES):
+            info = grid.get_pencil_info(axis, halo, padding)
+            fields = batch(info, DataType.DOUBLE, K)
+            for dim in range(3):
+                # Copies: on the CPU, device() and a field of a C-contiguous batch are views.
+                got = device(fields.copy())
+                getattr(grid, name)(got, halo, periods, dim, padding=padding)
+                for f in range(K):
+                    one = device(fields[f].copy())
+                    getattr(grid, name)(one, halo, periods, dim, padding=padding)
+                    assert np.array_equal(to_host(got)[f], to_host(one)), f"{name} dim {dim} {pdims} field {f}"
+                # The next dimension starts from what this one wrote, in both.
+                fields = to_host(got)
+        grid.destroy()
+
+
+def test_a_halo_batch_needs_its_workspace_once_per_field(handle: cudecomp.Handle) -> None:
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, (1, NRANKS)
+    grid = handle.create_grid(cfg)
+    halo = (1, 1, 1)
+    info = grid.get_pencil_info(0, halo)
+    data = device(batch(info, DataType.DOUBLE, K))
+    one = grid.get_halo_workspace_size(0, halo)
+    with pytest.raises(cudecomp.InvalidUsageError, match="times 3 fields"):
+        grid.update_halos_x(data, halo, None, 2, work=device(np.zeros(max(one, 1))))
+    grid.update_halos_x(data, halo, None, 2, work=device(np.zeros(K * one)))
+    with pytest.raises(TypeError, match="leading batch axis"):
+        grid.update_halos_x([data[0], data[1]], halo, None, 2)
+    with pytest.raises(cudecomp.InvalidUsageError, match="at least one field"):
+        grid.update_halos_x(device(np.zeros((0, *info.array_shape))), halo, None, 2)
     grid.destroy()

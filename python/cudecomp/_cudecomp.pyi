@@ -1180,6 +1180,9 @@ class GridDesc:
             input: The X-pencil, writable, of shape
                 ``get_pencil_info(0, halo_extents, padding).array_shape`` (NumPy in
                 the CPU variant, a CUDA array on the handle's device in the GPU variant).
+                A 4-D array ``(k, *array_shape)`` is a batch of ``k`` fields whose
+                halos are updated in one exchange; an explicit ``work`` then holds
+                ``k`` times the workspace.
             halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
                 any rank that exchanges along ``dim`` owns there.
@@ -1231,6 +1234,9 @@ class GridDesc:
             input: The Y-pencil, writable, of shape
                 ``get_pencil_info(1, halo_extents, padding).array_shape`` (NumPy in
                 the CPU variant, a CUDA array on the handle's device in the GPU variant).
+                A 4-D array ``(k, *array_shape)`` is a batch of ``k`` fields whose
+                halos are updated in one exchange; an explicit ``work`` then holds
+                ``k`` times the workspace.
             halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
                 any rank that exchanges along ``dim`` owns there.
@@ -1282,6 +1288,9 @@ class GridDesc:
             input: The Z-pencil, writable, of shape
                 ``get_pencil_info(2, halo_extents, padding).array_shape`` (NumPy in
                 the CPU variant, a CUDA array on the handle's device in the GPU variant).
+                A 4-D array ``(k, *array_shape)`` is a batch of ``k`` fields whose
+                halos are updated in one exchange; an explicit ``work`` then holds
+                ``k`` times the workspace.
             halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
                 any rank that exchanges along ``dim`` owns there.

@@ -315,6 +315,9 @@ macro_rules! grid_methods {
                 #[doc = concat!("    input: The ", $pencil, "-pencil, writable, of shape")]
                 #[doc = concat!("        ``get_pencil_info(", $axis, ", halo_extents, padding).array_shape`` (NumPy in")]
                 ///         the CPU variant, a CUDA array on the handle's device in the GPU variant).
+                ///         A 4-D array ``(k, *array_shape)`` is a batch of ``k`` fields whose
+                ///         halos are updated in one exchange; an explicit ``work`` then holds
+                ///         ``k`` times the workspace.
                 ///     halo_extents: Halo cells on each side of each global axis (X, Y, Z). All
                 ///         zeros returns at once. ``halo_extents[dim]`` may not exceed the cells
                 ///         any rank that exchanges along ``dim`` owns there.

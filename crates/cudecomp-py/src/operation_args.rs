@@ -279,7 +279,7 @@ pub(crate) fn prepare_halo(
         periods: bool_triple(py, c.halo_periods, "halo_periods")?,
         padding: int_triple(py, c.padding, "padding")?,
     };
-    let data = variant::array(py, c.input, "input", false)?;
+    let data = batch_array(py, c.input, "input")?;
     let dtype = resolve_dtype(py, explicit, &[&data])?;
     let work = work_arg(py, c.work)?;
     let exec = variant::exec(py, c.stream, c.input)?;

@@ -101,6 +101,8 @@ pub(crate) struct HaloCall<'a> {
     pub data: Buf,
     /// The caller's workspace (`None`: the handle's).
     pub work: Option<Buf>,
+    /// The fields updated together (the array's batch of pencils).
+    pub fields: Batch,
 }
 
 impl TransposeCall<'_> {
@@ -129,6 +131,7 @@ impl HaloCall<'_> {
             mover,
             data: self.data,
             work,
+            fields: self.fields,
         }
     }
 }

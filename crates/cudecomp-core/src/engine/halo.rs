@@ -3,6 +3,7 @@
 use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::config::HaloBackend;
 use crate::engine::exchange::FaceExchange;
+use crate::engine::pipeline::Batch;
 use crate::mem::{Buf, Mover};
 use crate::plan::{slice_count, Copy3, HaloPlan, HaloSide};
 use crate::{unsupported, Result};
@@ -22,6 +23,9 @@ pub(crate) struct HaloRun<'a> {
     pub data: Buf,
     /// Workspace for packed faces (send slots, then receive slots).
     pub work: Buf,
+    /// Fields updated together: `count` pencils `in_stride` elements apart in `data`;
+    /// each workspace slot holds every field's face, one after another.
+    pub fields: Batch,
 }
 
 impl HaloRun<'_> {
@@ -29,11 +33,37 @@ impl HaloRun<'_> {
         self.mover.copy(self.elem, src, dst, c)
     }
 
+    /// Faces travel straight from and into the array: dense there, and one field (a
+    /// batch's faces lie a pencil apart, so they are packed side by side).
+    fn dense(&self) -> bool {
+        self.plan.faces_dense() && self.fields.count == 1
+    }
+
+    /// Element offset of the workspace slot of `side`'s face, every field's in turn.
+    fn slot(&self, side: HaloSide, receive: bool) -> i64 {
+        self.plan.slot_offset(side, receive) * self.fields.count
+    }
+
+    /// `c` for field `f`: `array` the side in the array, the other side in the slot of
+    /// `side`'s face.
+    fn of_field(&self, mut c: Copy3, f: i64, side: HaloSide, receive: bool) -> Copy3 {
+        let (stride, face) = (self.fields.in_stride, self.plan.face);
+        let slot = self.slot(side, receive) - self.plan.slot_offset(side, receive) + f * face;
+        if receive {
+            c.src_offset += slot;
+            c.dst_offset += f * stride;
+        } else {
+            c.src_offset += f * stride;
+            c.dst_offset += slot;
+        }
+        c
+    }
+
     /// `(buffer, byte offset)` of the face sent to, or received from, `side`.
     fn face(&self, side: HaloSide, receive: bool) -> (Buf, i64) {
         let p = self.plan;
         let e = self.elem as i64;
-        if p.faces_dense() {
+        if self.dense() {
             let b = if receive {
                 &p.recv[side as usize]
             } else {
@@ -41,7 +71,7 @@ impl HaloRun<'_> {
             };
             (self.data, p.array_offset(b) * e)
         } else {
-            (self.work, p.slot_offset(side, receive) * e)
+            (self.work, self.slot(side, receive) * e)
         }
     }
 
@@ -55,7 +85,7 @@ impl HaloRun<'_> {
         let Some(peer) = self.plan.neighbours[side as usize] else {
             return Ok(());
         };
-        let n = (self.plan.face * self.elem as i64) as usize;
+        let n = (self.plan.face * self.fields.count * self.elem as i64) as usize;
         let (buf, off) = self.face(side, receive);
         let ptr = buf.range(off, n as i64)?;
         // A message travelling towards `side` carries that side's tag; what arrives from
@@ -71,15 +101,21 @@ impl HaloRun<'_> {
     }
 
     fn pack(&self, side: HaloSide) -> Result<()> {
-        if self.plan.neighbours[side as usize].is_some() && !self.plan.faces_dense() {
-            self.copy(self.data, self.work, &self.plan.pack(side))?;
+        if self.plan.neighbours[side as usize].is_some() && !self.dense() {
+            for f in 0..self.fields.count {
+                let c = self.of_field(self.plan.pack(side), f, side, false);
+                self.copy(self.data, self.work, &c)?;
+            }
         }
         Ok(())
     }
 
     fn unpack(&self, side: HaloSide) -> Result<()> {
-        if self.plan.neighbours[side as usize].is_some() && !self.plan.faces_dense() {
-            self.copy(self.work, self.data, &self.plan.unpack(side))?;
+        if self.plan.neighbours[side as usize].is_some() && !self.dense() {
+            for f in 0..self.fields.count {
+                let c = self.of_field(self.plan.unpack(side), f, side, true);
+                self.copy(self.work, self.data, &c)?;
+            }
         }
         Ok(())
     }
@@ -89,8 +125,14 @@ impl HaloRun<'_> {
         if !self.plan.local_wrap {
             return Ok(false);
         }
-        for side in HaloSide::BOTH {
-            self.copy(self.data, self.data, &self.plan.wrap_copy(side))?;
+        let stride = self.fields.in_stride;
+        for f in 0..self.fields.count {
+            for side in HaloSide::BOTH {
+                let mut c = self.plan.wrap_copy(side);
+                c.src_offset += f * stride;
+                c.dst_offset += f * stride;
+                self.copy(self.data, self.data, &c)?;
+            }
         }
         Ok(true)
     }
@@ -104,6 +146,9 @@ impl HaloRun<'_> {
     pub(crate) fn direct(&self, x: &dyn FaceExchange, slice_bytes: Option<i64>) -> Result<()> {
         if self.wrap()? {
             return Ok(());
+        }
+        if self.fields.count > 1 {
+            return self.direct_batch(x);
         }
         let p = self.plan;
         let e = self.elem as i64;
@@ -148,6 +193,33 @@ impl HaloRun<'_> {
                     x.arrived(from, side.opposite() as usize * n + s)?;
                     self.copy(self.work, self.data, &p.unpack_part(side, part))?;
                 }
+            }
+        }
+        x.finish()
+    }
+
+    /// [`HaloRun::direct`] of a batch of fields: every field's face packed into its
+    /// slot, each side's slot delivered whole, and unpacked field by field once arrived.
+    fn direct_batch(&self, x: &dyn FaceExchange) -> Result<()> {
+        let (p, e, k) = (self.plan, self.elem as i64, self.fields.count);
+        let mut first = true;
+        for side in HaloSide::BOTH {
+            let Some(to) = p.neighbours[side as usize] else {
+                continue;
+            };
+            self.pack(side)?;
+            x.ready(first)?;
+            first = false;
+            let face = self
+                .work
+                .slice(self.slot(side, false) * e, k * p.face * e)?;
+            x.deliver(face, to, p.peer_slot_offset(side) * k * e, side as usize)?;
+        }
+        x.posted()?;
+        for side in [HaloSide::Right, HaloSide::Left] {
+            if let Some(from) = p.neighbours[side as usize] {
+                x.arrived(from, side.opposite() as usize)?;
+                self.unpack(side)?;
             }
         }
         x.finish()
@@ -291,6 +363,7 @@ mod tests {
                 mover: &HostMover::default(),
                 data: crate::mem::test_buf(bytes(&mut data)),
                 work: crate::mem::test_buf(bytes(&mut work)),
+                fields: Batch::ONE,
             };
             run.run(&Tagless(c)).unwrap();
             for z in [b.lo[2] - 1, b.lo[2] + b.len[2]] {

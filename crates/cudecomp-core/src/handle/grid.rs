@@ -76,9 +76,19 @@ fn transpose_signature(
 }
 
 /// The canonical text of a halo update, compared across ranks in checking mode.
-fn halo_signature(serial: u64, spec: &HaloSpec, dtype: DataType, explicit_work: bool) -> String {
+fn halo_signature(
+    serial: u64,
+    spec: &HaloSpec,
+    dtype: DataType,
+    fields: i64,
+    explicit_work: bool,
+) -> String {
+    let fields = match fields {
+        1 => String::new(),
+        k => format!("{k} fields, "),
+    };
     format!(
-        "grid {serial}: update_halos_{}(dtype {}, halo_extents {:?}, halo_periods {:?}, dim {}, padding {:?}, {} workspace)",
+        "grid {serial}: update_halos_{}({fields}dtype {}, halo_extents {:?}, halo_periods {:?}, dim {}, padding {:?}, {} workspace)",
         ["x", "y", "z"][spec.axis.min(2)],
         dtype.enum_name(),
         spec.halo,
@@ -322,17 +332,19 @@ impl GridDesc {
             self.grid
                 .pencil_info(spec.axis as i64, self.runner.rank, spec.halo, spec.padding)?;
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
-        data.check("input", &info, dtype.size(), shape, true)?;
+        let fields = data.batch.unwrap_or(1);
+        if fields < 1 {
+            invalid!("input: expected at least one field, got a batch of {fields}");
+        }
+        data.check_fields("input", &info, fields, dtype.size(), shape, true)?;
         let elems = self
             .grid
             .halo_workspace_size(spec.axis as i64, self.runner.rank, spec.halo)?;
-        check_work(
-            work,
-            &[data.buf],
-            elems,
-            dtype.size(),
-            "get_halo_workspace_size()",
-        )?;
+        let query = match fields {
+            1 => "get_halo_workspace_size()".to_string(),
+            k => format!("get_halo_workspace_size() times {k} fields"),
+        };
+        check_work(work, &[data.buf], elems * fields, dtype.size(), &query)?;
         self.runner
             .check_on_device(exec, &[("input", data.buf)], work)?;
         Ok(plan)
@@ -349,7 +361,8 @@ impl GridDesc {
         work: Option<Array>,
         exec: Exec,
     ) -> Result<()> {
-        let what = halo_signature(self.runner.serial, spec, dtype, work.is_some());
+        let fields = data.batch.unwrap_or(1);
+        let what = halo_signature(self.runner.serial, spec, dtype, fields, work.is_some());
         let check = || self.checked_halo_plan(spec, dtype, data, work, exec);
         self.runner.operate(&what, check, |cx, plan| {
             let Some(plan) = plan else {
@@ -368,6 +381,11 @@ impl GridDesc {
                     dtype,
                     data: data.buf,
                     work: work.map(|w| w.buf),
+                    fields: Batch {
+                        count: fields,
+                        in_stride: plan.info.size,
+                        out_stride: plan.info.size,
+                    },
                 },
                 exec,
             )

@@ -54,22 +54,9 @@ fn shape_text(v: &[i64]) -> String {
 }
 
 impl Array {
-    /// InvalidUsage unless the array (argument `what`) is `info`'s pencil: its shape
-    /// (where known) and at least its bytes of `elem`-byte elements; `hint` names what
-    /// the shape should be; `write`: it must be writable too.
-    pub(crate) fn check(
-        &self,
-        what: &str,
-        info: &PencilInfo,
-        elem: usize,
-        hint: &str,
-        write: bool,
-    ) -> Result<()> {
-        self.check_fields(what, info, 1, elem, hint, write)
-    }
-
-    /// [`Array::check`] of a batch of `fields` pencils one after another (a leading
-    /// batch axis of that length; one pencil may come without it).
+    /// Checks the array against a batch of `fields` pencils `info` one after another (a
+    /// leading batch axis of that length; one pencil may come without it): its shape
+    /// where known, its length, and that it may be written when `write` says so.
     pub(crate) fn check_fields(
         &self,
         what: &str,

@@ -186,7 +186,7 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
 pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Result<()> {
     let plan = c.plan;
     let elem = c.dtype.size();
-    let need = work_bytes(c.work, c.workspace_elems, elem, HALO_QUERY)?;
+    let need = work_bytes(c.work, c.workspace_elems * c.fields.count, elem, HALO_QUERY)?;
     let key = || halo_key(&plan.spec, c.dtype);
     let sample = PerfSample {
         key: &key,

@@ -170,8 +170,8 @@ impl Backend for NcclBackend {
         let nccl = f.dev.nccl(cx.world)?;
         // Dense faces go straight from the array; every rank asks for the largest
         // workspace of any rank.
-        let largest = c.plan.max_workspace_elems.max(c.workspace_elems);
-        let registrable = c.plan.packed_everywhere.then_some(largest);
+        let largest = c.plan.max_workspace_elems.max(c.workspace_elems) * c.fields.count;
+        let registrable = (c.plan.packed_everywhere || c.fields.count > 1).then_some(largest);
         let elem = c.dtype.size();
         let (work, _) = workspace(ws, &nccl, f, cx.world, registrable, c.work, s.need, elem)?;
         let everyone: Vec<usize> = (0..cx.world.size()).collect();

@@ -444,7 +444,8 @@ impl Backend for StagedMpiBackend {
     /// A halo update of device memory through host-staged MPI.
     fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, stream: Stream) -> Result<()> {
         let (cx, c, f) = (s.cx, s.call, s.device()?);
-        let staging_bytes = c.plan.workspace_elems() as usize * c.dtype.size();
+        let staging_bytes =
+            c.plan.workspace_elems() as usize * c.fields.count as usize * c.dtype.size();
         let work = s.work(ws)?;
         // SAFETY: used only by this operation, before `release`.
         let arena = unsafe { arena(ws, &f.dev.device, staging_bytes)? };
