@@ -125,6 +125,17 @@ def test_an_in_place_batch_needs_pencils_of_one_size(handle: cudecomp.Handle) ->
     with pytest.raises(cudecomp.InvalidUsageError, match="pencils of one size"):
         grid.transpose_x_to_y(inplace, out=inplace, output_padding=(1, 0, 0))
     grid.destroy()
+    if NRANKS > 1:
+        # (n, 1): X- and Y-pencils differ in size on some ranks; the rule is the whole
+        # exchange's, so every rank raises (none waits in the exchange).
+        grid = grid_of(handle, (NRANKS, 1), cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+        src, dst = grid.get_pencil_info(0), grid.get_pencil_info(1)
+        room = device(np.zeros((K, max(src.size, dst.size))))
+        x = room.reshape(-1)[: K * src.size].reshape(K, *src.array_shape)
+        y = room.reshape(-1)[: K * dst.size].reshape(K, *dst.array_shape)
+        with pytest.raises(cudecomp.InvalidUsageError, match="on rank"):
+            grid.transpose_x_to_y(x, out=y)
+        grid.destroy()
 
 
 def test_what_a_batch_may_not_be_raises(handle: cudecomp.Handle) -> None:

@@ -291,13 +291,8 @@ impl GridDesc {
         if op.fields < 1 {
             invalid!("fields: expected at least one field, got {}", op.fields);
         }
-        if op.fields > 1 && in_place && plan.input.size != plan.output.size {
-            invalid!(
-                "out: an in-place transpose of {} fields needs input and output pencils of one size (each field keeps its place), got {} and {} elements on this rank: pass a separate out",
-                op.fields,
-                plan.input.size,
-                plan.output.size
-            );
+        if op.fields > 1 && in_place {
+            self.check_batch_in_place(op, &plan)?;
         }
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
         let query = match op.fields {
@@ -314,6 +309,30 @@ impl GridDesc {
             exec,
         )?;
         Ok(plan)
+    }
+
+    /// InvalidUsage unless every member of `plan`'s exchange has input and output pencils
+    /// of one size, where a batch in place keeps each field at its place: decided from
+    /// the grid alone, so that every member doing the same call decides alike.
+    fn check_batch_in_place(&self, op: &TransposeOp, plan: &TransposePlan) -> Result<()> {
+        let ((a, b), l) = (op.direction.axes(), &op.layouts);
+        for &r in &plan.members {
+            let input = self
+                .grid
+                .pencil_info(a as i64, r, l.input_halo, l.input_padding)?;
+            let output = self
+                .grid
+                .pencil_info(b as i64, r, l.output_halo, l.output_padding)?;
+            if input.size != output.size {
+                invalid!(
+                    "out: an in-place transpose of {} fields needs input and output pencils of one size on every rank of the exchange (each field keeps its place), got {} and {} elements on rank {r}: pass a separate out",
+                    op.fields,
+                    input.size,
+                    output.size
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The plan of a halo update (`None`: nothing moves) after the caller's side of the
