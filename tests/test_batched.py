@@ -221,3 +221,34 @@ def test_a_halo_batch_needs_its_workspace_once_per_field(handle: cudecomp.Handle
     with pytest.raises(cudecomp.InvalidUsageError, match="at least one field"):
         grid.update_halos_x(device(np.zeros((0, *info.array_shape))), halo, None, 2)
     grid.destroy()
+
+
+@pytest.mark.parametrize("backend", variant_transpose_backends())
+def test_a_batch_redistributed_equals_one_run_per_field(handle: cudecomp.Handle, backend: cudecomp.TransposeCommBackend) -> None:
+    halo_in, pad_out = (1, 0, 1), (0, 1, 0)
+    for pdims in factor_pairs(NRANKS):
+        grid = grid_of(handle, pdims, backend, (False, False, False))
+        src, dst = grid.pencil(0, halo_in), grid.pencil(2, (0, 0, 0), pad_out)
+        with handle.create_redistribution(src, dst, backend=backend) as r:
+            x = batch(r.input_info, DataType.DOUBLE, K)
+            got = to_host(r.run(device(x), device(np.full((K, *r.output_info.array_shape), SENTINEL))))
+            for f in range(K):
+                one = to_host(r.run(device(x[f].copy()), device(np.full(r.output_info.array_shape, SENTINEL))))
+                assert np.array_equal(got[f], one), f"{pdims} field {f}"
+            assert to_host(r.run(device(x))).shape == (K, *r.output_info.array_shape)
+            with pytest.raises(cudecomp.InvalidUsageError, match="times 3 fields"):
+                r.run(device(x), work=device(np.zeros(max(r.get_workspace_size(), 1))))
+        grid.destroy()
+
+
+def test_a_batch_gathered_to_one_rank_and_scattered_back_is_what_it_was(handle: cudecomp.Handle) -> None:
+    root = NRANKS - 1
+    whole = cudecomp.BoxLayout.whole(GDIMS) if MPI.COMM_WORLD.rank == root else cudecomp.BoxLayout.empty()
+    grid = grid_of(handle, factor_pairs(NRANKS)[-1], cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+    y = grid.pencil(1)
+    with handle.create_redistribution(y, whole) as gather, handle.create_redistribution(whole, y) as scatter:
+        local = batch(grid.get_pencil_info(1), DataType.DOUBLE, K)
+        full = gather.run(device(local))
+        assert tuple(full.shape) == (K, *gather.output_info.array_shape)
+        assert np.array_equal(to_host(scatter.run(full)), local)
+    grid.destroy()

@@ -1396,7 +1396,10 @@ class Redistribution:
         Args:
             input: This rank's source array: C-contiguous, of shape
                 ``input_info.array_shape`` (NumPy in the CPU variant, a CUDA array on the
-                handle's device in the GPU variant). Only its interior is read.
+                handle's device in the GPU variant). Only its interior is read. A 4-D
+                array ``(k, *input_info.array_shape)`` is a batch of ``k`` fields moved in
+                one exchange (out of place; ``out`` is then the batch of ``k`` outputs and
+                an explicit ``work`` holds ``k`` times the workspace).
             out: The destination array, writable, of shape ``output_info.array_shape``;
                 ``None`` allocates it (as the transposes do). In place: an ``out`` that
                 starts at the address of ``input`` and holds both arrays.

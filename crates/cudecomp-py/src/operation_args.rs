@@ -152,9 +152,13 @@ pub(crate) fn strict_bool(v: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
     )))
 }
 
-/// A transpose's data array: one pencil (3-D) or a batch of pencils along a leading axis
+/// An operation's data array: one pencil (3-D) or a batch of pencils along a leading axis
 /// (4-D); a sequence of arrays is refused with the form to use instead.
-fn batch_array(py: Python<'_>, v: &Bound<'_, PyAny>, what: &'static str) -> PyResult<ArrayArg> {
+pub(crate) fn batch_array(
+    py: Python<'_>,
+    v: &Bound<'_, PyAny>,
+    what: &'static str,
+) -> PyResult<ArrayArg> {
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         return Err(PyTypeError::new_err(format!(
             "{what}: a batch of fields is one array with a leading batch axis, shape (k, *array_shape) (stack the fields, or allocate the batch so), got a {}",

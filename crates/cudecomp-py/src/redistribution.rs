@@ -15,7 +15,7 @@ use crate::array::resolve_dtype;
 use crate::errors::{invalid, local_error, log_lines, IntoPy};
 use crate::grid::GridDesc;
 use crate::handle::Handle;
-use crate::operation_args::work_arg;
+use crate::operation_args::{batch_array, work_arg};
 use crate::owned;
 use crate::pencil::PencilInfo;
 use crate::variant;
@@ -340,7 +340,10 @@ impl Redistribution {
     /// Args:
     ///     input: This rank's source array: C-contiguous, of shape
     ///         ``input_info.array_shape`` (NumPy in the CPU variant, a CUDA array on the
-    ///         handle's device in the GPU variant). Only its interior is read.
+    ///         handle's device in the GPU variant). Only its interior is read. A 4-D
+    ///         array ``(k, *input_info.array_shape)`` is a batch of ``k`` fields moved in
+    ///         one exchange (out of place; ``out`` is then the batch of ``k`` outputs and
+    ///         an explicit ``work`` holds ``k`` times the workspace).
     ///     out: The destination array, writable, of shape ``output_info.array_shape``;
     ///         ``None`` allocates it (as the transposes do). In place: an ``out`` that
     ///         starts at the address of ``input`` and holds both arrays.
@@ -493,16 +496,21 @@ fn prepare_run<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<PreparedRun<'py>> {
     let explicit = parse_dtype(py, dtype)?;
-    let inp = variant::array(py, input, "input", false)?;
+    let inp = batch_array(py, input, "input")?;
     let dtype = resolve_dtype(py, explicit, &[&inp])?;
     let exec = variant::exec(py, stream, input)?;
     let out_obj = match out.filter(|o| !o.is_none()) {
         Some(o) => o.clone(),
         None => {
-            variant::allocate_output(py, input, r.output().array_shape().to_vec(), dtype, stream)?
+            let shape = r.output().array_shape();
+            let shape = match inp.shape.as_slice() {
+                [k, _, _, _] => [&[*k][..], &shape].concat(),
+                _ => shape.to_vec(),
+            };
+            variant::allocate_output(py, input, shape, dtype, stream)?
         }
     };
-    let o = variant::array(py, &out_obj, "out", false)?;
+    let o = batch_array(py, &out_obj, "out")?;
     resolve_dtype(py, Some(dtype), &[&o])?;
     let work = work_arg(py, work)?;
     // SAFETY: as in the transposes: the objects live for the whole call, were checked to

@@ -36,6 +36,7 @@ pub(crate) struct Batch {
     pub out_stride: i64,
 }
 
+#[cfg(test)]
 impl Batch {
     /// One field: an unbatched run.
     pub(crate) const ONE: Batch = Batch {

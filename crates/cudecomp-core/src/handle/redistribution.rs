@@ -341,8 +341,13 @@ impl Redistribution {
     ) -> Result<()> {
         // In place or not is each rank's own choice (a rank whose boxes are empty has no
         // memory to share), so it is not agreed.
+        let fields = input.batch.unwrap_or(1);
+        let batch = match fields {
+            1 => String::new(),
+            k => format!("{k} fields, "),
+        };
         let what = format!(
-            "redistribution {}: run(dtype {}, {} workspace)",
+            "redistribution {}: run({batch}dtype {}, {} workspace)",
             self.runner.serial,
             dtype.enum_name(),
             if work.is_some() {
@@ -366,7 +371,11 @@ impl Redistribution {
                     work: work.map(|w| w.buf),
                     steps: Default::default(),
                     own_cells: true,
-                    fields: Batch::ONE,
+                    fields: Batch {
+                        count: fields,
+                        in_stride: self.plan.input.size,
+                        out_stride: self.plan.output.size,
+                    },
                 },
                 exec,
             )
@@ -393,6 +402,19 @@ impl Redistribution {
         exec: Exec,
     ) -> Result<()> {
         self.runner.check_exec(exec)?;
+        let fields = input.batch.unwrap_or(1);
+        if fields < 1 {
+            invalid!("input: expected at least one field, got a batch of {fields}");
+        }
+        let shared =
+            input.buf.ptr() == output.buf.ptr() && !input.buf.is_empty() && !output.buf.is_empty();
+        if fields > 1 && shared {
+            invalid!("out: a batch of {fields} fields is redistributed out of place (each rank's input and output hold different cells, so a field would overwrite the next): pass a separate out");
+        }
+        let query = match fields {
+            1 => "get_workspace_size()".to_string(),
+            k => format!("get_workspace_size() times {k} fields"),
+        };
         self.runner.check_exchange_arrays(
             &self.plan,
             dtype.size(),
@@ -400,9 +422,9 @@ impl Redistribution {
                 "the redistribution's input_info.array_shape",
                 "the redistribution's output_info.array_shape",
             ],
-            (input, output, 1),
+            (input, output, fields),
             work,
-            (self.workspace_elems, "get_workspace_size()"),
+            (self.workspace_elems * fields, &query),
             exec,
         )
     }
