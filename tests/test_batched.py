@@ -5,6 +5,9 @@ and process grid; and what a batch may not be raises on every rank.
 
 from __future__ import annotations
 
+import glob
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -252,3 +255,29 @@ def test_a_batch_gathered_to_one_rank_and_scattered_back_is_what_it_was(handle: 
         assert tuple(full.shape) == (K, *gather.output_info.array_shape)
         assert np.array_equal(to_host(scatter.run(full)), local)
     grid.destroy()
+
+
+def test_the_performance_report_counts_a_batch_as_its_fields(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    comm = MPI.COMM_WORLD
+    out = comm.bcast(str(tmp_path) if comm.rank == 0 else None)
+    report = {
+        "ENABLE_PERFORMANCE_REPORT": "1",
+        "PERFORMANCE_REPORT_DETAIL": "1",
+        "PERFORMANCE_REPORT_WARMUP_SAMPLES": "0",
+        "PERFORMANCE_REPORT_WRITE_DIR": out,
+    }
+    for k, v in report.items():
+        monkeypatch.setenv(f"CUDECOMP_{k}", v)
+    with cudecomp.Handle(comm) as h:
+        grid = grid_of(h, factor_pairs(NRANKS)[-1], cudecomp.TransposeCommBackend.MPI_P2P, (False, False, False))
+        x = device(batch(grid.get_pencil_info(0), DataType.DOUBLE, K))
+        for _ in range(3):
+            grid.transpose_x_to_y(x)
+            grid.transpose_x_to_y(device(to_host(x)[0].copy()))
+        grid.destroy()
+    if comm.rank == 0:
+        (agg,) = glob.glob(os.path.join(out, "cudecomp-perf-report-transpose-aggregated-*.csv"))
+        lines = [ln.strip().split(",") for ln in open(agg) if not ln.startswith("#")]
+        assert lines[0][8] == "fields"
+        assert sorted(int(row[8]) for row in lines[1:] if row[0] == "TransposeXY") == [1, K]
+    comm.Barrier()

@@ -120,8 +120,8 @@ impl Hook for CallTimer<'_> {
 }
 
 const TRANSPOSE_COLUMNS: &str =
-    "operation,dtype,input_halo_extents,output_halo_extents,input_padding,output_padding,inplace,managed";
-const HALO_COLUMNS: &str = "operation,dtype,dim,halo_extent,periods,padding,managed";
+    "operation,dtype,input_halo_extents,output_halo_extents,input_padding,output_padding,inplace,managed,fields";
+const HALO_COLUMNS: &str = "operation,dtype,dim,halo_extent,periods,padding,managed,fields";
 
 /// Formats a triple as upstream does in CSV cells (`"[a b c]"` without commas).
 pub(crate) fn triple<T: std::fmt::Display>(v: &[T]) -> String {
@@ -130,7 +130,12 @@ pub(crate) fn triple<T: std::fmt::Display>(v: &[T]) -> String {
 }
 
 /// Identifies a transpose configuration in the performance report.
-pub(crate) fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: bool) -> SampleKey {
+pub(crate) fn transpose_key(
+    plan: &TransposePlan,
+    dtype: DataType,
+    in_place: bool,
+    fields: i64,
+) -> SampleKey {
     SampleKey {
         kind: "transpose",
         operation: plan
@@ -145,12 +150,13 @@ pub(crate) fn transpose_key(plan: &TransposePlan, dtype: DataType, in_place: boo
             triple(&plan.output.padding),
             u8::from(in_place).to_string(),
             "0".into(),
+            fields.to_string(),
         ],
     }
 }
 
 /// Identifies a halo configuration in the performance report.
-pub(crate) fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
+pub(crate) fn halo_key(s: &HaloSpec, dtype: DataType, fields: i64) -> SampleKey {
     SampleKey {
         kind: "halo",
         operation: format!("Halo{}", ["X", "Y", "Z"][s.axis]),
@@ -161,6 +167,7 @@ pub(crate) fn halo_key(s: &HaloSpec, dtype: DataType) -> SampleKey {
             triple(&s.periods.map(u8::from)),
             triple(&s.padding),
             "0".into(),
+            fields.to_string(),
         ],
     }
 }

@@ -135,10 +135,11 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
         elem,
         TRANSPOSE_QUERY,
     )?;
-    let key = || transpose_key(plan, c.dtype, c.input.ptr() == c.output.ptr());
+    let fields = c.fields.count;
+    let key = || transpose_key(plan, c.dtype, c.input.ptr() == c.output.ptr(), fields);
     let sample = PerfSample {
         key: &key,
-        bytes: transpose_bytes(plan, elem),
+        bytes: transpose_bytes(plan, elem) * fields as f64,
     };
     // Messages carry every field's chunk: the all-to-all's bound counts them all.
     let cell_bytes = elem * c.fields.count as usize;
@@ -187,10 +188,11 @@ pub(crate) fn update_halos(cx: &Context<'_>, c: &HaloCall<'_>, exec: Exec) -> Re
     let plan = c.plan;
     let elem = c.dtype.size();
     let need = work_bytes(c.work, c.workspace_elems * c.fields.count, elem, HALO_QUERY)?;
-    let key = || halo_key(&plan.spec, c.dtype);
+    let fields = c.fields.count;
+    let key = || halo_key(&plan.spec, c.dtype, fields);
     let sample = PerfSample {
         key: &key,
-        bytes: halo_bytes(plan, cx.rank, elem),
+        bytes: halo_bytes(plan, cx.rank, elem) * fields as f64,
     };
     let route = halo_route(exec, c.backend, cx.mpi_cuda_aware(), plan)?;
     let capturing = capturing(cx, exec, halo_capture(route), c.backend.enum_name())?;
