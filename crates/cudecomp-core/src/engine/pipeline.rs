@@ -328,13 +328,14 @@ impl TransposeRun<'_> {
             && (!in_place || units.len() <= 1)
             && !batched;
         let lag = lag_of(profile.lag, in_place);
-        // Rings place single-field slices: a batch keeps every slice at its own place.
-        let places = ring_places(profile.ring, lag, lands_in_output).filter(|_| !batched);
+        // A batch's ring cycles through the room of all its fields' chunks.
+        let places = ring_places(profile.ring, lag, lands_in_output);
+        let room = |count: i64| count * self.fields.count;
         let send_rings: Vec<Option<Ring>> = (0..np)
-            .map(|p| Ring::of(places, &send_parts[p], plan.sends[p].count))
+            .map(|p| Ring::of(places, &send_parts[p], room(plan.sends[p].count)))
             .collect();
         let recv_rings: Vec<Option<Ring>> = (0..np)
-            .map(|p| Ring::of(places, &recv_parts[p], plan.recvs[p].count))
+            .map(|p| Ring::of(places, &recv_parts[p], room(plan.recvs[p].count)))
             .collect();
         // What arrives in each unit.
         let incoming = units
@@ -416,8 +417,11 @@ impl TransposeRun<'_> {
                             let start = plan.recv_base + chunk.offset;
                             let mut c = plan.unpack_part(r.peer, plan.recv_base, &part.cells);
                             if let Some(ring) = recv_rings[r.peer] {
+                                // The place stands for the field's offset too (a ring's
+                                // parts are single fields: the loop below adds it back).
                                 let natural = plan.packed_offset(&chunk.region, &part.cells);
-                                c.src_offset += ring.place(k) - natural;
+                                c.src_offset +=
+                                    ring.place(k) - natural - part.fields.0 * chunk.count;
                             }
                             c.src_offset += self.chunk_start(start) - start;
                             let fl = self.fields;
