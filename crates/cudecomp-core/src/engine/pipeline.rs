@@ -595,57 +595,15 @@ mod tests {
         }
     }
 
-    fn sliced_case(pdims: [i32; 2], contiguous: bool, in_place: bool, profile: Profile) {
-        let (g, n) = test_grid(pdims, contiguous);
-        mock::run(n, |c: &dyn Communicator| {
-            let gd = g.gdims;
-            for d in Direction::ALL {
-                let lay = if in_place {
-                    TransposeLayouts::default()
-                } else {
-                    halo_and_padding()
-                };
-                let plan = TransposePlan::new(&g, c.rank(), d, &lay).unwrap();
-                let sub = c.split(plan.members[0] as i32, plan.me as i32).unwrap();
-                let mut input = oracle(&plan.input, gd, u64::MAX);
-                let expect = oracle(&plan.output, gd, 5);
-                let mut work = vec![0u64; g.transpose_workspace_size().unwrap() as usize];
-                let mut output = vec![5u64; plan.output.size as usize];
-                if in_place {
-                    input.resize(plan.input.size.max(plan.output.size) as usize, 0);
-                }
-                let inp = bytes(&mut input);
-                let run = TransposeRun {
-                    plan: &plan,
-                    elem: 8,
-                    mover: &HostMover::default(),
-                    input: inp,
-                    output: if in_place { inp } else { bytes(&mut output) },
-                    work: bytes(&mut work),
-                    own_cells: true,
-                    fields: Batch::ONE,
-                };
-                let x = Posted {
-                    t: sub.as_ref(),
-                    reqs: RefCell::new(Vec::new()),
-                    profile,
-                };
-                run.run(&x, Some(24)).unwrap();
-                let got = if in_place {
-                    &input[..plan.output.size as usize]
-                } else {
-                    &output[..]
-                };
-                assert_eq!(got, &expect[..], "{d:?} rank {} pdims {pdims:?}", c.rank());
-                sub.free().unwrap();
-            }
-        });
-    }
-
-    /// `k` fields transposed in one run equal `k` transposes of each field: field `f`
-    /// holds the oracle's values with bit 40 + `f` flipped, padding and halos untouched.
-    fn batched_case(pdims: [i32; 2], contiguous: bool, in_place: bool, profile: Profile) {
-        const K: usize = 3;
+    /// `K` fields transposed in one run (one field: an unbatched run) equal `K`
+    /// transposes of each field: field `f` holds the oracle's values with bit 40 + `f`
+    /// flipped, padding and halos untouched.
+    fn batched_case<const K: usize>(
+        pdims: [i32; 2],
+        contiguous: bool,
+        in_place: bool,
+        profile: Profile,
+    ) {
         let (g, n) = test_grid(pdims, contiguous);
         let mark = |v: u64, f: usize| v ^ (1u64 << (40 + f));
         mock::run(n, |c: &dyn Communicator| {
@@ -724,8 +682,8 @@ mod tests {
                             lag: 2,
                             ..Profile::sliced(max_slices)
                         };
-                        batched_case(pdims, contiguous, in_place, profile);
-                        batched_case(pdims, contiguous, in_place, Profile::whole_chunks());
+                        batched_case::<3>(pdims, contiguous, in_place, profile);
+                        batched_case::<3>(pdims, contiguous, in_place, Profile::whole_chunks());
                     }
                 }
             }
@@ -747,7 +705,7 @@ mod tests {
                                     lag,
                                     ..Profile::sliced(max_slices)
                                 };
-                                sliced_case(pdims, contiguous, in_place, profile);
+                                batched_case::<1>(pdims, contiguous, in_place, profile);
                             }
                         }
                     }

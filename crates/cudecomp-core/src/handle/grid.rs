@@ -14,7 +14,7 @@ use crate::engine::device::lock;
 use crate::engine::Exec;
 use crate::engine::{self, Batch, HaloCall, Steps, TransposeCall, TransposeSteps};
 use crate::geometry::{CommAxis, Grid};
-use crate::handle::runner::{check_work, Array, Runner};
+use crate::handle::runner::{batch_query, batch_words, check_work, Array, Runner};
 use crate::handle::Handle;
 use crate::perf::Heading;
 use crate::plan::{Direction, HaloPlan, HaloSpec, Layout, TransposeLayouts, TransposePlan};
@@ -58,10 +58,7 @@ fn transpose_signature(
     explicit_work: bool,
 ) -> String {
     let l = &op.layouts;
-    let fields = match op.fields {
-        1 => String::new(),
-        k => format!("{k} fields, "),
-    };
+    let fields = batch_words(op.fields);
     format!(
         "grid {serial}: {}({fields}dtype {}, input_halo_extents {:?}, output_halo_extents {:?}, input_padding {:?}, output_padding {:?}, {}, {} workspace)",
         op.direction.method_name(),
@@ -83,10 +80,7 @@ fn halo_signature(
     fields: i64,
     explicit_work: bool,
 ) -> String {
-    let fields = match fields {
-        1 => String::new(),
-        k => format!("{k} fields, "),
-    };
+    let fields = batch_words(fields);
     format!(
         "grid {serial}: update_halos_{}({fields}dtype {}, halo_extents {:?}, halo_periods {:?}, dim {}, padding {:?}, {} workspace)",
         ["x", "y", "z"][spec.axis.min(2)],
@@ -288,17 +282,11 @@ impl GridDesc {
         if !op.own_cells && in_place {
             invalid!("own_cells=False: expected an out-of-place transpose (this rank's own cells stay in the input for the caller), got out sharing the input's memory");
         }
-        if op.fields < 1 {
-            invalid!("fields: expected at least one field, got {}", op.fields);
-        }
         if op.fields > 1 && in_place {
             self.check_batch_in_place(op, &plan)?;
         }
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
-        let query = match op.fields {
-            1 => "get_transpose_workspace_size()".to_string(),
-            k => format!("get_transpose_workspace_size() times {k} fields"),
-        };
+        let query = batch_query("get_transpose_workspace_size()", op.fields);
         self.runner.check_exchange_arrays(
             &plan,
             elem,
@@ -352,17 +340,11 @@ impl GridDesc {
                 .pencil_info(spec.axis as i64, self.runner.rank, spec.halo, spec.padding)?;
         let shape = "the pencil's PencilInfo.array_shape with these halos and padding";
         let fields = data.batch.unwrap_or(1);
-        if fields < 1 {
-            invalid!("input: expected at least one field, got a batch of {fields}");
-        }
         data.check_fields("input", &info, fields, dtype.size(), shape, true)?;
         let elems = self
             .grid
             .halo_workspace_size(spec.axis as i64, self.runner.rank, spec.halo)?;
-        let query = match fields {
-            1 => "get_halo_workspace_size()".to_string(),
-            k => format!("get_halo_workspace_size() times {k} fields"),
-        };
+        let query = batch_query("get_halo_workspace_size()", fields);
         check_work(work, &[data.buf], elems * fields, dtype.size(), &query)?;
         self.runner
             .check_on_device(exec, &[("input", data.buf)], work)?;

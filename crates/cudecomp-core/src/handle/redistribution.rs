@@ -11,7 +11,7 @@ use crate::engine::device::lock;
 use crate::engine::{self, Batch, Exec, TransposeCall};
 use crate::geometry::{align, Axis, Box3, PencilInfo};
 use crate::handle::grid::GridDesc;
-use crate::handle::runner::{Array, Runner};
+use crate::handle::runner::{batch_query, batch_words, Array, Runner};
 use crate::handle::tiling::{box_words, check_tiling, unbox_words};
 use crate::handle::Handle;
 use crate::perf::Heading;
@@ -342,10 +342,7 @@ impl Redistribution {
         // In place or not is each rank's own choice (a rank whose boxes are empty has no
         // memory to share), so it is not agreed.
         let fields = input.batch.unwrap_or(1);
-        let batch = match fields {
-            1 => String::new(),
-            k => format!("{k} fields, "),
-        };
+        let batch = batch_words(fields);
         let what = format!(
             "redistribution {}: run({batch}dtype {}, {} workspace)",
             self.runner.serial,
@@ -403,18 +400,12 @@ impl Redistribution {
     ) -> Result<()> {
         self.runner.check_exec(exec)?;
         let fields = input.batch.unwrap_or(1);
-        if fields < 1 {
-            invalid!("input: expected at least one field, got a batch of {fields}");
-        }
         let shared =
             input.buf.ptr() == output.buf.ptr() && !input.buf.is_empty() && !output.buf.is_empty();
         if fields > 1 && shared {
             invalid!("out: a batch of {fields} fields is redistributed out of place (each rank's input and output hold different cells, so a field would overwrite the next): pass a separate out");
         }
-        let query = match fields {
-            1 => "get_workspace_size()".to_string(),
-            k => format!("get_workspace_size() times {k} fields"),
-        };
+        let query = batch_query("get_workspace_size()", fields);
         self.runner.check_exchange_arrays(
             &self.plan,
             dtype.size(),

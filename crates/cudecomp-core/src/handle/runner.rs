@@ -66,6 +66,9 @@ impl Array {
         hint: &str,
         write: bool,
     ) -> Result<()> {
+        if fields < 1 {
+            invalid!("{what}: expected at least one field, got a batch of {fields}");
+        }
         let batch = self.batch.unwrap_or(1);
         if let Some(shape) = self.shape {
             let want = info.array_shape();
@@ -303,6 +306,22 @@ impl Runner {
         self.handle
             .settle("the performance report", &Fields::new(), local)?;
         summary
+    }
+}
+
+/// How an operation's signature names a batch of `fields` fields: nothing for one.
+pub(crate) fn batch_words(fields: i64) -> String {
+    match fields {
+        1 => String::new(),
+        k => format!("{k} fields, "),
+    }
+}
+
+/// The workspace size `query` of a batch of `fields` fields, for messages.
+pub(crate) fn batch_query(query: &str, fields: i64) -> String {
+    match fields {
+        1 => query.to_string(),
+        k => format!("{query} times {k} fields"),
     }
 }
 
