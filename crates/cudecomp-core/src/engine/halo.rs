@@ -44,8 +44,9 @@ impl HaloRun<'_> {
         self.plan.slot_offset(side, receive) * self.fields.count
     }
 
-    /// `c` for field `f`: `array` the side in the array, the other side in the slot of
-    /// `side`'s face.
+    /// The pack (`receive` false) or unpack copy `c` of `side`'s face moved to field `f`:
+    /// its array side a pencil further per field, its workspace side into the field's
+    /// place in the batch's slot.
     fn of_field(&self, mut c: Copy3, f: i64, side: HaloSide, receive: bool) -> Copy3 {
         let (stride, face) = (self.fields.in_stride, self.plan.face);
         let slot = self.slot(side, receive) - self.plan.slot_offset(side, receive) + f * face;
