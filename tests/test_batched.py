@@ -281,3 +281,90 @@ def test_the_performance_report_counts_a_batch_as_its_fields(tmp_path: os.PathLi
         assert lines[0][8] == "fields"
         assert sorted(int(row[8]) for row in lines[1:] if row[0] == "TransposeXY") == [1, K]
     comm.Barrier()
+
+
+# -- distributed FFTs -------------------------------------------------------------------
+
+FFT_CASES = {
+    "c2c": {"kind": "c2c"},
+    "r2c": {"kind": "r2c"},
+    "r2c transposed": {"kind": "r2c", "transposed_out": True},
+    "dct2 x, dst1 z": {"transforms": ("dct2", "fft", "dst1")},
+    "r2r only": {"transforms": ("dct1", "dst2", "dct3"), "transposed_out": True},
+}
+
+
+def fft_libraries() -> list[str]:
+    return ["rustfft", "numpy", "scipy"] if cudecomp.CPU_ONLY else ["cupy"]
+
+
+def fields_of(plan: cudecomp.fft.FFT, k: int, seed: int) -> np.ndarray:
+    """``k`` distinct real-space fields of the plan's input pencil, as a batch."""
+    from oracle import local_part, random_field
+
+    return np.stack([local_part(random_field(plan.gdims, plan.input_dtype, seed + f), plan.input_info) for f in range(k)])
+
+
+@pytest.mark.parametrize("library", fft_libraries())
+@pytest.mark.parametrize("case", list(FFT_CASES))
+def test_a_batch_of_ffts_equals_one_transform_per_field(handle: cudecomp.Handle, case: str, library: str) -> None:
+    from cudecomp.fft import FFT
+    from oracle import usable
+
+    kw = FFT_CASES[case]
+    if "transforms" in kw and library == "numpy":
+        pytest.skip("numpy.fft has no cosine or sine transforms")
+    for pdims in factor_pairs(NRANKS):
+        if not usable(GDIMS, "r2c" if kw.get("kind") == "r2c" else "c2c", pdims):
+            continue
+        with FFT(handle, GDIMS, pdims, fft_library=library, norm="ortho", **kw) as plan:
+            x = fields_of(plan, K, 11)
+            spec = plan.forward(device(x))
+            assert tuple(spec.shape) == (K, *plan.output_info.array_shape) and spec.dtype == plan.output_dtype
+            out = plan.empty_output(fields=K)
+            assert plan.forward(device(x), out) is out
+            back = plan.backward(spec)
+            assert tuple(back.shape) == (K, *plan.input_info.array_shape)
+            for f in range(K):
+                one = to_host(plan.forward(device(x[f].copy())))
+                assert np.array_equal(to_host(spec)[f], one), (pdims, f)
+                assert np.array_equal(to_host(out)[f], one), (pdims, f)
+                assert np.array_equal(to_host(back)[f], to_host(plan.backward(device(one)))), (pdims, f)
+            # The plan still runs one pencil after a batch, and a batch of another size.
+            assert tuple(plan.forward(device(x[0].copy())).shape) == plan.output_info.array_shape
+            assert plan.backward(plan.forward(device(x[:2].copy()))).shape[0] == 2
+
+
+def test_what_an_fft_batch_may_not_be_raises(handle: cudecomp.Handle) -> None:
+    from cudecomp.fft import FFT
+
+    with FFT(handle, GDIMS, (1, NRANKS), kind="r2c") as plan:
+        x = device(fields_of(plan, K, 3))
+        with pytest.raises(TypeError, match=r"\(k, \*array_shape\)"):
+            plan.forward([x[0], x[1]])
+        with pytest.raises(cudecomp.InvalidUsageError, match="batch of 3 fields"):
+            plan.forward(x, plan.empty_output(fields=2))
+        with pytest.raises(cudecomp.InvalidUsageError, match="batch of 3 fields"):
+            plan.forward(x, plan.empty_output())
+        with pytest.raises(cudecomp.InvalidUsageError, match="one pencil"):
+            plan.forward(x[0].copy(), plan.empty_output(fields=1))
+        with pytest.raises(cudecomp.InvalidUsageError, match="at least 1 field"):
+            plan.forward(x[:0])
+        with pytest.raises(cudecomp.InvalidUsageError, match="a batch of k fields"):
+            plan.forward(x[None])
+        with pytest.raises(TypeError, match="dtype"):
+            plan.forward(x.astype(np.float32))  # one dtype for the whole batch: the plan's
+        assert plan.backward(plan.forward(x)).shape == x.shape  # the plan still works
+
+
+@pytest.mark.checking
+@pytest.mark.mpi(min_ranks=2)
+def test_fft_batches_of_different_sizes_on_different_ranks_raise_on_every_rank(handle: cudecomp.Handle) -> None:
+    from cudecomp.fft import FFT
+
+    with FFT(handle, GDIMS, (1, NRANKS)) as plan:
+        k = 2 if MPI.COMM_WORLD.rank == 0 else K
+        x = np.stack([np.ones(plan.input_info.array_shape, plan.input_dtype)] * k)
+        with pytest.raises(cudecomp.InvalidUsageError, match="fields"):
+            plan.forward(device(x))
+        assert plan.forward(device(x[:2].copy())).shape[0] == 2  # the plan goes on working

@@ -228,6 +228,30 @@ def test_library_arrays_run_single_copies(tmp_path: os.PathLike[str], monkeypatc
     MPI.COMM_WORLD.Barrier()
 
 
+@collective
+@requires_data_path()
+@pytest.mark.parametrize("alloc", ["user", "library"])
+def test_fields_time_a_batch_beside_separate_calls_and_the_bound(
+    alloc: str, tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--fields 3`` rows time one batched exchange beside three calls and the grid three times longer."""
+    monkeypatch.setenv("CUDECOMP_SHARED_ARRAY_MIN_BYTES", "0")
+    monkeypatch.setenv("CUDECOMP_SINGLE_COPY", "1")
+    path = os.path.join(shared_dir(tmp_path), f"fields-{alloc}.json")
+    before = cudecomp._cudecomp._single_copy_count()
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "--ops", "xy", "--backends", "DIRECT", "--fields", "3", "--alloc", alloc]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
+    ran = cudecomp._cudecomp._single_copy_count() - before
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
+        assert rows
+        for r in rows:
+            assert r["baseline"]["separate_calls_ms"] > 0 and r["baseline"]["one_exchange_bound_ms"] > 0, r
+        if alloc == "library" and cudecomp.CPU_ONLY:
+            assert (ran > 0) == any(r["distributed"] for r in rows), ran
+    MPI.COMM_WORLD.Barrier()
+
+
 def test_every_option_has_help_showing_its_default() -> None:
     p = bench.parser()
     for a in p._actions:

@@ -127,6 +127,58 @@ def test_single_copy_matches_the_oracle(
                 assert ext._single_copy_count() - before == int(members(g, a, b) > 1), (name, layout)
 
 
+K = 3
+
+
+def library_batch(grid: cudecomp.GridDesc, a: int, b: int, dtype: DataType, layout: dict[str, Any]) -> tuple[Any, Any, list[np.ndarray]]:
+    """Return ``K`` fields of pencil ``a``, a zeroed output of pencil ``b`` (library arrays) and each field's expected output."""
+    ia = grid.get_pencil_info(a, layout.get("input_halo_extents"), layout.get("input_padding"))
+    ib = grid.get_pencil_info(b, layout.get("output_halo_extents"), layout.get("output_padding"))
+    x = grid.empty_pencil(a, dtype, layout.get("input_halo_extents"), layout.get("input_padding"), fields=K)
+    y = grid.zeros_pencil(b, dtype, layout.get("output_halo_extents"), layout.get("output_padding"), fields=K)
+    want = []
+    for f in range(K):
+        xf = make(ia, GDIMS, dtype)
+        xf[ia.interior_slices] += 1000 * f
+        x[f] = xp.asarray(xf)
+        yf = make(ib, GDIMS, dtype)
+        yf[ib.interior_slices] += 1000 * f
+        want.append(yf)
+        y[f] = xp.asarray(yf)
+        y[(f, *ib.interior_slices)] = 0
+    return x, y, want
+
+
+def test_batched_allocations(handle: cudecomp.Handle) -> None:
+    with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
+        info = g.get_pencil_info(1, (1, 0, 0))
+        a = g.zeros_pencil(1, DataType.FLOAT_COMPLEX, (1, 0, 0), fields=K)
+        assert a.shape == (K, *info.array_shape) and a.dtype == np.complex64 and a.flags.c_contiguous
+        assert shared(a) and not host(a).any()
+        assert g.empty_pencil(1, DataType.DOUBLE, fields=None).shape == g.get_pencil_info(1).array_shape
+        assert g.empty_pencil(1, DataType.DOUBLE, fields=1).shape == (1, *g.get_pencil_info(1).array_shape)
+        with pytest.raises(cudecomp.InvalidUsageError, match="at least 1 field"):
+            g.empty_pencil(0, DataType.DOUBLE, fields=0)
+        with pytest.raises(TypeError, match="fields"):
+            g.zeros_pencil(0, DataType.DOUBLE, fields="3")
+
+
+@pytest.mark.parametrize("pdims", factor_pairs(NRANKS))
+@pytest.mark.parametrize("dtype", [DataType.FLOAT, DataType.DOUBLE_COMPLEX])
+def test_batches_of_library_arrays_copy_once(handle: cudecomp.Handle, pdims: tuple[int, int], dtype: DataType) -> None:
+    # Each field's chunk goes straight into the peer's batch at the field's place; GPUs
+    # take the two copies for batches (their single copy of a batch has not run on one).
+    with grid_of(handle, pdims, (False, True, False)) as g:
+        for layout in LAYOUTS:
+            for name, a, b in DIRECTIONS:
+                x, y, want = library_batch(g, a, b, dtype, layout)
+                before = ext._single_copy_count()
+                getattr(g, name)(x, y, **layout)
+                for f in range(K):
+                    assert same(y[f], want[f]), (name, layout, f)
+                assert ext._single_copy_count() - before == int(members(g, a, b) > 1 and not GPU), (name, layout)
+
+
 def test_a_private_output_on_one_rank_falls_back_everywhere(handle: cudecomp.Handle, comm: MPI.Comm) -> None:
     with grid_of(handle, (NRANKS, 1), (False, False, False)) as g:
         x, y, _, ib = library_pair(g, 0, 1, DataType.DOUBLE, {})

@@ -33,7 +33,7 @@ def numpy_dtype(dtype: Any) -> np.dtype:
     return d
 
 
-def allocate(shape: tuple[int, int, int], dtype: Any, zero: bool, cpu_only: bool) -> Any:
+def allocate(shape: tuple[int, ...], dtype: Any, zero: bool, cpu_only: bool) -> Any:
     """Allocate a C-contiguous array of ``shape``: NumPy (CPU variant) or CuPy on the current device."""
     d = numpy_dtype(dtype)
     if cpu_only:
@@ -45,13 +45,13 @@ def allocate(shape: tuple[int, int, int], dtype: Any, zero: bool, cpu_only: bool
     return cupy.zeros(shape, d) if zero else cupy.empty(shape, d)
 
 
-def view_of(owner: Any, shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
+def view_of(owner: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Return a C-contiguous ``shape`` array of ``dtype`` over ``owner``'s bytes (kept alive as its base)."""
     n = int(np.prod(shape))
     return np.asarray(owner).view(dtype)[:n].reshape(shape)
 
 
-def device_view_of(owner: Any, shape: tuple[int, int, int], dtype: np.dtype) -> Any:
+def device_view_of(owner: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     """Return a C-contiguous CuPy ``shape`` array of ``dtype`` over ``owner``'s device bytes (kept alive by CuPy)."""
     import cupy
 

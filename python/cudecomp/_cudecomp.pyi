@@ -41,7 +41,9 @@ def _local_fft(
     threads: int = 1,
     overwrite: bool = False,
 ) -> None: ...
-def _local_r2r(kind: str, array: Any, axis: int, inverse: bool = False, norm: str = "backward", threads: int = 1) -> None: ...
+def _local_r2r(
+    kind: str, array: Any, axis: int, inverse: bool = False, norm: str = "backward", threads: int = 1, batch: bool = False
+) -> None: ...
 def _host_threads(handle: Handle) -> int: ...
 
 Triple = tuple[int, int, int] | list[int] | Any
@@ -418,7 +420,9 @@ class GridDesc:
             InvalidUsageError: ``axis`` outside 0-2, or negative halos or padding.
         """
 
-    def empty_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
+    def empty_pencil(
+        self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None, *, fields: int | None = None
+    ) -> Any:
         """Allocate an uninitialised array of this rank's ``axis``-pencil.
 
         Args:
@@ -429,20 +433,26 @@ class GridDesc:
                 one of these (``"float64"``, ``complex``). Anything else raises ``TypeError``.
             halo_extents: Halo cells on both sides of each global axis (``None``: none).
             padding: Padding cells after each global axis (``None``: none).
+            fields: ``None`` for one pencil, or ``k >= 1`` for a batch of ``k`` fields
+                (the form the operations move in one exchange): shape
+                ``(k, *array_shape)``.
 
         Returns:
             A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
-            padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
-            GPU variant. On DIRECT grids, arrays of 1 MiB or more live in memory the other
-            ranks of the node map (node-shared host memory in the CPU variant, exported
-            device memory of the handle's GPU in the GPU variant): when every rank's
-            output of a transpose is such an array, each rank writes its chunks straight
-            into the others' outputs (one copy instead of two, no workspace pass; on
-            GPUs where the copy engine carries every chunk, or with
-            ``CUDECOMP_SINGLE_COPY=1``). Such memory is zero-filled and
+            padding).array_shape`` (with ``fields``: ``(fields, *array_shape)``): NumPy
+            in the CPU variant, CuPy (current device) in the GPU variant. On DIRECT
+            grids, arrays of 1 MiB or more live in memory the other ranks of the node
+            map (node-shared host memory in the CPU variant, exported device memory of
+            the handle's GPU in the GPU variant): when every rank's output of a
+            transpose is such an array, each rank writes its chunks straight into the
+            others' outputs (one copy instead of two, no workspace pass; on GPUs where
+            the copy engine carries every chunk, or with ``CUDECOMP_SINGLE_COPY=1``;
+            batches copy once in the CPU variant only). Such memory is zero-filled and
             freed with the last view.
         """
-    def zeros_pencil(self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None) -> Any:
+    def zeros_pencil(
+        self, axis: int, dtype: Any, halo_extents: Triple | None = None, padding: Triple | None = None, *, fields: int | None = None
+    ) -> Any:
         """As ``empty_pencil``, filled with zeros."""
     def get_transpose_workspace_size(self) -> int:
         """Workspace that transposes need, in *elements* of the operation's dtype.

@@ -290,9 +290,11 @@ pub(crate) fn _local_fft(
 /// ``scipy.fft``'s (``"backward"``, ``"ortho"``, ``"forward"``); ``threads`` above 1 runs
 /// on that many threads. A writable C-contiguous float32 or float64 array (a complex
 /// array's values as real ones with a last axis of 2 transform its real and imaginary
-/// parts); the GIL is released while it runs.
+/// parts); the GIL is released while it runs. ``batch``: the array's leading axis is a
+/// batch of fields, each transformed exactly as alone (``axis`` counts that axis).
 #[pyfunction]
-#[pyo3(signature = (kind, array, axis, inverse = false, norm = "backward", threads = 1))]
+#[pyo3(signature = (kind, array, axis, inverse = false, norm = "backward", threads = 1, batch = false))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn _local_r2r(
     py: Python<'_>,
     kind: &str,
@@ -301,6 +303,7 @@ pub(crate) fn _local_r2r(
     inverse: bool,
     norm: &str,
     threads: usize,
+    batch: bool,
 ) -> PyResult<()> {
     let Some(kind) = fft::R2r::from_name(kind) else {
         let names: Vec<&str> = fft::R2r::ALL.iter().map(|k| k.name()).collect();
@@ -337,26 +340,38 @@ pub(crate) fn _local_r2r(
             )))
         }
     };
-    let shape = shape_of(&a);
+    let mut shape = shape_of(&a);
     let nd = shape.len() as i64;
     let ax = if axis < 0 { axis + nd } else { axis };
-    if ax < 0 || ax >= nd {
+    if ax < 0 || ax >= nd || (batch && ax == 0) {
         return Err(invalid(
             py,
-            format!("axis {axis}: out of range for an array of {nd} axes"),
+            format!(
+                "axis {axis}: out of range for an array of {nd} axes{}",
+                if batch {
+                    " (the first is the batch's)"
+                } else {
+                    ""
+                }
+            ),
         ));
     }
+    let (fields, ax) = match batch {
+        true => (shape.remove(0), ax as usize - 1),
+        false => (1, ax as usize),
+    };
     let (ptr, len) = (a.ptr, a.nbytes() / a.itemsize.max(1));
+    let threads = threads.max(1);
     py.detach(move || {
         // SAFETY: the array is writable, C-contiguous, aligned (checked) and of `len`
         // elements; the caller keeps it alive and untouched for the call.
         unsafe {
             if double {
                 let d = std::slice::from_raw_parts_mut(ptr as *mut f64, len);
-                fft::r2r(d, &shape, ax as usize, kind, inverse, norm, threads.max(1))
+                fft::r2r_fields(d, fields, &shape, ax, kind, inverse, norm, threads)
             } else {
                 let d = std::slice::from_raw_parts_mut(ptr as *mut f32, len);
-                fft::r2r(d, &shape, ax as usize, kind, inverse, norm, threads.max(1))
+                fft::r2r_fields(d, fields, &shape, ax, kind, inverse, norm, threads)
             }
         }
     })

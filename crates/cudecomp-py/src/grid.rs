@@ -110,6 +110,7 @@ impl GridDesc {
 }
 
 impl GridDesc {
+    #[allow(clippy::too_many_arguments)]
     fn allocate_pencil<'py>(
         &self,
         py: Python<'py>,
@@ -117,23 +118,46 @@ impl GridDesc {
         dtype: &Bound<'py, PyAny>,
         halo_extents: Option<&Bound<'py, PyAny>>,
         padding: Option<&Bound<'py, PyAny>>,
+        fields: Option<&Bound<'py, PyAny>>,
         zero: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let gd = self.live(py)?;
         let axis = int_arg(axis, "axis")?;
         let halo = int_triple(py, halo_extents, "halo_extents")?;
         let pad = int_triple(py, padding, "padding")?;
+        let fields = fields_arg(py, fields)?;
         let info = gd.grid().pencil_info(axis, gd.rank(), halo, pad).py(py)?;
         let alloc = py.import("cudecomp._alloc")?;
         let dtype = alloc.call_method1("numpy_dtype", (dtype,))?;
-        if let Some(a) = self.library_pencil(py, &gd, info.array_shape(), info.size, &dtype)? {
+        let pencil = info.array_shape();
+        let shape: Vec<i64> = fields.into_iter().chain(pencil).collect();
+        let cells = info.size * fields.unwrap_or(1);
+        if let Some(a) = self.library_pencil(py, &gd, &shape, cells, &dtype)? {
             return Ok(a);
         }
         alloc.call_method1(
             "allocate",
-            (info.array_shape(), dtype, zero, variant::CPU_ONLY),
+            (PyTuple::new(py, &shape)?, dtype, zero, variant::CPU_ONLY),
         )
     }
+}
+
+/// A batch's field count (`fields=` of the allocators): `None` for one pencil, else at
+/// least 1.
+fn fields_arg(py: Python<'_>, fields: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    let Some(v) = fields.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let k = int_arg(v, "fields")?;
+    if k < 1 {
+        return Err(invalid(
+            py,
+            format!(
+                "fields: expected a batch of at least 1 field, or None for one pencil, got {k}"
+            ),
+        ));
+    }
+    Ok(Some(k))
 }
 
 impl GridDesc {
@@ -144,7 +168,7 @@ impl GridDesc {
         &self,
         py: Python<'py>,
         gd: &core::GridDesc,
-        shape: [i64; 3],
+        shape: &[i64],
         cells: i64,
         dtype: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -161,7 +185,7 @@ impl GridDesc {
         };
         let owner = crate::shared::owner(py, a)?;
         py.import("cudecomp._alloc")?
-            .call_method1(view, (owner, shape, dtype))
+            .call_method1(view, (owner, PyTuple::new(py, shape)?, dtype))
             .map(Some)
     }
 }
@@ -513,19 +537,23 @@ impl GridDesc {
     ///         one of these (``"float64"``, ``complex``). Anything else raises ``TypeError``.
     ///     halo_extents: Halo cells on both sides of each global axis (``None``: none).
     ///     padding: Padding cells after each global axis (``None``: none).
+    ///     fields: ``None`` for one pencil, or ``k >= 1`` for a batch of ``k`` fields
+    ///         (the form the operations move in one exchange): shape
+    ///         ``(k, *array_shape)``.
     ///
     /// Returns:
     ///     A C-contiguous array of shape ``get_pencil_info(axis, halo_extents,
-    ///     padding).array_shape``: NumPy in the CPU variant, CuPy (current device) in the
-    ///     GPU variant. On DIRECT grids, arrays of 1 MiB or more live in memory the other
-    ///     ranks of the node map (node-shared host memory in the CPU variant, exported
-    ///     device memory of the handle's GPU in the GPU variant): when every rank's
-    ///     output of a transpose is such an array, each rank writes its chunks straight
-    ///     into the others' outputs (one copy instead of two, no workspace pass; on
-    ///     GPUs where the copy engine carries every chunk, or with
-    ///     ``CUDECOMP_SINGLE_COPY=1``). Such memory is zero-filled and
+    ///     padding).array_shape`` (with ``fields``: ``(fields, *array_shape)``): NumPy
+    ///     in the CPU variant, CuPy (current device) in the GPU variant. On DIRECT
+    ///     grids, arrays of 1 MiB or more live in memory the other ranks of the node
+    ///     map (node-shared host memory in the CPU variant, exported device memory of
+    ///     the handle's GPU in the GPU variant): when every rank's output of a
+    ///     transpose is such an array, each rank writes its chunks straight into the
+    ///     others' outputs (one copy instead of two, no workspace pass; on GPUs where
+    ///     the copy engine carries every chunk, or with ``CUDECOMP_SINGLE_COPY=1``;
+    ///     batches copy once in the CPU variant only). Such memory is zero-filled and
     ///     freed with the last view.
-    #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
+    #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None, *, fields = None))]
     fn empty_pencil<'py>(
         &self,
         py: Python<'py>,
@@ -533,12 +561,13 @@ impl GridDesc {
         dtype: &Bound<'py, PyAny>,
         halo_extents: Option<&Bound<'py, PyAny>>,
         padding: Option<&Bound<'py, PyAny>>,
+        fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.allocate_pencil(py, axis, dtype, halo_extents, padding, false)
+        self.allocate_pencil(py, axis, dtype, halo_extents, padding, fields, false)
     }
 
     /// As ``empty_pencil``, filled with zeros.
-    #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None))]
+    #[pyo3(signature = (axis, dtype, halo_extents = None, padding = None, *, fields = None))]
     fn zeros_pencil<'py>(
         &self,
         py: Python<'py>,
@@ -546,8 +575,9 @@ impl GridDesc {
         dtype: &Bound<'py, PyAny>,
         halo_extents: Option<&Bound<'py, PyAny>>,
         padding: Option<&Bound<'py, PyAny>>,
+        fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.allocate_pencil(py, axis, dtype, halo_extents, padding, true)
+        self.allocate_pencil(py, axis, dtype, halo_extents, padding, fields, true)
     }
 
     /// Workspace that transposes need, in *elements* of the operation's dtype.

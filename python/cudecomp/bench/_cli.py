@@ -346,8 +346,6 @@ def _output_problem(args: argparse.Namespace) -> str:
             return f"--plot {args.plot}: cannot create the directory: {e}"
     if args.graph and cudecomp.CPU_ONLY:
         return "--graph needs the GPU variant (CUDA graphs); this is the CPU variant"
-    if args.fields > 1 and args.alloc == "library":
-        return "--fields moves batches of fields, which GridDesc.empty_pencil (--alloc library) does not make: leave out one of them"
     if args.fields > 1 and args.graph:
         return "--fields and --graph: graphs are captured from single-field calls; leave out one of them"
     if args.progress == "bar" and not args.quiet and tqdm_class() is None:

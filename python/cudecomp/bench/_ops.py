@@ -86,15 +86,7 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         if comm.allreduce(any(i.size == 0 for i in infos), op=MPI.LOR):
             return [case.row("all", bname, ac, note=f"skipped: {empty_pencils(case)}")]
         k = args.fields
-        batch = (k,) if k > 1 else ()
-        if args.alloc == "library":
-            # The library's own arrays (on DIRECT grids: node-shared host memory, exported
-            # device memory).
-            bufs = [grid.empty_pencil(a, case.np_dtype) for a in range(3)]
-            for b in bufs:
-                b[...] = 1
-        else:
-            bufs = [s.xp.m.ones((*batch, *i.array_shape), case.np_dtype) for i in infos]
+        bufs = [pencil_array(s, grid, a, case.np_dtype, k if k > 1 else None) for a in range(3)]
         for key in args.ops:
             if key not in OPS:
                 continue
@@ -132,6 +124,20 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
     return rows
 
 
+def pencil_array(s: Session, grid: cudecomp.GridDesc, axis: int, dtype: Any, fields: int | None) -> Any:
+    """Return an ``axis``-pencil of ones (a batch of ``fields`` pencils where given), allocated as ``--alloc`` says.
+
+    ``library``: the library's own arrays (on DIRECT grids: node-shared host memory,
+    exported device memory); otherwise the array module's.
+    """
+    if s.args.alloc == "library":
+        a = grid.empty_pencil(axis, dtype, fields=fields)
+        a[...] = 1
+        return a
+    shape = grid.get_pencil_info(axis).array_shape
+    return s.xp.m.ones(shape if fields is None else (fields, *shape), dtype)
+
+
 def batch_baselines(
     s: Session, case: Case, grid: cudecomp.GridDesc, key: str, bname: str, ac: bool, halo_backend: HaloCommBackend
 ) -> dict[str, float]:
@@ -141,9 +147,8 @@ def batch_baselines(
     (the same bytes in one exchange of one field: the bound).
     """
     k, (name, a, b) = s.args.fields, OPS[key]
-    infos = [grid.get_pencil_info(x) for x in (a, b)]
-    ins = [s.xp.m.ones(infos[0].array_shape, case.np_dtype) for _ in range(k)]
-    outs = [s.xp.m.ones(infos[1].array_shape, case.np_dtype) for _ in range(k)]
+    ins = [pencil_array(s, grid, a, case.np_dtype, None) for _ in range(k)]
+    outs = [pencil_array(s, grid, b, case.np_dtype, None) for _ in range(k)]
     fn = getattr(grid, name)
 
     def separate() -> None:
@@ -154,7 +159,7 @@ def batch_baselines(
     gx, gy, gz = case.gdims
     long = s.handle.create_grid(config((gx, gy, gz * k), case.pdims, TransposeCommBackend[bname], ac, halo_backend))
     try:
-        x, y = (s.xp.m.ones(long.get_pencil_info(p).array_shape, case.np_dtype) for p in (a, b))
+        x, y = (pencil_array(s, long, p, case.np_dtype, None) for p in (a, b))
         base["one_exchange_bound_ms"] = s.time(functools.partial(getattr(long, name), x, y))[0] * 1e3
     finally:
         long.destroy()

@@ -173,7 +173,8 @@ class _RustLocal(_Local):
         elif not (overwrite and a.flags.writeable and a.flags.c_contiguous):
             a = np.array(a, order="C")
         view = a if a.dtype.kind == "f" else a.view(_REAL[a.dtype]).reshape(*a.shape, 2)
-        _cudecomp._local_r2r(kind, view, axis, inverse, self.norm, self._t())
+        # A plan's 4-D arrays are batches of pencils: each field transforms as it would alone.
+        _cudecomp._local_r2r(kind, view, axis, inverse, self.norm, self._t(), a.ndim == 4)
         return a
 
 

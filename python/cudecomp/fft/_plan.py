@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -28,6 +29,19 @@ from ._stages import _ScheduleRunner
 # What the ranks' agreements on a plan's transforms and destroy() are called in their
 # messages (checking mode).
 _CALLS = "cudecomp.fft.FFT calls"
+
+
+def _form(fields: int | None) -> str:
+    """Name a transform's array form: one pencil, or a batch of ``fields`` fields."""
+    return "one pencil" if fields is None else f"batch of {fields} fields"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One transform's checked call: its stream handle (GPU; None on the CPU variant) and batch (None: one pencil)."""
+
+    stream: int | None
+    fields: int | None
 
 
 class FFT(_SpectralHelpers, _ScheduleRunner):
@@ -410,21 +424,27 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
 
     # -- allocation --------------------------------------------------------------------
 
-    def empty_input(self) -> Any:
-        """Allocate an uninitialised real-space array (NumPy or CuPy) of shape ``input_info.array_shape``."""
-        return self.grid.empty_pencil(0, self._in_dtype)
+    def empty_input(self, *, fields: int | None = None) -> Any:
+        """Allocate an uninitialised real-space array (NumPy or CuPy) of shape ``input_info.array_shape``.
 
-    def zeros_input(self) -> Any:
+        ``fields``: a batch of that many fields instead, shape ``(fields, *input_info.array_shape)``.
+        """
+        return self.grid.empty_pencil(0, self._in_dtype, fields=fields)
+
+    def zeros_input(self, *, fields: int | None = None) -> Any:
         """As ``empty_input``, filled with zeros."""
-        return self.grid.zeros_pencil(0, self._in_dtype)
+        return self.grid.zeros_pencil(0, self._in_dtype, fields=fields)
 
-    def empty_output(self) -> Any:
-        """Allocate an uninitialised spectral array of shape ``output_info.array_shape`` (complex)."""
-        return self.spectral_grid.empty_pencil(self._out_axis, self._out_dtype)
+    def empty_output(self, *, fields: int | None = None) -> Any:
+        """Allocate an uninitialised spectral array of shape ``output_info.array_shape`` (complex).
 
-    def zeros_output(self) -> Any:
+        ``fields``: a batch of that many fields instead, shape ``(fields, *output_info.array_shape)``.
+        """
+        return self.spectral_grid.empty_pencil(self._out_axis, self._out_dtype, fields=fields)
+
+    def zeros_output(self, *, fields: int | None = None) -> Any:
         """As ``empty_output``, filled with zeros."""
-        return self.spectral_grid.zeros_pencil(self._out_axis, self._out_dtype)
+        return self.spectral_grid.zeros_pencil(self._out_axis, self._out_dtype, fields=fields)
 
     def _xp(self) -> Any:
         if self._local.gpu:
@@ -435,22 +455,43 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
 
     # -- transforms --------------------------------------------------------------------
 
-    def _check(self, a: Any, info: PencilInfo, dtype: np.dtype, what: str, writable: bool = False) -> None:
+    def _check(self, a: Any, info: PencilInfo, dtype: np.dtype, what: str, fields: int | None, writable: bool = False) -> int | None:
+        """Check one array of a transform; return its batch's field count (``None``: one pencil).
+
+        ``fields``: the input's batch, which ``out`` must match; ``-1`` for the input
+        itself, which may be either form.
+        """
         xp = self._xp()
+        if isinstance(a, (list, tuple)):
+            raise TypeError(
+                f"{what}: a batch of fields is one array of shape (k, *array_shape) (stack the fields), got a {type(a).__name__}"
+            )
         if not isinstance(a, xp.ndarray):
             kind = "CuPy" if self._local.gpu else "NumPy"
             raise TypeError(f"{what}: expected a {kind} array, got {type(a).__name__}")
         if a.dtype != dtype:
             raise TypeError(f"{what}: expected dtype {dtype} for this {self._kind} plan, got {a.dtype}")
-        if tuple(a.shape) != tuple(info.array_shape):
-            raise InvalidUsageError(f"{what}: expected shape {tuple(info.array_shape)} (this rank's pencil), got {tuple(a.shape)}")
+        pencil = tuple(info.array_shape)
+        shape = tuple(a.shape)
+        got = shape[0] if len(shape) == 4 and shape[1:] == pencil else None
+        if fields == -1:
+            if shape != pencil and got is None:
+                raise InvalidUsageError(
+                    f"{what}: expected shape {pencil} (this rank's pencil) or (k, *{pencil}) (a batch of k fields), got {shape}"
+                )
+        elif got != fields or (fields is None and shape != pencil):
+            want = pencil if fields is None else (fields, *pencil)
+            raise InvalidUsageError(f"{what}: expected shape {want} (the input's {_form(fields)}), got {shape}")
+        if got is not None and got < 1:
+            raise InvalidUsageError(f"{what}: a batch holds at least 1 field, got shape {shape}")
         if not a.flags.c_contiguous:
             raise InvalidUsageError(f"{what}: the array must be C-contiguous")
         if writable and not self._local.gpu and not a.flags.writeable:
             raise InvalidUsageError(f"{what}: the array must be writable")
+        return got
 
-    def _call_fields(self, call: str) -> list[tuple[str, str]]:
-        """Return what the ranks agree on before ``call`` (checking mode): the plan and the call.
+    def _call_fields(self, call: str, fields: int | None = None) -> list[tuple[str, str]]:
+        """Return what the ranks agree on before ``call`` (checking mode): the plan, the call and its batch.
 
         The plan's own communicator already tells plans apart; its description names it in
         messages and tells it from the grid's own operations on that communicator.
@@ -459,12 +500,12 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
             f"{self._kind} {'/'.join(self._transforms)} {self._in_dtype} gdims={self._gdims} pdims={self._pdims} {self._schedule} "
             f"norm={self._norm} transposed_out={self._transposed}"
         )
-        return [("plan", plan), ("call", call)]
+        return [("plan", plan), ("call", call), ("fields", _form(fields))]
 
-    def _begin(self, call: str, check: Callable[[], int | None]) -> int | None:
+    def _begin(self, call: str, check: Callable[[], _Call]) -> _Call:
         """Start ``call`` (the plan's lock held): check this rank's arguments, then agree (checking mode).
 
-        ``check`` raises for bad arguments and returns the operation's stream handle. In
+        ``check`` raises for bad arguments and returns the operation's stream and batch. In
         checking mode a rank whose arguments fail joins the agreement with its error (the
         others raise ``InvalidUsageError`` naming it) and raises it; otherwise the ranks
         agree on the plan and the call (``forward`` against ``backward`` runs the same
@@ -477,19 +518,19 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
             return check()
         with collective(self._handle, _CALLS) as settled:
             self._alive()
-            stream = check()
-            settled.fields += self._call_fields(call)
-        return stream
+            c = check()
+            settled.fields += self._call_fields(call, c.fields)
+        return c
 
-    def _checked(self, name: str, a: Any, out: Any, stream: Any) -> int | None:
-        """Check the arguments of transform ``name`` on this rank; return its stream handle (GPU) or None."""
+    def _checked(self, name: str, a: Any, out: Any, stream: Any) -> _Call:
+        """Check the arguments of transform ``name`` on this rank; return its stream handle (GPU, else None) and batch."""
         real, spectral = (self._in_info, self._in_dtype), (self._out_info, self._out_dtype)
         src, dst = (real, spectral) if name == "forward" else (spectral, real)
-        self._check(a, *src, f"{name} input")
+        fields = self._check(a, *src, f"{name} input", -1)
         if out is not None:
-            self._check(out, *dst, f"{name} out", writable=True)
+            self._check(out, *dst, f"{name} out", fields, writable=True)
         # Parsed before the agreement: a bad stream would otherwise fail on this rank alone.
-        return _stream_ptr(stream) if self._local.gpu else None
+        return _Call(_stream_ptr(stream) if self._local.gpu else None, fields)
 
     @contextlib.contextmanager
     def _on(self, ptr: int | None) -> Iterator[int | None]:
@@ -532,9 +573,11 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
         Args:
             a: The X-pencil of ``grid``: shape ``input_info.array_shape``, dtype
                 ``input_dtype``, C-contiguous; NumPy (CPU variant) or CuPy (GPU). Not
-                modified.
+                modified. A batch of ``k`` fields, shape ``(k, *input_info.array_shape)``,
+                transforms every field with one exchange per transpose.
             out: Optional spectral array (shape ``output_info.array_shape``, dtype
-                ``output_dtype``) to write into; ``None`` allocates one.
+                ``output_dtype``; for a batch ``(k, *output_info.array_shape)``) to write
+                into; ``None`` allocates one.
             stream: GPU variant: the stream to run on (``None``: CuPy's current stream;
                 an int handle, an object with ``__cuda_stream__`` or with an int
                 ``ptr``). Local FFTs and transposes are ordered on it and nothing waits
@@ -551,17 +594,17 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
                 rank where another calls ``backward`` or ``destroy`` instead.
         """
         with self._lock:
-            ptr = self._begin("forward", lambda: self._checked("forward", a, out, stream))
-            return self._forward(a, out, ptr)
+            c = self._begin("forward", lambda: self._checked("forward", a, out, stream))
+            return self._forward(a, out, c)
 
-    def _forward(self, a: Any, out: Any, ptr: int | None) -> Any:
-        with self._on(ptr) as s:
-            if self._slabs is not None:
+    def _forward(self, a: Any, out: Any, c: _Call) -> Any:
+        with self._on(c.stream) as s:
+            if self._slabs is not None and c.fields is None:  # a batch runs the plain schedule
                 tr = self._transposed
                 scale = self._local.scale(False, math.prod(self._gdims))
                 c = self._slabs.forward(a, out if tr else None, not tr, scale)
                 return _into(c, out) if tr else self.spectral_grid.transpose_z_to_y(c, out, stream=s)  # scaled slab by slab
-            return self._run(a, out, s, inverse=False)
+            return self._run(a, out, s, False, c.fields)
 
     def backward(self, a: Any, out: Any = None, *, stream: Any = None) -> Any:
         """Backward (inverse) transform of this rank's spectral pencil into its real-space X-pencil (collective).
@@ -575,9 +618,11 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
 
         Args:
             a: The spectral pencil: shape ``output_info.array_shape``, dtype
-                ``output_dtype``, C-contiguous. Not modified.
+                ``output_dtype``, C-contiguous. Not modified. A batch of ``k`` fields
+                has shape ``(k, *output_info.array_shape)``.
             out: Optional real-space array (shape ``input_info.array_shape``, dtype
-                ``input_dtype``); ``None`` allocates one.
+                ``input_dtype``; for a batch ``(k, *input_info.array_shape)``); ``None``
+                allocates one.
             stream: GPU variant: the stream to run on (as for ``forward``).
 
         Returns:
@@ -590,13 +635,14 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
                 checking mode as for ``forward``.
         """
         with self._lock:
-            ptr = self._begin("backward", lambda: self._checked("backward", a, out, stream))
-            return self._backward(a, out, ptr)
+            c = self._begin("backward", lambda: self._checked("backward", a, out, stream))
+            return self._backward(a, out, c)
 
-    def _backward(self, a: Any, out: Any, ptr: int | None) -> Any:
-        if self._slabs is None:
+    def _backward(self, a: Any, out: Any, c: _Call) -> Any:
+        ptr = c.stream
+        if self._slabs is None or c.fields is not None:
             with self._on(ptr) as st:
-                return self._run(a, out, st, inverse=True)
+                return self._run(a, out, st, True, c.fields)
         L, r2c = self._local, self._kind == "r2c"
         X, Y, Z = self._gdims
         scale = L.scale(True, X * Y * Z)

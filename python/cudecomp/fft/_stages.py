@@ -144,21 +144,21 @@ class _ScheduleRunner:
             return r
         return self._xp().multiply(r, scale, out=out)
 
-    def _tmp(self, axis: int, dtype: np.dtype | None = None) -> Any:
-        """Scratch pencil ``axis`` of ``dtype`` (default: the spectral one), kept by the plan (CPU variant); None on GPUs.
+    def _tmp(self, axis: int, dtype: np.dtype, fields: int | None) -> Any:
+        """Scratch pencil ``axis`` of ``dtype`` (a batch of ``fields`` where given), kept by the plan (CPU variant); None on GPUs.
 
         Reusing it spares the page faults of fresh arrays on every call; on GPUs CuPy's
         memory pool already recycles memory (stream-ordered). Real pencils of an ``r2c``
-        plan are the real grid's, every other one the spectral grid's.
+        plan are the real grid's, every other one the spectral grid's. The plan keeps the
+        scratch of the last batch size it ran, not of every one.
         """
         if self._local.gpu:
             return None
-        dtype = self._out_dtype if dtype is None else dtype
         key = (axis, dtype.str)
         buf = self._scratch.get(key)
-        if buf is None:
+        if buf is None or buf.ndim != (3 if fields is None else 4) or (fields is not None and buf.shape[0] != fields):
             grid = self.grid if (self._kind == "r2c" and dtype.kind == "f") else self.spectral_grid
-            buf = grid.empty_pencil(axis, dtype)
+            buf = grid.empty_pencil(axis, dtype, fields=fields)
             self._scratch[key] = buf
         return buf
 
@@ -196,8 +196,12 @@ class _ScheduleRunner:
         steps[last] = _Step(steps[last].stage, True, steps[last].dtype, steps[last].turns, True)
         return tuple(steps)
 
-    def _run(self, a: Any, out: Any, s: int | None, inverse: bool) -> Any:
-        """Run the plan's steps on ``a`` (``backward``: ``inverse``), delivering into ``out`` where given."""
+    def _run(self, a: Any, out: Any, s: int | None, inverse: bool, fields: int | None) -> Any:
+        """Run the plan's steps on ``a`` (``backward``: ``inverse``), delivering into ``out`` where given.
+
+        A batch (``fields``, a leading axis) runs the same steps: each local stage over the
+        batch's arrays at once, each transpose as one exchange of all fields.
+        """
         L, G = self._local, self.spectral_grid
         fft_points = math.prod(self._gdims[g] for g in range(3) if self._transforms[g] == "fft")
         scale = L.scale(inverse, fft_points) if "fft" in self._transforms else 1.0
@@ -209,16 +213,18 @@ class _ScheduleRunner:
                 # The caller's array; a backward that still scales delivers by the scaling.
                 target = None if (inverse and scale != 1.0 and k == len(steps) - 1) else out
             else:
-                target = self._tmp(st.pencil if st.local else st.to, step.dtype) if step.makes else None  # type: ignore[arg-type]
+                target = self._tmp(st.pencil if st.local else st.to, step.dtype, fields) if step.makes else None  # type: ignore[arg-type]
             if st.local:
-                x = self._local_stage(x, st, inverse, target, own, step.turns)
+                x = self._local_stage(x, st, inverse, target, own, step.turns, fields is not None)
             else:
                 x = getattr(G, st.transpose_name())(x, target, stream=s)
             own = True
         return self._finish(x, out, scale)
 
-    def _local_stage(self, x: Any, st: Stage, inverse: bool, target: Any, own: bool, turns: bool) -> Any:
+    def _local_stage(self, x: Any, st: Stage, inverse: bool, target: Any, own: bool, turns: bool, batched: bool) -> Any:
         """Transform the axes of local stage ``st`` of ``x`` (its inverse: ``inverse``), into ``target`` where given.
+
+        ``batched``: ``x`` is a batch of pencils (a leading axis the stage leaves alone).
 
         FFT axes run as one transform, cosine and sine axes as another (the library's
         ``r2r_axes``), on real data where there is some (before the data turns complex, after it turns real again).
@@ -227,7 +233,8 @@ class _ScheduleRunner:
         """
         L, xp = self._local, self._xp()
         order = self._pencil_order(st.pencil)
-        npax = {g: 2 - order.index(g) for g in st.axes}
+        first = 1 if batched else 0  # the array axis of the pencil's slowest axis
+        npax = {g: first + 2 - order.index(g) for g in st.axes}
         fft = [g for g in st.axes if self._transforms[g] == "fft"]
 
         r2r = tuple((npax[g], self._transforms[g]) for g in st.axes if self._transforms[g] != "fft")
@@ -249,7 +256,7 @@ class _ScheduleRunner:
                 ops += cos_sin
         elif turns:
             if halved:
-                lengths = tuple(self._gdims[order[2 - ax]] for ax in axes)
+                lengths = tuple(self._gdims[order[first + 2 - ax]] for ax in axes)
                 ops.append(lambda y, o, w: L.c2r(y, axes, lengths, o, overwrite=w))
             else:
                 ops.append(lambda y, o, w: _real_part(xp, L.c2c(y, axes, True, None, w), o))

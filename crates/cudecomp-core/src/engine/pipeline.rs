@@ -154,7 +154,7 @@ impl TransposeRun<'_> {
 
     /// `c` moved `f` times `src` elements further in its source and `f` times `dst` in
     /// its destination: the copy of field `f`.
-    fn of_field(&self, mut c: Copy3, f: i64, src: i64, dst: i64) -> Copy3 {
+    pub(in crate::engine) fn of_field(&self, mut c: Copy3, f: i64, src: i64, dst: i64) -> Copy3 {
         c.src_offset += f * src;
         c.dst_offset += f * dst;
         c

@@ -57,7 +57,7 @@ mod simd;
 use std::any::Any;
 use std::sync::OnceLock;
 
-pub use r2r::{r2r, R2r};
+pub use r2r::{r2r, r2r_fields, R2r};
 pub use rustfft::num_complex::Complex;
 
 use crate::{invalid, Result};

@@ -386,7 +386,9 @@ impl Backend for DirectDeviceBackend {
         // pack and unpack kernels; other chunks would be written into peers by copy
         // kernels, which reach less of the link (as NVSHMEM_SM does), so those single
         // copies are taken only when asked for.
-        let offered = single_copy_wanted(cx, c, || rows_on_engine(plan, elem));
+        // A batch takes the two copies on devices: its single copy has not run on a GPU.
+        let offered =
+            c.fields.count == 1 && single_copy_wanted(cx, c, || rows_on_engine(plan, elem));
         let note = match offered.then(|| DeviceArray::find(c.output)).flatten() {
             Some(a) => ipc_note(
                 &a.encode(),
@@ -400,6 +402,7 @@ impl Backend for DirectDeviceBackend {
                 |r| notes.get(r).and_then(|n| DeviceArrayRef::decode(n)),
                 plan,
                 elem,
+                c.fields.count,
                 |r, a, bytes| ws.peer_device_arrays.map_device(&f.dev.device, r, a, bytes),
             );
             let x = IpcChunks {

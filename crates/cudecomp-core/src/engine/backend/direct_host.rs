@@ -421,6 +421,7 @@ impl Backend for DirectHostBackend {
             |r| notes.get(r).and_then(|n| ArrayRef::decode(n)),
             plan,
             c.dtype.size(),
+            c.fields.count,
             |r, a, bytes| ws.peer_arrays.map_shared(r, a, bytes),
         );
         let x = SharedChunks {

@@ -27,18 +27,19 @@ pub(super) fn single_copy_wanted(
         SingleCopy::Always => true,
         SingleCopy::Auto => by_default(),
     };
-    // A batch of fields takes the two-copy path: single copies move one field.
-    allowed && !c.input.overlaps(&c.output) && c.fields.count == 1
+    allowed && !c.input.overlaps(&c.output)
 }
 
 /// The outputs of every member of `plan`'s sub-communicator, mapped here by `map`, when
 /// every member published one (`published`, by handle rank; the same answer on every
 /// member: all see the same notes); `None` when some member did not, and the two-copy
-/// exchange runs.
+/// exchange runs. Each output holds `fields` fields of the member's pencil, one after
+/// another.
 pub(super) fn peer_outputs<R>(
     published: impl Fn(usize) -> Option<R>,
     plan: &TransposePlan,
     elem: usize,
+    fields: i64,
     mut map: impl FnMut(usize, &R, usize) -> Result<Buf>,
 ) -> Result<Option<Vec<Buf>>> {
     let refs: Option<Vec<R>> = plan.members.iter().map(|&r| published(r)).collect();
@@ -48,7 +49,7 @@ pub(super) fn peer_outputs<R>(
     refs.iter()
         .enumerate()
         .map(|(p, a)| {
-            let bytes = plan.peer_out_elems[p] as usize * elem;
+            let bytes = (plan.peer_out_elems[p] * fields) as usize * elem;
             if p == plan.me {
                 // This rank's own output is the operation's; the entry keeps indices aligned.
                 return Ok(Buf::empty());
@@ -67,7 +68,8 @@ impl TransposeRun<'_> {
     /// destination. Receivers that take their output in steps (`landing`, by member;
     /// empty: all whole) get their chunk step by step, each step followed by
     /// `x.delivered(peer, step)`; `x.arrived()` waits for every chunk written into this
-    /// rank's output.
+    /// rank's output. A batch copies each field's chunk in turn, every output holding its
+    /// fields one after another (a member's pencil apart).
     pub(crate) fn single_copy<'m>(
         &self,
         outs: &[Buf],
@@ -126,10 +128,10 @@ impl TransposeRun<'_> {
             .map(|step| (plan.me + step) % np)
             .filter(|&p| plan.sends[p].count > 0 && (p != plan.me || self.own_cells))
             .map(|p| {
-                let (dst, c) = if p == plan.me {
-                    (self.output, plan.self_copy())
+                let (dst, c, field_stride) = if p == plan.me {
+                    (self.output, plan.self_copy(), self.fields.out_stride)
                 } else {
-                    (outs[p], plan.peer_output_copy(p))
+                    (outs[p], plan.peer_output_copy(p), plan.peer_out_elems[p])
                 };
                 let cuts = cut(&c);
                 CopyPart {
@@ -137,6 +139,7 @@ impl TransposeRun<'_> {
                     dst,
                     mover: movers(dst),
                     cuts,
+                    field_stride,
                 }
             })
             .collect();
@@ -168,14 +171,21 @@ impl TransposeRun<'_> {
                     let lo = i.checked_sub(1).and_then(|j| in_ends.get(j)).copied();
                     let lo = lo.unwrap_or(0);
                     let hi = in_ends.get(i).copied().unwrap_or(i64::MAX);
-                    for j in 0..pieces {
-                        for part in &parts {
-                            let Some(c) = part.cuts.get(j) else { continue };
-                            let c = match &along_in {
-                                Some(a) => c.src_range(a, lo, hi),
-                                None => Some(*c),
-                            };
-                            if let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s)) {
+                    // Field after field, each cut into its pieces as one field is.
+                    for f in 0..self.fields.count {
+                        for j in 0..pieces {
+                            for part in &parts {
+                                let Some(c) = part.cuts.get(j) else { continue };
+                                let c = match &along_in {
+                                    Some(a) => c.src_range(a, lo, hi),
+                                    None => Some(*c),
+                                };
+                                let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s))
+                                else {
+                                    continue;
+                                };
+                                let c =
+                                    self.of_field(c, f, self.fields.in_stride, part.field_stride);
                                 part.mover.copy(self.elem, self.input, part.dst, &c)?;
                             }
                         }
@@ -206,6 +216,8 @@ struct CopyPart<'m> {
     mover: Box<dyn Mover + 'm>,
     /// The chunk's pieces (see `single_copy_block`).
     cuts: Vec<Copy3>,
+    /// Elements from one field of its output to the next.
+    field_stride: i64,
 }
 
 /// An input that becomes ready in steps (device operations with `input_ready` events).
