@@ -348,3 +348,75 @@ def test_io_write_setting_is_checked() -> None:
     with pytest.raises(cudecomp.InvalidUsageError, match="CUDECOMP_IO_WRITE: expected auto or pwrite"):
         with handle_with(CUDECOMP_IO_WRITE="mmap2"):
             pass
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_is_one_dataset_of_its_fields(handle: cudecomp.Handle, tmp_path: Any, seed: int) -> None:
+    """A batch ``(k, *array_shape)`` is stored as one dataset ``(k, nz, ny, nx)`` and read back as a batch on any layout."""
+    rng = random.Random(seed * 7 + NRANKS)
+    gdims = (rng.randint(2, 9), rng.randint(2, 9), rng.randint(2, 9))
+    dtype = rng.choice(list(NUMPY_DTYPES))
+    k = 3
+    path = shared_path(tmp_path, f"batch{seed}.h5")
+    with handle.create_grid(grid_config(gdims, rng)) as a, handle.create_grid(grid_config(gdims, rng)) as b:
+        halo = (rng.randint(0, 1), 0, rng.randint(0, 1))
+        src = a.pencil(rng.randrange(3), halo)
+        info = a.get_pencil_info(src.axis, halo)
+        one = make(info, gdims, dtype)
+        u = np.stack([one * (f + 1) for f in range(k)])
+        cio.write(path, {"u": device(u), "p": device(one)}, src)
+        if COMM.rank == 0:
+            with h5py.File(path, "r") as f:
+                want = np.stack([global_array(gdims, dtype) * (f + 1) for f in range(k)])
+                assert f["u"].shape == (k, *gdims[::-1]) and np.array_equal(f["u"][...], want)
+                assert np.array_equal(f["p"][...], global_array(gdims, dtype))
+        COMM.Barrier()
+        for axis in range(3):
+            into = b.pencil(axis, (0, 1, 0))
+            ib = b.get_pencil_info(axis, (0, 1, 0))
+            mask = interior(ib)
+            got = to_host(cio.read(path, "u", into))
+            assert got.shape == (k, *ib.array_shape)
+            out = xp.zeros((k, *ib.array_shape), got.dtype)
+            assert cio.read(path, "u", into, out=out) is out
+            for f in range(k):
+                assert np.array_equal(got[f][mask], (f + 1) * make(ib, gdims, dtype)[mask]), (axis, f)
+                assert np.array_equal(to_host(out)[f][mask], got[f][mask])
+        # A chunked batch (another program's) reads through h5py, converted on the way.
+        if COMM.rank == 0:
+            with h5py.File(path, "a") as f:
+                f.create_dataset("chunked", data=f["u"][...], chunks=(1, 2, 2, 2))
+        COMM.Barrier()
+        got = to_host(cio.read(path, "chunked", b.pencil(0), dtype=np.complex128))
+        for f in range(k):
+            assert np.array_equal(got[f], (f + 1) * make(b.get_pencil_info(0), gdims, dtype).astype(np.complex128))
+
+
+def test_what_a_batch_may_not_be_in_a_file(handle: cudecomp.Handle, tmp_path: Any) -> None:
+    gdims = (5, 4, 6)
+    path = shared_path(tmp_path, "batch-misuse.h5")
+    with handle.create_grid(grid_config(gdims, random.Random(1))) as g:
+        info = g.get_pencil_info(0)
+        u = device(np.stack([make(info, gdims, DataType.DOUBLE)] * 2))
+        with pytest.raises(TypeError, match=r"\(k, \*array_shape\)"):
+            cio.write(path, {"u": [u[0], u[1]]}, g.pencil(0))
+        with pytest.raises(cudecomp.InvalidUsageError, match="at least 1 field"):
+            cio.write(path, {"u": u[:0]}, g.pencil(0))
+        cio.write(path, {"u": u, "p": u[0].copy()}, g.pencil(0))
+        with pytest.raises(cudecomp.InvalidUsageError, match=r"holds a batch of 2 fields; out must have shape"):
+            cio.read(path, "u", g.pencil(0), out=xp.zeros(info.array_shape))
+        with pytest.raises(cudecomp.InvalidUsageError, match=r"holds one field; out must have shape"):
+            cio.read(path, "p", g.pencil(0), out=xp.zeros((2, *info.array_shape)))
+        assert to_host(cio.read(path, "u", g.pencil(0))).shape == (2, *info.array_shape)  # still works
+
+
+@pytest.mark.mpi(min_ranks=2)
+def test_batches_of_different_sizes_on_different_ranks_are_refused_everywhere(handle: cudecomp.Handle, tmp_path: Any) -> None:
+    gdims = (5, 4, 6)
+    path = shared_path(tmp_path, "batch-ranks.h5")
+    with handle.create_grid(grid_config(gdims, random.Random(2))) as g:
+        k = 2 if COMM.rank == 0 else 3
+        u = device(np.zeros((k, *g.get_pencil_info(1).array_shape)))
+        with pytest.raises(cudecomp.InvalidUsageError, match="batches"):
+            cio.write(path, {"u": u}, g.pencil(1))
+        assert COMM.allreduce(int(os.path.exists(path))) == 0

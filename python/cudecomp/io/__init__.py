@@ -98,7 +98,9 @@ def write(
         fields: Field name -> this rank's array: the shape of ``layout``'s arrays (with
             its halos and padding; only the owned cells are written), one of float32,
             float64, complex64, complex128; NumPy in the CPU variant, CuPy in the GPU
-            variant. Names must be the same on every rank.
+            variant. Names must be the same on every rank. A batch of ``k`` fields
+            (shape ``(k, *array_shape)``, as the transposes take) is stored as one
+            dataset ``(k, nz, ny, nx)``, its fields redistributed in one exchange.
         layout: ``grid.pencil(axis, halo_extents, padding)``, or this rank's
             ``BoxLayout`` (then pass ``handle`` and ``gdims``); the ranks' boxes must
             cover the grid exactly once.
@@ -132,10 +134,14 @@ def write(
         step = _args.step_arg(step)
         overwrite = _flag("overwrite", overwrite)
         shape = t.info.array_shape
-        dtypes = [_args.check_array(h, f"fields[{n!r}]", fields[n], shape, False, stream).str for n in names]
+        checked = [_args.check_array(h, f"fields[{n!r}]", fields[n], shape, False, stream) for n in names]
+        dtypes = [d.str for d, _ in checked]
+        batches = [k for _, k in checked]
         reserved = _args.OWN_ATTRS if step is None else (_file.COMPLETE,)
         stored, attr_fields = _args.attributes(attrs, reserved)
-        call.agree(path=path, layout=t.described, gdims=t.gdims, fields=names, dtypes=dtypes, step=step, overwrite=overwrite)
+        call.agree(
+            path=path, layout=t.described, gdims=t.gdims, fields=names, dtypes=dtypes, batches=batches, step=step, overwrite=overwrite
+        )
         call.fields += attr_fields
     boxes = h._gather_boxes(f"{what}: the layout", t.gdims, t.info)
     direct = _data.owns_whole_rows(t, boxes)
@@ -144,7 +150,7 @@ def write(
     with collective(h, f"{what}: laying out the file"):
         if h.rank == 0:
             plan = _file.plan(path, step, overwrite)
-            laid_out = {"target": plan.target, "offsets": _file.lay_out(h5py, plan, names, dtypes, t.gdims, stored)}
+            laid_out = {"target": plan.target, "offsets": _file.lay_out(h5py, plan, names, dtypes, batches, t.gdims, stored)}
     laid_out = json.loads(h._share_from_rank0(json.dumps(laid_out).encode()))
     try:
         with collective(h, f"{what}: writing the fields"):
@@ -197,13 +203,16 @@ def read(
 
     Args:
         path: A file written by ``write``, or any HDF5 file with a dataset of shape
-            ``(nz, ny, nx)`` (contiguous, chunked or compressed).
+            ``(nz, ny, nx)`` (contiguous, chunked or compressed). A dataset of shape
+            ``(k, nz, ny, nx)`` (a batch ``write`` stored) is read as a batch of ``k``
+            fields, shape ``(k, *array_shape)``, redistributed in one exchange.
         name: The field: a dataset of the step's group (or of the root), or a path
             inside the file (``"/fields/u"``).
         layout: ``grid.pencil(axis, halo_extents, padding)``, or this rank's ``BoxLayout``
             (with ``handle`` and ``gdims``).
         step: The step of a time series, or ``None``.
-        out: This rank's array to fill (the layout's shape), or ``None`` to allocate one.
+        out: This rank's array to fill (the layout's shape; for a batch
+            ``(k, *array_shape)``), or ``None`` to allocate one.
         dtype: The dtype to read the field as (float32, float64, complex64,
             complex128), converting the stored values; ``None``: the stored dtype (one
             of those four), or ``out``'s, which must then be the stored one.
@@ -236,10 +245,10 @@ def read(
         if not name.strip("/"):
             raise InvalidUsageError(f"name: expected a dataset name or path, got {name!r}")
         want = None if dtype is None else _args.supported_dtype("dtype", dtype)
-        out_dtype = None if out is None else _args.check_array(h, "out", out, t.info.array_shape, True, stream)
+        out_dtype, out_fields = (None, None) if out is None else _args.check_array(h, "out", out, t.info.array_shape, True, stream)
         if want is not None and out_dtype is not None and want != out_dtype:
             raise InvalidUsageError(f"out: expected an array of dtype={want.name}, got {out_dtype.name}")
-        call.agree(path=path, name=name, step=step, layout=t.described, gdims=t.gdims, dtype=want, out=out_dtype)
+        call.agree(path=path, name=name, step=step, layout=t.described, gdims=t.gdims, dtype=want, out=out_dtype, out_fields=out_fields)
     boxes = h._gather_boxes(f"{what}: the layout", t.gdims, t.info)
     direct = _data.owns_whole_rows(t, boxes)
     located: dict[str, Any] = {}
@@ -249,9 +258,14 @@ def read(
     source = _file.Source(**json.loads(h._share_from_rank0(json.dumps(located).encode())))
     stored = np.dtype(source.dtype)
     result_dtype = _result_dtype(path, name, stored, want, out_dtype)
+    if out is not None and out_fields != source.fields:  # the same on every rank: agreed values
+        held = "one field" if source.fields is None else f"a batch of {source.fields} fields"
+        wanted = t.info.array_shape if source.fields is None else (source.fields, *t.info.array_shape)
+        raise InvalidUsageError(f"{path}: field {name!r} holds {held}; out must have shape {tuple(wanted)}, got {tuple(out.shape)}")
     if result_dtype != stored:
-        source = _file.Source(source.dataset, source.dtype, -1)  # converted by h5py
-    result = out if out is not None else _data.xp().empty(t.info.array_shape, result_dtype)
+        source = _file.Source(source.dataset, source.dtype, -1, source.fields)  # converted by h5py
+    batch = () if source.fields is None else (source.fields,)
+    result = out if out is not None else _data.xp().empty((*batch, *t.info.array_shape), result_dtype)
     with collective(h, f"{what}: reading the field"):
         _data.read_field(h5py, h, t, layout, direct, path, source, result, stream)
     return result

@@ -119,18 +119,30 @@ def supported_dtype(what: str, dtype: Any) -> np.dtype:
     return d.newbyteorder("=")
 
 
-def check_array(handle: Handle, what: str, a: Any, shape: tuple[int, ...], writable: bool, stream: Any) -> np.dtype:
-    """Check one rank's array of the call (shape, element type, what the data path takes); return its dtype."""
+def check_array(handle: Handle, what: str, a: Any, shape: tuple[int, ...], writable: bool, stream: Any) -> tuple[np.dtype, int | None]:
+    """Check one rank's array of the call (shape, element type, what the data path takes).
+
+    Returns its dtype and its batch: ``None`` for the layout's array, ``k`` for a batch
+    of ``k`` fields (shape ``(k, *shape)``).
+    """
+    if isinstance(a, (list, tuple)):
+        raise TypeError(f"{what}: a batch of fields is one array of shape (k, *array_shape) (stack the fields), got a {type(a).__name__}")
     if not hasattr(a, "shape") or not hasattr(a, "dtype"):
         raise TypeError(f"{what}: expected an array, got {type(a).__name__}")
-    if tuple(a.shape) != tuple(shape):
-        raise InvalidUsageError(f"{what}: expected shape {tuple(shape)} (the layout's array_shape), got {tuple(a.shape)}")
+    got, want = tuple(a.shape), tuple(shape)
+    if got != want and not (len(got) == len(want) + 1 and got[1:] == want):
+        raise InvalidUsageError(
+            f"{what}: expected shape {want} (the layout's array_shape) or (k, *{want}) (a batch of k fields), got {got}"
+        )
+    fields = got[0] if got != want else None
+    if fields is not None and fields < 1:
+        raise InvalidUsageError(f"{what}: a batch holds at least 1 field, got shape {got}")
     d = supported_dtype(f"{what} dtype", a.dtype)
     try:
         handle._check_array(a, writable, stream)
     except (InvalidUsageError, TypeError) as e:
         raise type(e)(f"{what}: {e}") from None
-    return d
+    return d, fields
 
 
 def _attribute(key: str, value: Any) -> Any:

@@ -63,17 +63,32 @@ def _redistribution(h: Handle, layout: Any, s: BoxLayout, to_slab: bool) -> Iter
         r.destroy()
 
 
+def _fields_of(a: Any, info: PencilInfo) -> list[Any]:
+    """The fields of ``a``: itself, or each field of a batch (a leading axis beyond ``info``'s array)."""
+    return [a] if a.ndim == len(info.array_shape) else list(a)
+
+
+def _field_bytes(gdims: tuple[int, int, int], itemsize: int) -> int:
+    """Bytes of one field in the file: a batch's dataset holds its fields one after another."""
+    return gdims[0] * gdims[1] * gdims[2] * itemsize
+
+
 def write_fields(h: Handle, t: Target, layout: Any, direct: bool, path: str, offsets: list[int], arrays: list[Any], stream: Any) -> None:
-    """Write every rank's owned cells of ``arrays`` to the file at ``offsets`` (collective)."""
+    """Write every rank's owned cells of ``arrays`` (fields or batches) to the file at ``offsets`` (collective).
+
+    A batch goes through the redistribution in one exchange, then each of its fields to
+    its place in the batch's dataset.
+    """
     error: BaseException | None = None
 
     def local(off: int, part: PencilInfo, a: Any) -> None:
         nonlocal error
-        if error is None:
-            try:
-                write_part(h, path, off, part, t.gdims, a, stream)
-            except Exception as e:  # raised after the collective steps
-                error = e
+        for f, field in enumerate(_fields_of(a, part)):
+            if error is None:
+                try:
+                    write_part(h, path, off + f * _field_bytes(t.gdims, a.dtype.itemsize), part, t.gdims, field, stream)
+                except Exception as e:  # raised after the collective steps
+                    error = e
 
     if direct:
         for a, off in zip(arrays, offsets, strict=True):
@@ -82,19 +97,21 @@ def write_fields(h: Handle, t: Target, layout: Any, direct: bool, path: str, off
         s = slab(t.gdims, h.rank, h.nranks)
         with _redistribution(h, layout, s, to_slab=True) as r:
             for a, off in zip(arrays, offsets, strict=True):
-                piece = r.run(a, xp().empty(s.array_shape, a.dtype), stream=stream)
+                batch = tuple(a.shape[: a.ndim - 3])
+                piece = r.run(a, xp().empty((*batch, *s.array_shape), a.dtype), stream=stream)
                 local(off, r.output_info, piece)
     if error is not None:
         raise error
 
 
 def _read_through_h5py(h5py: Any, path: str, source: _file.Source, s: BoxLayout, piece: Any) -> None:
-    """Read slab ``s`` of a dataset h5py must decode (chunked, compressed, converted) into ``piece``."""
+    """Read slab ``s`` of a dataset h5py must decode (chunked, compressed, converted) into ``piece`` (every field of a batch's)."""
     if 0 in s.array_shape:
         return
     z0, z1 = s.lo[2], s.hi[2] + 1
     with _file.opened(h5py, path) as f:
-        host = np.asarray(f[source.dataset][z0:z1]).astype(piece.dtype, copy=False)
+        d = f[source.dataset]
+        host = np.asarray(d[z0:z1] if source.fields is None else d[:, z0:z1]).astype(piece.dtype, copy=False)
     if isinstance(piece, np.ndarray):
         piece[...] = host
     else:
@@ -107,17 +124,24 @@ def _read_through_h5py(h5py: Any, path: str, source: _file.Source, s: BoxLayout,
 def read_field(
     h5py: Any, h: Handle, t: Target, layout: Any, direct: bool, path: str, source: _file.Source, result: Any, stream: Any
 ) -> None:
-    """Fill the owned cells of ``result`` from the file (collective)."""
+    """Fill the owned cells of ``result`` (a batch's: of each field) from the file (collective)."""
+    step = _field_bytes(t.gdims, np.dtype(source.dtype).itemsize)
+
+    def read_parts(info: PencilInfo, a: Any) -> None:
+        for f, field in enumerate(_fields_of(a, info)):
+            h._read_part(path, source.offset + f * step, info, t.gdims, field, stream)
+
     if direct and source.offset >= 0:
-        h._read_part(path, source.offset, t.info, t.gdims, result, stream)
+        read_parts(t.info, result)
         return
     s = slab(t.gdims, h.rank, h.nranks)
     error: BaseException | None = None
     with _redistribution(h, layout, s, to_slab=False) as r:
-        piece = xp().zeros(s.array_shape, result.dtype)
+        batch = () if source.fields is None else (source.fields,)
+        piece = xp().zeros((*batch, *s.array_shape), result.dtype)
         try:
             if source.offset >= 0:
-                h._read_part(path, source.offset, r.input_info, t.gdims, piece, stream)
+                read_parts(r.input_info, piece)
             else:
                 _read_through_h5py(h5py, path, source, s, piece)
         except Exception as e:

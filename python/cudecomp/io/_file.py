@@ -75,7 +75,7 @@ def plan(path: str, step: int | None, overwrite: bool) -> Plan:
     return Plan(path, _journal.sibling(path, "partial") if fresh else path, step, overwrite)
 
 
-def _dataset(h5py: Any, grp: Any, name: str, dtype: str, shape: tuple[int, int, int]) -> None:
+def _dataset(h5py: Any, grp: Any, name: str, dtype: str, shape: tuple[int, ...]) -> None:
     """Make a contiguous dataset, allocated at once and never filled: its bytes sit at a known offset."""
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
@@ -86,16 +86,23 @@ def _dataset(h5py: Any, grp: Any, name: str, dtype: str, shape: tuple[int, int, 
 
 
 def _fill(
-    h5py: Any, f: Any, group: str, names: list[str], dtypes: list[str], gdims: tuple[int, int, int], attrs: Mapping[str, Any]
+    h5py: Any,
+    f: Any,
+    group: str,
+    names: list[str],
+    dtypes: list[str],
+    batches: list[int | None],
+    gdims: tuple[int, int, int],
+    attrs: Mapping[str, Any],
 ) -> list[int]:
-    """Lay out ``group`` of ``f``: attributes, then the datasets; return their byte offsets."""
+    """Lay out ``group`` of ``f``: attributes, then the datasets (a batch's with its fields first); return their byte offsets."""
     grp = f.require_group(group)
     grp.attrs[COMPLETE] = False
     for k, v in attrs.items():
         grp.attrs[k] = v
     shape = (gdims[2], gdims[1], gdims[0])
-    for n, dt in zip(names, dtypes, strict=True):
-        _dataset(h5py, grp, n, dt, shape)
+    for n, dt, b in zip(names, dtypes, batches, strict=True):
+        _dataset(h5py, grp, n, dt, shape if b is None else (b, *shape))
     return [int(grp[n].id.get_offset()) for n in names]
 
 
@@ -113,13 +120,21 @@ def _root_attrs(f: Any, gdims: tuple[int, int, int]) -> None:
     f.attrs["axes"] = "datasets are the global arrays [z, y, x] (C order, X fastest)"
 
 
-def lay_out(h5py: Any, p: Plan, names: list[str], dtypes: list[str], gdims: tuple[int, int, int], attrs: Mapping[str, Any]) -> list[int]:
+def lay_out(
+    h5py: Any,
+    p: Plan,
+    names: list[str],
+    dtypes: list[str],
+    batches: list[int | None],
+    gdims: tuple[int, int, int],
+    attrs: Mapping[str, Any],
+) -> list[int]:
     """Rank 0: the file's structure, every dataset allocated up front; returns the datasets' offsets."""
     if p.fresh:
         try:
             with h5py.File(p.target, "w") as f:
                 _root_attrs(f, gdims)
-                return _fill(h5py, f, p.group, names, dtypes, gdims, attrs)
+                return _fill(h5py, f, p.group, names, dtypes, batches, gdims, attrs)
         except BaseException:
             discard(p)
             raise
@@ -131,7 +146,7 @@ def lay_out(h5py: Any, p: Plan, names: list[str], dtypes: list[str], gdims: tupl
             raise InvalidUsageError(f"{p.path}: step group {final} exists; pass overwrite=True to replace it")
         if p.group in f:
             del f[p.group]  # what a failed or killed write of this step left
-        return _fill(h5py, f, p.group, names, dtypes, gdims, attrs)
+        return _fill(h5py, f, p.group, names, dtypes, batches, gdims, attrs)
 
 
 def complete(h5py: Any, p: Plan) -> None:
@@ -205,6 +220,8 @@ class Source:
     dtype: str
     #: Byte offset of a contiguous, unfiltered dataset of native byte order; -1: read through h5py.
     offset: int
+    #: The fields of a batch's dataset ``(k, nz, ny, nx)``; None for one field ``(nz, ny, nx)``.
+    fields: int | None = None
 
 
 def _dataset_path(group: str, name: str) -> str:
@@ -239,20 +256,24 @@ def locate(h5py: Any, path: str, name: str, step: int | None, gdims: tuple[int, 
         if not isinstance(obj, h5py.Dataset):
             raise InvalidUsageError(f"{path}: {where!r} is a {type(obj).__name__.lower()}, not a dataset")
         want = (gdims[2], gdims[1], gdims[0])
-        if tuple(obj.shape) != want:
-            raise InvalidUsageError(f"{path}: field {name!r} has shape {tuple(obj.shape)} [z, y, x]; this grid's is {want}")
+        shape = tuple(int(n) for n in obj.shape)
+        fields = shape[0] if len(shape) == 4 and shape[1:] == want and shape[0] >= 1 else None
+        if shape != want and fields is None:
+            raise InvalidUsageError(
+                f"{path}: field {name!r} has shape {shape}; this grid's is {want} [z, y, x] (or (k, *{want}) for a batch of k fields)"
+            )
         dtype = np.dtype(obj.dtype)
         if dtype.kind not in "biufc":
             raise InvalidUsageError(f"{path}: field {name!r} is stored as {dtype}, not as numbers")
         offset, dataset = obj.id.get_offset(), obj.name
         raw = offset is not None and obj.chunks is None and obj.compression is None and dtype.isnative and dtype in DTYPES
         if not raw:
-            return Source(dataset, dtype.str, -1)
-        end = int(offset) + int(np.prod(want, dtype=np.int64)) * dtype.itemsize
+            return Source(dataset, dtype.str, -1, fields)
+        end = int(offset) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     size = _journal.pending_length(path) or os.path.getsize(path)
     if size < end:
         raise InvalidUsageError(f"{path}: truncated: field {name!r} ends at byte {end}, the file has {size}")
-    return Source(dataset, dtype.str, int(offset))
+    return Source(dataset, dtype.str, int(offset), fields)
 
 
 @contextlib.contextmanager
