@@ -64,7 +64,7 @@ def _redistribution(h: Handle, layout: Any, s: BoxLayout, to_slab: bool) -> Iter
 
 
 def _fields_of(a: Any, info: PencilInfo) -> list[Any]:
-    """The fields of ``a``: itself, or each field of a batch (a leading axis beyond ``info``'s array)."""
+    """Return the fields of ``a``: itself, or each field of a batch (a leading axis beyond ``info``'s array)."""
     return [a] if a.ndim == len(info.array_shape) else list(a)
 
 

@@ -251,8 +251,8 @@ def locate(h5py: Any, path: str, name: str, step: int | None, gdims: tuple[int, 
         where = _dataset_path(group, name)
         obj = f.get(where)
         if obj is None:
-            fields = sorted(k for k, v in f[group].items() if isinstance(v, h5py.Dataset))
-            raise InvalidUsageError(f"{path}: no field {name!r} (datasets in {group}: {fields})")
+            datasets = sorted(k for k, v in f[group].items() if isinstance(v, h5py.Dataset))
+            raise InvalidUsageError(f"{path}: no field {name!r} (datasets in {group}: {datasets})")
         if not isinstance(obj, h5py.Dataset):
             raise InvalidUsageError(f"{path}: {where!r} is a {type(obj).__name__.lower()}, not a dataset")
         want = (gdims[2], gdims[1], gdims[0])
