@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 VENVS="$ROOT/.venv"
-BASE_PKGS=(numpy scipy h5py==3.16.0 pytest==9.2.0 pytest-timeout==2.4.0 mpi4py==4.1.2 maturin==1.16.0)
+BASE_PKGS=(numpy scipy h5py==3.16.0 pytest==9.2.0 pytest-timeout==2.4.0 mpi4py==4.1.2 maturin==1.16.0 jax==0.10.2 jaxlib==0.10.2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 

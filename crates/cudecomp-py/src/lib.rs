@@ -20,6 +20,7 @@ mod pencil;
 mod redistribution;
 mod shared;
 mod variant;
+mod xla;
 
 use cudecomp_core::{DataType, HaloBackend, TransposeBackend};
 use pyo3::prelude::*;
@@ -93,6 +94,9 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fft::_local_fft, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_local_r2r, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_host_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(xla::_xla_grid_id, m)?)?;
+    m.add_function(wrap_pyfunction!(xla::_xla_targets, m)?)?;
+    m.add_function(wrap_pyfunction!(xla::_xla_ffi_layout, m)?)?;
     #[cfg(not(cpu_only))]
     m.add_class::<variant::DeviceBuffer>()?;
     m.add("CPU_ONLY", variant::CPU_ONLY)?;

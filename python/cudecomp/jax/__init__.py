@@ -1,0 +1,73 @@
+"""cudecomp's operations as JAX operations: usable inside ``jax.jit``, differentiable, batched by ``vmap``.
+
+One process per rank, as with mpi4jax: each process holds its own pencil as a
+``jax.Array`` of the grid's ``array_shape`` (see ``GridDesc.get_pencil_info``), and
+grids are made with the usual ``Handle`` and ``GridDesc``. Each function checks its
+arguments when it is traced and lowers to an XLA FFI custom call whose handler, in the
+package's Rust core, runs the same transpose as ``GridDesc.transpose_*``: the CPU
+variant's host path, with no Python callback and no copy of the data through the host
+interpreter.
+
+- ``jax.jit``: shapes are static per grid; a jitted step traces once.
+- ``jax.grad`` / ``jax.vjp`` / ``jax.jvp``: a transpose is linear; its derivative is
+  itself and its linear transpose the transpose the other way.
+- ``jax.vmap``: the mapped axis becomes a batch of fields, moved in one exchange (see
+  "Several fields in one exchange" in the docs); an array of shape ``(k, *array_shape)``
+  is such a batch already.
+
+Every rank must call the same operations in the same order, as with the eager ones.
+Needs JAX (``pip install jax``); the GPU variant's handlers are not available yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._cudecomp import GridDesc
+from ._transpose import transpose
+
+__all__ = [
+    "transpose_x_to_y",
+    "transpose_x_to_z",
+    "transpose_y_to_x",
+    "transpose_y_to_z",
+    "transpose_z_to_x",
+    "transpose_z_to_y",
+]
+
+
+def transpose_x_to_y(grid: GridDesc, x: Any) -> Any:
+    """Return the Y-pencil of ``grid`` holding the X-pencil ``x`` (one pencil, or a batch ``(k, *array_shape)``).
+
+    Raises:
+        TypeError: ``grid`` is no ``GridDesc``, ``x`` no array or of another dtype than
+            float32, float64, complex64, complex128 (when traced).
+        InvalidUsageError: ``x`` is not of this rank's X-pencil shape, or the grid was
+            destroyed (when traced; a program compiled earlier raises when it runs).
+    """
+    return transpose(grid, x, 0, "transpose_x_to_y")
+
+
+def transpose_y_to_z(grid: GridDesc, x: Any) -> Any:
+    """Return the Z-pencil of ``grid`` holding the Y-pencil ``x`` (as ``transpose_x_to_y``)."""
+    return transpose(grid, x, 1, "transpose_y_to_z")
+
+
+def transpose_z_to_y(grid: GridDesc, x: Any) -> Any:
+    """Return the Y-pencil of ``grid`` holding the Z-pencil ``x`` (as ``transpose_x_to_y``)."""
+    return transpose(grid, x, 2, "transpose_z_to_y")
+
+
+def transpose_y_to_x(grid: GridDesc, x: Any) -> Any:
+    """Return the X-pencil of ``grid`` holding the Y-pencil ``x`` (as ``transpose_x_to_y``)."""
+    return transpose(grid, x, 3, "transpose_y_to_x")
+
+
+def transpose_x_to_z(grid: GridDesc, x: Any) -> Any:
+    """Return the Z-pencil of ``grid`` holding the X-pencil ``x``, in one exchange (as ``transpose_x_to_y``)."""
+    return transpose(grid, x, 4, "transpose_x_to_z")
+
+
+def transpose_z_to_x(grid: GridDesc, x: Any) -> Any:
+    """Return the X-pencil of ``grid`` holding the Z-pencil ``x``, in one exchange (as ``transpose_x_to_y``)."""
+    return transpose(grid, x, 5, "transpose_z_to_x")
