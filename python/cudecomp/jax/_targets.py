@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from .. import _cudecomp
 from .._cudecomp import CPU_ONLY
@@ -25,3 +26,45 @@ def register() -> None:
         for name, address in _cudecomp._xla_targets().items():
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(address), platform=PLATFORM)
         _registered = True
+
+
+_effect: Any = None
+
+
+def ordered() -> Any:
+    """Return the effect that orders every cudecomp call of a program (JAX threads a token through them).
+
+    Collectives must run in the same order on every rank; without an order XLA could run
+    two independent calls of one grid in either order, or at once.
+    """
+    global _effect
+    if _effect is None:
+        from jax._src import effects
+
+        class CudecompOrdered(effects.Effect):
+            """The ranks' common order of cudecomp's collective calls."""
+
+        for kind in (
+            effects.lowerable_effects,
+            effects.ordered_effects,
+            effects.control_flow_allowed_effects,
+            effects.custom_derivatives_allowed_effects,
+            effects.remat_allowed_effects,
+        ):
+            kind.add_type(CudecompOrdered)
+        _effect = CudecompOrdered()
+    return _effect
+
+
+def lower_ordered(ctx: Any, target: str, operands: list[Any], **attrs: Any) -> list[Any]:
+    """Lower a call of handler ``target``: the program's cudecomp token in and out, then the operands and results."""
+    import jax
+    from jax._src import core
+    from jax._src.interpreters import mlir
+
+    effect = ordered()
+    token = ctx.tokens_in.get(effect)
+    inner = ctx.replace(avals_in=[core.abstract_token, *ctx.avals_in], avals_out=[core.abstract_token, *ctx.avals_out])
+    out_token, *results = jax.ffi.ffi_lowering(target, has_side_effect=True)(inner, token, *operands, **attrs)
+    ctx.set_tokens_out(mlir.TokenSet({effect: out_token}))
+    return results

@@ -36,17 +36,16 @@ def _make() -> Any:
 
     _targets.register()
     p = Primitive("cudecomp_transpose")
+    effect = _targets.ordered()
 
     def abstract(x: Any, *, grid: int, direction: int, out_pencil: tuple[int, int, int]) -> Any:
-        return jax.core.ShapedArray((*x.shape[:-3], *out_pencil), x.dtype)
+        return jax.core.ShapedArray((*x.shape[:-3], *out_pencil), x.dtype), {effect}
 
-    p.def_abstract_eval(abstract)
+    p.def_effectful_abstract_eval(abstract)
     p.def_impl(lambda x, **params: jax.jit(lambda y: p.bind(y, **params))(x))
 
-    lower = jax.ffi.ffi_lowering("cudecomp_transpose", has_side_effect=True)
-
     def lowering(ctx: Any, x: Any, *, grid: int, direction: int, out_pencil: tuple[int, int, int]) -> Any:
-        return lower(ctx, x, grid=np.int64(grid), direction=np.int64(direction))
+        return _targets.lower_ordered(ctx, "cudecomp_transpose", [x], grid=np.int64(grid), direction=np.int64(direction))
 
     mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
 

@@ -194,6 +194,12 @@ pub(crate) fn layout() -> Vec<Entry> {
     macro_rules! fields {
         ($out:ident, $t:ty, $c:literal, [$($f:ident => $cf:literal),*]) => {
             $out.push(($c, size_of::<$t>() as i64));
+            offsets!($out, $t, $c, [$($f => $cf),*]);
+        };
+    }
+    // Structs declared only up to the members used here: their offsets, not their size.
+    macro_rules! offsets {
+        ($out:ident, $t:ty, $c:literal, [$($f:ident => $cf:literal),*]) => {
             $( $out.push((concat!($c, ".", $cf), offset_of!($t, $f) as i64)); )*
         };
     }
@@ -211,7 +217,7 @@ pub(crate) fn layout() -> Vec<Entry> {
     fields!(v, CallFrame, "XLA_FFI_CallFrame", [api => "api", ctx => "ctx", stage => "stage", args => "args", rets => "rets", attrs => "attrs", future => "future"]);
     fields!(v, Metadata, "XLA_FFI_Metadata", [api_version => "api_version", traits => "traits", state_type_id => "state_type_id"]);
     fields!(v, MetadataExtension, "XLA_FFI_Metadata_Extension", [extension_base => "extension_base", metadata => "metadata"]);
-    fields!(v, Api, "XLA_FFI_Api", [api_version => "api_version", internal_api => "internal_api", error_create => "XLA_FFI_Error_Create", error_get_message => "XLA_FFI_Error_GetMessage", error_destroy => "XLA_FFI_Error_Destroy", handler_register => "XLA_FFI_Handler_Register", stream_get => "XLA_FFI_Stream_Get"]);
+    offsets!(v, Api, "XLA_FFI_Api", [api_version => "api_version", internal_api => "internal_api", error_create => "XLA_FFI_Error_Create", error_get_message => "XLA_FFI_Error_GetMessage", error_destroy => "XLA_FFI_Error_Destroy", handler_register => "XLA_FFI_Handler_Register", stream_get => "XLA_FFI_Stream_Get"]);
     for (name, value) in [
         ("XLA_FFI_API_MAJOR", API_MAJOR),
         ("XLA_FFI_API_MINOR", API_MINOR),

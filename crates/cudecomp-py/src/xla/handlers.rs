@@ -133,9 +133,10 @@ fn int_attr(f: &CallFrame, name: &str) -> Result<i64, Failure> {
         }
         // SAFETY: a scalar attribute is an `XLA_FFI_Scalar` whose value has its dtype.
         let s = unsafe { &*value.cast::<ffi::Scalar>() };
-        // SAFETY: as above.
         return match s.dtype {
+            // SAFETY: the value of an S64 scalar is an i64.
             ffi::DTYPE_S64 => Ok(unsafe { *s.value.cast::<i64>() }),
+            // SAFETY: the value of an S32 scalar is an i32.
             ffi::DTYPE_S32 => Ok(i64::from(unsafe { *s.value.cast::<i32>() })),
             d => Err(invalid(format!(
                 "cudecomp.jax: attribute {name} has XLA type {d}, expected an integer"

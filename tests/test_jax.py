@@ -1,0 +1,206 @@
+"""cudecomp.jax: the operations as JAX primitives, against the eager (NumPy) path.
+
+Every primitive equals ``GridDesc``'s own operation bit for bit, inside ``jax.jit``, on
+every process grid of the rank count; ``jax.test_util.check_grads`` passes for each
+(orders 1 and 2, forward and reverse); ``vmap`` equals a loop and moves the batch in one
+exchange; a jitted step traces once; and misuse raises when traced (or, for a program
+compiled before its grid was destroyed, when it runs) on every rank, never a hang.
+The FFI structs the handlers declare are compared with the header jaxlib ships.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import cudecomp
+from cudecomp import DataType
+from oracle import NUMPY_DTYPES, factor_pairs, make
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
+
+import cudecomp.jax as cj  # noqa: E402
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the GPU variant's handlers are not written yet"),
+]
+
+NRANKS = MPI.COMM_WORLD.size
+GDIMS = (7, 6, 9)
+OPS = [
+    ("transpose_x_to_y", 0, 1),
+    ("transpose_y_to_z", 1, 2),
+    ("transpose_z_to_y", 2, 1),
+    ("transpose_y_to_x", 1, 0),
+    ("transpose_x_to_z", 0, 2),
+    ("transpose_z_to_x", 2, 0),
+]
+
+
+@pytest.fixture(params=factor_pairs(NRANKS), ids=lambda p: f"{p[0]}x{p[1]}")
+def grid(handle: cudecomp.Handle, request: pytest.FixtureRequest) -> Iterator[cudecomp.GridDesc]:
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, request.param
+    cfg.transpose_axis_contiguous = (False, True, True)
+    with handle.create_grid(cfg) as g:
+        yield g
+
+
+def field(grid: cudecomp.GridDesc, axis: int, dtype: DataType, seed: int = 0) -> np.ndarray:
+    """This rank's ``axis``-pencil of a random field (the same global field on every rank count)."""
+    a = make(grid.get_pencil_info(axis), GDIMS, dtype)
+    rng = np.random.default_rng(seed)
+    scale = rng.standard_normal(1)[0]
+    return (a * scale + seed).astype(a.dtype)
+
+
+@pytest.mark.parametrize("dtype", list(DataType))
+def test_each_transpose_equals_the_eager_one(grid: cudecomp.GridDesc, dtype: DataType) -> None:
+    for name, a, _ in OPS:
+        x = field(grid, a, dtype, 3)
+        want = getattr(grid, name)(x.copy())
+        got = jax.jit(lambda v, name=name: getattr(cj, name)(grid, v))(jnp.asarray(x))
+        assert got.dtype == NUMPY_DTYPES[dtype] and np.array_equal(np.asarray(got), want), name
+
+
+def test_a_chain_and_a_batch_equal_the_eager_ones(grid: cudecomp.GridDesc) -> None:
+    x = field(grid, 0, DataType.DOUBLE, 1)
+    batch = np.stack([x, 2 * x, -x])
+
+    @jax.jit
+    def there_and_back(v: Any) -> tuple[Any, Any]:
+        z = cj.transpose_y_to_z(grid, cj.transpose_x_to_y(grid, v))
+        return z, cj.transpose_z_to_x(grid, z)
+
+    z, back = there_and_back(jnp.asarray(batch))
+    for f in range(3):
+        assert np.array_equal(np.asarray(z)[f], grid.transpose_x_to_z(batch[f].copy()))
+    assert np.array_equal(np.asarray(back), batch)
+
+
+def test_independent_calls_run_in_one_order_on_every_rank(grid: cudecomp.GridDesc) -> None:
+    # Two transposes of one grid that depend on nothing common: every rank must run them
+    # in the same order (the primitives share an ordered effect).
+    x, y = field(grid, 0, DataType.DOUBLE, 1), field(grid, 1, DataType.DOUBLE, 2)
+    f = jax.jit(lambda a, b: (cj.transpose_x_to_y(grid, a), cj.transpose_y_to_z(grid, b)))
+    for _ in range(3):
+        p, q = f(jnp.asarray(x), jnp.asarray(y))
+        assert np.array_equal(np.asarray(p), grid.transpose_x_to_y(x.copy()))
+        assert np.array_equal(np.asarray(q), grid.transpose_y_to_z(y.copy()))
+
+
+@pytest.fixture
+def global_inner_products(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_grads`` with its inner products summed over the ranks.
+
+    Its reverse-mode check compares ``<t, J* c>`` with ``<J t, c>``: for a map between
+    distributed fields, an identity of inner products over the whole field, every rank's
+    part summed (its forward-mode check compares each rank's values, which holds as it is).
+    """
+    from jax._src import public_test_util
+
+    local = public_test_util.inner_prod
+    monkeypatch.setattr(public_test_util, "inner_prod", lambda xs, ys: MPI.COMM_WORLD.allreduce(np.asarray(local(xs, ys)).item()))
+
+
+@pytest.mark.parametrize("name,a,b", OPS, ids=[o[0] for o in OPS])
+def test_gradients_of_every_transpose(grid: cudecomp.GridDesc, name: str, a: int, b: int, global_inner_products: None) -> None:
+    x = jnp.asarray(field(grid, a, DataType.DOUBLE_COMPLEX, 4))
+    op = getattr(cj, name)
+    check_grads(lambda v: op(grid, v), (x,), order=2, modes=("fwd", "rev"))
+    # A scalar loss of the field: its gradient is the inverse transpose of the cotangent.
+    w = jnp.asarray(field(grid, b, DataType.DOUBLE, 5))
+    g = jax.grad(lambda v: jnp.sum(w * op(grid, v.astype(w.dtype))))(x.real)
+    back = {"transpose_x_to_y": "transpose_y_to_x", "transpose_y_to_z": "transpose_z_to_y", "transpose_x_to_z": "transpose_z_to_x"}
+    inverse = back.get(name) or {v: k for k, v in back.items()}[name]
+    assert np.array_equal(np.asarray(g), getattr(grid, inverse)(np.asarray(w).copy()))
+
+
+def test_vmap_equals_a_loop_and_moves_one_batch(grid: cudecomp.GridDesc) -> None:
+    xs = np.stack([field(grid, 1, DataType.FLOAT, s) for s in range(4)])
+    mapped = jax.jit(jax.vmap(lambda v: cj.transpose_y_to_x(grid, v)))(jnp.asarray(xs))
+    for s in range(4):
+        assert np.array_equal(np.asarray(mapped)[s], grid.transpose_y_to_x(xs[s].copy()))
+    # A map over batches (the mapped axis second) folds into one batch of 8 fields.
+    pairs = jnp.asarray(np.stack([xs, 2 * xs], axis=1))
+    both = jax.vmap(lambda v: cj.transpose_y_to_x(grid, v), in_axes=1, out_axes=1)(pairs)
+    assert both.shape == (4, 2, *grid.get_pencil_info(0).array_shape)
+    assert np.array_equal(np.asarray(both)[:, 1], 2 * np.asarray(mapped))
+
+
+def test_a_jitted_step_traces_once(grid: cudecomp.GridDesc) -> None:
+    traces = []
+
+    @jax.jit
+    def step(v: Any) -> Any:
+        traces.append(1)
+        return cj.transpose_y_to_x(grid, cj.transpose_x_to_y(grid, v) * 2.0)
+
+    x = jnp.asarray(field(grid, 0, DataType.DOUBLE))
+    for _ in range(4):
+        x = step(x)
+    assert len(traces) == 1
+    assert np.array_equal(np.asarray(x), 16 * field(grid, 0, DataType.DOUBLE))
+
+
+def test_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[-1]
+    g = handle.create_grid(cfg)
+    x = jnp.asarray(field(g, 0, DataType.DOUBLE))
+    with pytest.raises(cudecomp.InvalidUsageError, match=r"expected shape .* \(this rank's pencil\)"):
+        cj.transpose_x_to_y(g, x[..., :-1] if x.shape[-1] > 1 else jnp.zeros((1, 1, 9)))
+    with pytest.raises(TypeError, match="float32, float64, complex64 or complex128"):
+        cj.transpose_x_to_y(g, x.astype(jnp.int32))
+    with pytest.raises(TypeError, match="GridDesc"):
+        cj.transpose_x_to_y("grid", x)
+    with pytest.raises(cudecomp.InvalidUsageError, match="at least 1 field"):
+        cj.transpose_x_to_y(g, x[None][:0])
+    compiled = jax.jit(lambda v: cj.transpose_x_to_y(g, v))
+    compiled(x).block_until_ready()
+    g.destroy()
+    with pytest.raises(cudecomp.InvalidUsageError, match="destroyed"):
+        cj.transpose_x_to_y(g, x)  # traced anew
+    with pytest.raises(Exception, match="destroyed"):
+        compiled(x).block_until_ready()  # compiled before: the handler says so
+    # The handle goes on working.
+    with handle.create_grid(cfg) as g2:
+        y = jax.jit(lambda v: cj.transpose_x_to_y(g2, v))(jnp.asarray(field(g2, 0, DataType.DOUBLE)))
+        assert np.array_equal(np.asarray(y), g2.transpose_x_to_y(field(g2, 0, DataType.DOUBLE)))
+
+
+@pytest.mark.mpi(ranks=(1,))
+def test_the_ffi_structs_match_the_header_jaxlib_ships(tmp_path: Any) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to read the header with")
+    layout = cudecomp._cudecomp._xla_ffi_layout()
+    lines = []
+    structs = {k.split(".")[0] for k in layout if "." in k} & set(layout)
+    for key in layout:
+        if "." in key:  # a member's offset
+            struct, member = key.split(".")
+            lines.append(f'printf("{key} %zu\\n", offsetof({struct}, {member}));')
+        elif key in structs:  # a struct's size
+            lines.append(f'printf("{key} %zu\\n", sizeof({key}));')
+        else:  # a constant
+            lines.append(f'printf("{key} %lld\\n", (long long)({key}));')
+    src = os.path.join(str(tmp_path), "layout.c")
+    with open(src, "w") as f:
+        f.write('#include <stddef.h>\n#include <stdio.h>\n#include "xla/ffi/api/c_api.h"\nint main(void) {\n')
+        f.write("\n".join(lines) + "\nreturn 0;\n}\n")
+    exe = os.path.join(str(tmp_path), "layout")
+    subprocess.run([cc, "-std=c11", "-I", jax.ffi.include_dir(), src, "-o", exe], check=True)
+    header = dict(ln.split() for ln in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.splitlines())
+    assert {k: int(v) for k, v in header.items()} == dict(layout)
