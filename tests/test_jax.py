@@ -32,7 +32,7 @@ from jax.test_util import check_grads  # noqa: E402
 import cudecomp.jax as cj  # noqa: E402
 
 pytestmark = [
-    pytest.mark.mpi,
+    pytest.mark.mpi(ranks=(1, 2, 3, 4)),
     pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the GPU variant's handlers are not written yet"),
 ]
 
@@ -115,7 +115,15 @@ def global_inner_products(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("name,a,b", OPS, ids=[o[0] for o in OPS])
-def test_gradients_of_every_transpose(grid: cudecomp.GridDesc, name: str, a: int, b: int, global_inner_products: None) -> None:
+def test_gradients_of_every_transpose(handle: cudecomp.Handle, name: str, a: int, b: int, global_inner_products: None) -> None:
+    # One process grid (the derivative rules do not depend on it): the one that cuts most.
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
+    with handle.create_grid(cfg) as grid:
+        gradients_of(grid, name, a, b)
+
+
+def gradients_of(grid: cudecomp.GridDesc, name: str, a: int, b: int) -> None:
     x = jnp.asarray(field(grid, a, DataType.DOUBLE_COMPLEX, 4))
     op = getattr(cj, name)
     check_grads(lambda v: op(grid, v), (x,), order=2, modes=("fwd", "rev"))
@@ -204,3 +212,82 @@ def test_the_ffi_structs_match_the_header_jaxlib_ships(tmp_path: Any) -> None:
     subprocess.run([cc, "-std=c11", "-I", jax.ffi.include_dir(), src, "-o", exe], check=True)
     header = dict(ln.split() for ln in subprocess.run([exe], check=True, capture_output=True, text=True).stdout.splitlines())
     assert {k: int(v) for k, v in header.items()} == dict(layout)
+
+
+# -- distributed FFTs ----------------------------------------------------------------------
+
+FFT_GDIMS = (6, 7, 8)
+
+
+def fft_plans(handle: cudecomp.Handle) -> Iterator[Any]:
+    """Every plan kind, output layout and usable process grid of the rank count."""
+    from cudecomp.fft import FFT
+    from oracle import usable
+
+    for kind in ("c2c", "r2c"):
+        for transposed in (False, True):
+            for pdims in factor_pairs(NRANKS):
+                if usable(FFT_GDIMS, kind, pdims):
+                    with FFT(handle, FFT_GDIMS, pdims, kind=kind, transposed_out=transposed, norm="ortho") as plan:
+                        yield plan
+
+
+def real_space(plan: Any, seed: int) -> np.ndarray:
+    from oracle import local_part, random_field
+
+    return local_part(random_field(plan.gdims, plan.input_dtype, seed), plan.input_info)
+
+
+def test_ffts_equal_the_eager_plans(handle: cudecomp.Handle) -> None:
+    for plan in fft_plans(handle):
+        forward, backward = (cj.fft, cj.ifft) if plan.kind == "c2c" else (cj.rfft, cj.irfft)
+        x = real_space(plan, 6)
+        want = plan.forward(x)
+        got = jax.jit(lambda v, f=forward, p=plan: f(p, v))(jnp.asarray(x))
+        assert got.dtype == plan.output_dtype and got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12 * np.abs(want).max())
+        back = jax.jit(lambda v, f=backward, p=plan: f(p, v))(got)
+        np.testing.assert_allclose(np.asarray(back), x, rtol=0, atol=1e-12 * np.abs(x).max())
+        if plan.transposed_out:
+            continue
+        # A batch, and vmap, as one field after another.
+        batch = jnp.asarray(np.stack([x, 2 * x]))
+        direct = jax.jit(lambda v, f=forward, p=plan: f(p, v))
+        mapped = jax.jit(jax.vmap(lambda v, f=forward, p=plan: f(p, v)))
+        for b in (direct(batch), mapped(batch)):
+            np.testing.assert_allclose(np.asarray(b)[1], 2 * np.asarray(got), rtol=0, atol=1e-11 * np.abs(want).max())
+
+
+def test_fft_gradients(handle: cudecomp.Handle, global_inner_products: None) -> None:
+    from cudecomp.fft import FFT
+
+    pdims = factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
+    for kind in ("c2c", "r2c"):
+        with FFT(handle, FFT_GDIMS, pdims, kind=kind, norm="ortho") as plan:
+            fft_gradients_of(plan)
+
+
+def fft_gradients_of(plan: Any) -> None:
+    x = jnp.asarray(real_space(plan, 7))
+    if plan.kind == "c2c":
+        check_grads(jax.jit(lambda v: cj.fft(plan, v)), (x,), order=2, modes=("fwd", "rev"))
+        check_grads(jax.jit(lambda v: cj.ifft(plan, v)), (x,), order=1, modes=("fwd", "rev"))
+    else:
+        check_grads(jax.jit(lambda v: cj.irfft(plan, cj.rfft(plan, v))), (x,), order=2, modes=("fwd", "rev"))
+
+
+def test_fft_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
+    from cudecomp.fft import FFT
+
+    with FFT(handle, FFT_GDIMS, (1, NRANKS), kind="r2c") as plan:
+        x = jnp.asarray(real_space(plan, 1))
+        with pytest.raises(cudecomp.InvalidUsageError, match="kind c2c"):
+            cj.fft(plan, x)
+        with pytest.raises(TypeError, match="dtype float64"):
+            cj.rfft(plan, x.astype(jnp.float32))
+        with pytest.raises(cudecomp.InvalidUsageError, match="expected shape"):
+            cj.irfft(plan, x)
+        with pytest.raises(TypeError, match="cudecomp.fft.FFT"):
+            cj.rfft(plan.grid, x)
+    with FFT(handle, FFT_GDIMS, (1, NRANKS), transforms=("fft", "dct2", "fft")) as plan, pytest.raises(cudecomp.NotSupportedError):
+        cj.rfft(plan, jnp.asarray(real_space(plan, 1)))

@@ -11,6 +11,9 @@ interpreter.
 - ``jax.jit``: shapes are static per grid; a jitted step traces once.
 - ``jax.grad`` / ``jax.vjp`` / ``jax.jvp``: a transpose is linear; its derivative is
   itself and its linear transpose the transpose the other way.
+- FFTs of a ``cudecomp.fft.FFT`` plan (``fft``/``ifft`` for ``c2c``, ``rfft``/``irfft``
+  for ``r2c``): the plan's schedule with these transposes and ``jax.numpy.fft`` along
+  the axes each pencil holds whole, the plan's norm applied once.
 - ``jax.vmap``: the mapped axis becomes a batch of fields, moved in one exchange (see
   "Several fields in one exchange" in the docs); an array of shape ``(k, *array_shape)``
   is such a batch already.
@@ -24,9 +27,14 @@ from __future__ import annotations
 from typing import Any
 
 from .._cudecomp import GridDesc
+from . import _fft
 from ._transpose import transpose
 
 __all__ = [
+    "fft",
+    "ifft",
+    "irfft",
+    "rfft",
     "transpose_x_to_y",
     "transpose_x_to_z",
     "transpose_y_to_x",
@@ -71,3 +79,32 @@ def transpose_x_to_z(grid: GridDesc, x: Any) -> Any:
 def transpose_z_to_x(grid: GridDesc, x: Any) -> Any:
     """Return the X-pencil of ``grid`` holding the Z-pencil ``x``, in one exchange (as ``transpose_x_to_y``)."""
     return transpose(grid, x, 5, "transpose_z_to_x")
+
+
+def fft(plan: Any, x: Any) -> Any:
+    """Forward transform of a ``c2c`` plan: this rank's spectral pencil (``plan.output_info``) of the X-pencil ``x``.
+
+    Equals ``plan.forward(x)`` to rounding (the local FFTs are JAX's); ``x`` may be a batch
+    ``(k, *plan.input_info.array_shape)``.
+
+    Raises:
+        TypeError: ``plan`` is no ``FFT``, or ``x`` not of the plan's input dtype (when traced).
+        InvalidUsageError: A plan of another kind, or ``x`` of another shape (when traced).
+        NotSupportedError: A plan with cosine or sine axes.
+    """
+    return _fft.run(plan, x, False, ("c2c",), "fft")
+
+
+def ifft(plan: Any, x: Any) -> Any:
+    """Backward transform of a ``c2c`` plan (as ``plan.backward``); see ``fft``."""
+    return _fft.run(plan, x, True, ("c2c",), "ifft")
+
+
+def rfft(plan: Any, x: Any) -> Any:
+    """Forward transform of an ``r2c`` plan: the half spectrum of the real X-pencil ``x`` (as ``plan.forward``); see ``fft``."""
+    return _fft.run(plan, x, False, ("r2c",), "rfft")
+
+
+def irfft(plan: Any, x: Any) -> Any:
+    """Backward transform of an ``r2c`` plan: the real X-pencil of the half spectrum ``x`` (as ``plan.backward``); see ``fft``."""
+    return _fft.run(plan, x, True, ("r2c",), "irfft")
