@@ -36,6 +36,7 @@ CASES=(
     "demo.py -n 32"
     "taylor_green.py -n 32 --t-end 1 --check"
     "poisson.py --sizes 8 16 32 --pdims 2x2"
+    "jax_inverse_diffusion.py -n 16 --iterations 30"
 )
 
 for case in "${CASES[@]}"; do
