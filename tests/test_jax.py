@@ -291,3 +291,45 @@ def test_fft_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
             cj.rfft(plan.grid, x)
     with FFT(handle, FFT_GDIMS, (1, NRANKS), transforms=("fft", "dct2", "fft")) as plan, pytest.raises(cudecomp.NotSupportedError):
         cj.rfft(plan, jnp.asarray(real_space(plan, 1)))
+
+
+# -- redistributions -----------------------------------------------------------------------
+
+
+def test_a_redistribution_equals_the_eager_one_and_differentiates(handle: cudecomp.Handle, global_inner_products: None) -> None:
+    pairs = factor_pairs(NRANKS)
+    cfg_a, cfg_b = cudecomp.GridDescConfig(), cudecomp.GridDescConfig()
+    cfg_a.gdims, cfg_a.pdims = GDIMS, pairs[0]
+    cfg_b.gdims, cfg_b.pdims = GDIMS, pairs[-1]
+    cfg_b.transpose_axis_contiguous = (True, True, True)
+    with handle.create_grid(cfg_a) as a, handle.create_grid(cfg_b) as b:
+        src, dst = a.pencil(1, (1, 0, 1)), b.pencil(2, (0, 1, 0), (1, 0, 0))
+        with cj.Redistribution(handle, src, dst) as r, handle.create_redistribution(src, dst) as eager:
+            x = make(a.get_pencil_info(1, (1, 0, 1)), GDIMS, DataType.DOUBLE)
+            want = np.zeros(r.output_info.array_shape)
+            eager.run(x.copy(), want)
+            got = jax.jit(r.run)(jnp.asarray(x))
+            assert np.array_equal(np.asarray(got), want)  # halos and padding zero in both
+            batch = jnp.asarray(np.stack([x, -x]))
+            for y in (jax.jit(r.run)(batch), jax.vmap(r.run)(batch)):
+                assert np.array_equal(np.asarray(y), np.stack([want, -want]))
+            check_grads(jax.jit(r.run), (jnp.asarray(x),), order=2, modes=("fwd", "rev"))
+            with pytest.raises(cudecomp.InvalidUsageError, match="source array"):
+                r.run(jnp.zeros((2, 2, 2)))
+        with pytest.raises(cudecomp.InvalidUsageError, match="destroyed"):
+            r.run(jnp.asarray(x))
+
+
+@pytest.mark.mpi(ranks=(2, 3, 4))
+def test_a_gather_to_one_rank_and_back(handle: cudecomp.Handle) -> None:
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[-1]
+    with handle.create_grid(cfg) as g:
+        whole = cudecomp.BoxLayout.whole(GDIMS) if MPI.COMM_WORLD.rank == 0 else cudecomp.BoxLayout.empty()
+        with cj.Redistribution(handle, g.pencil(0), whole) as gather:
+            x = jnp.asarray(make(g.get_pencil_info(0), GDIMS, DataType.FLOAT))
+            full = jax.jit(gather.run)(x)
+            assert full.shape == tuple(gather.output_info.array_shape)
+            # The gradient of the root's sum is one everywhere, on every rank.
+            ones = jax.grad(lambda v: jnp.sum(gather.run(v)))(x)
+            assert np.array_equal(np.asarray(ones), np.ones(x.shape, np.float32))

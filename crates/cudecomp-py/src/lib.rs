@@ -95,6 +95,7 @@ fn _cudecomp(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fft::_local_r2r, m)?)?;
     m.add_function(wrap_pyfunction!(fft::_host_threads, m)?)?;
     m.add_function(wrap_pyfunction!(xla::_xla_grid_id, m)?)?;
+    m.add_function(wrap_pyfunction!(xla::_xla_redistribution_id, m)?)?;
     m.add_function(wrap_pyfunction!(xla::_xla_targets, m)?)?;
     m.add_function(wrap_pyfunction!(xla::_xla_ffi_layout, m)?)?;
     #[cfg(not(cpu_only))]

@@ -318,7 +318,7 @@ pub(crate) struct Redistribution {
 }
 
 impl Redistribution {
-    fn live(&self, py: Python<'_>) -> PyResult<Arc<core::Redistribution>> {
+    pub(crate) fn live(&self, py: Python<'_>) -> PyResult<Arc<core::Redistribution>> {
         self.handle.get().live(py)?;
         self.state
             .lock()

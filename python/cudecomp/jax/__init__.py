@@ -11,6 +11,8 @@ interpreter.
 - ``jax.jit``: shapes are static per grid; a jitted step traces once.
 - ``jax.grad`` / ``jax.vjp`` / ``jax.jvp``: a transpose is linear; its derivative is
   itself and its linear transpose the transpose the other way.
+- ``Redistribution(handle, src, dst).run(x)``: a redistribution between any two
+  decompositions; its linear transpose is the redistribution the other way.
 - FFTs of a ``cudecomp.fft.FFT`` plan (``fft``/``ifft`` for ``c2c``, ``rfft``/``irfft``
   for ``r2c``): the plan's schedule with these transposes and ``jax.numpy.fft`` along
   the axes each pencil holds whole, the plan's norm applied once.
@@ -28,9 +30,11 @@ from typing import Any
 
 from .._cudecomp import GridDesc
 from . import _fft
+from ._redistribute import Redistribution
 from ._transpose import transpose
 
 __all__ = [
+    "Redistribution",
     "fft",
     "ifft",
     "irfft",

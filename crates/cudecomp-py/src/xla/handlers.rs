@@ -9,14 +9,17 @@ use cudecomp_core::{
 };
 
 use super::ffi::{self, CallFrame};
-use super::grid_of;
+use super::{GRIDS, REDISTRIBUTIONS};
 use crate::variant;
 
 /// A handler as XLA calls it.
 pub(super) type Handler = unsafe extern "C" fn(*mut CallFrame) -> *mut ffi::Error;
 
 /// Every handler, by the target name Python registers it under.
-pub(super) const ALL: [(&str, Handler); 1] = [("cudecomp_transpose", transpose)];
+pub(super) const ALL: [(&str, Handler); 2] = [
+    ("cudecomp_transpose", transpose),
+    ("cudecomp_redistribute", redistribute),
+];
 
 /// Why a call failed: an FFI error code and the message.
 struct Failure(c_int, String);
@@ -254,7 +257,7 @@ unsafe extern "C" fn transpose(frame: *mut CallFrame) -> *mut ffi::Error {
     // SAFETY: forwarded.
     unsafe {
         answer(frame, |f| {
-            let gd = grid_of(int_attr(f, "grid")? as u64).map_err(invalid)?;
+            let gd = GRIDS.get(int_attr(f, "grid")? as u64).map_err(invalid)?;
             let direction = direction_of(int_attr(f, "direction")?)?;
             let (ins, outs) = (buffers(f, false), buffers(f, true));
             let (&[input], &[output]) = (&ins[..], &outs[..]) else {
@@ -289,4 +292,41 @@ unsafe extern "C" fn transpose(frame: *mut CallFrame) -> *mut ffi::Error {
                 .map_err(|e| invalid(format!("cudecomp.jax: {}", e)))
         })
     }
+}
+
+/// `cudecomp_redistribute`: one operand (this rank's source array, or a batch), one
+/// result (its destination array); attribute `redistribution` (its id). The result's
+/// cells outside the destination's owned box (halos, padding) are zero: XLA's result
+/// must be defined everywhere, and the run writes the owned cells only.
+///
+/// # Safety
+/// Called by XLA with its call frame.
+unsafe extern "C" fn redistribute(frame: *mut CallFrame) -> *mut ffi::Error {
+    let run = |f: &CallFrame| {
+        let r = REDISTRIBUTIONS
+            .get(int_attr(f, "redistribution")? as u64)
+            .map_err(invalid)?;
+        let (ins, outs) = (buffers(f, false), buffers(f, true));
+        let (&[input], &[output]) = (&ins[..], &outs[..]) else {
+            return Err(invalid(format!(
+                    "cudecomp.jax: a redistribution takes one operand and gives one result, got {} and {}",
+                    ins.len(),
+                    outs.len()
+                )));
+        };
+        if !variant::CPU_ONLY {
+            return Err(invalid(
+                "cudecomp.jax: redistributions of the GPU variant are not written yet".into(),
+            ));
+        }
+        let dtype = dtype_of(input)?;
+        let input = array_of(input, dtype, false)?;
+        let output = array_of(output, dtype, true)?;
+        // SAFETY: the result is XLA's buffer of `len` bytes, written by this call alone.
+        unsafe { std::ptr::write_bytes(output.buf.ptr(), 0, output.buf.len()) };
+        r.run(dtype, input, output, None, Exec::Host)
+            .map_err(|e| invalid(format!("cudecomp.jax: {e}")))
+    };
+    // SAFETY: forwarded.
+    unsafe { answer(frame, run) }
 }

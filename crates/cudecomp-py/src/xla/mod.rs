@@ -2,7 +2,7 @@
 //! function XLA calls from a compiled program with the operands' buffers, which runs the
 //! core's operation on them (the CPU variant's host path; the GPU variant's on the
 //! stream XLA gives). Python registers them with `jax.ffi.register_ffi_target` and names
-//! grids by the ids of [`_xla_grid_id`].
+//! grids and redistributions by the ids of [`_xla_grid_id`] and [`_xla_redistribution_id`].
 
 mod ffi;
 mod handlers;
@@ -14,36 +14,71 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::grid::GridDesc;
+use crate::redistribution::Redistribution;
 
-/// The grids compiled programs name, by id: weak, so that a destroyed grid is reported
-/// as such by the program that still names it.
-static GRIDS: Mutex<Vec<(u64, Weak<core::GridDesc>)>> = Mutex::new(Vec::new());
-
-/// The grid of `id`, or why there is none.
-fn grid_of(id: u64) -> Result<Arc<core::GridDesc>, String> {
-    let grids = GRIDS.lock().unwrap_or_else(|e| e.into_inner());
-    let weak = grids
-        .iter()
-        .find(|(i, _)| *i == id)
-        .map(|(_, w)| w.clone())
-        .ok_or_else(|| format!("cudecomp.jax: no grid has id {id}"))?;
-    weak.upgrade().ok_or_else(|| {
-        format!("cudecomp.jax: the GridDesc (id {id}) was destroyed: expected a live GridDesc")
-    })
+/// Objects compiled programs name by id: weak, so that a destroyed one is reported as
+/// such by the program that still names it.
+struct Registry<T> {
+    entries: Mutex<Vec<(u64, Weak<T>)>>,
+    what: &'static str,
 }
+
+impl<T> Registry<T> {
+    const fn new(what: &'static str) -> Self {
+        Registry {
+            entries: Mutex::new(Vec::new()),
+            what,
+        }
+    }
+
+    /// The id of `object` (the same for its whole life).
+    fn id_of(&self, object: &Arc<T>) -> u64 {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|(_, w)| w.strong_count() > 0);
+        if let Some((id, _)) = entries
+            .iter()
+            .find(|(_, w)| w.as_ptr() == Arc::as_ptr(object))
+        {
+            return *id;
+        }
+        let id = entries.iter().map(|(i, _)| *i).max().unwrap_or(0) + 1;
+        entries.push((id, Arc::downgrade(object)));
+        id
+    }
+
+    /// The object of `id`, or why there is none.
+    fn get(&self, id: u64) -> Result<Arc<T>, String> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let weak = entries
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, w)| w.clone())
+            .ok_or_else(|| format!("cudecomp.jax: no {} has id {id}", self.what))?;
+        weak.upgrade().ok_or_else(|| {
+            format!(
+                "cudecomp.jax: the {} (id {id}) was destroyed: expected a live {}",
+                self.what, self.what
+            )
+        })
+    }
+}
+
+static GRIDS: Registry<core::GridDesc> = Registry::new("GridDesc");
+static REDISTRIBUTIONS: Registry<core::Redistribution> = Registry::new("Redistribution");
 
 /// The id a compiled program names `grid` by (the same for the grid's whole life).
 #[pyfunction]
 pub(crate) fn _xla_grid_id(py: Python<'_>, grid: &GridDesc) -> PyResult<u64> {
-    let gd = grid.live(py)?;
-    let mut grids = GRIDS.lock().unwrap_or_else(|e| e.into_inner());
-    grids.retain(|(_, w)| w.strong_count() > 0);
-    if let Some((id, _)) = grids.iter().find(|(_, w)| w.as_ptr() == Arc::as_ptr(&gd)) {
-        return Ok(*id);
-    }
-    let id = grids.iter().map(|(i, _)| *i).max().unwrap_or(0) + 1;
-    grids.push((id, Arc::downgrade(&gd)));
-    Ok(id)
+    Ok(GRIDS.id_of(&grid.live(py)?))
+}
+
+/// The id a compiled program names `redistribution` by.
+#[pyfunction]
+pub(crate) fn _xla_redistribution_id(
+    py: Python<'_>,
+    redistribution: &Redistribution,
+) -> PyResult<u64> {
+    Ok(REDISTRIBUTIONS.id_of(&redistribution.live(py)?))
 }
 
 /// The handlers, by target name: the addresses of their C functions, for

@@ -1,0 +1,149 @@
+"""A redistribution as a JAX primitive, and the pair of core redistributions it runs.
+
+The primitive ``cudecomp_redistribute`` moves this rank's source array (or a batch) into
+its destination array through the core's handler. It is linear; its linear transpose is
+the redistribution the other way (cells outside an owned box, halos and padding, get a
+zero cotangent: the forward run never reads them), so ``Redistribution`` makes both
+directions when it is created.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from .. import _cudecomp
+from .._cudecomp import Handle
+from .._errors import InvalidUsageError
+from . import _targets
+from ._transpose import DTYPES
+
+_primitive: Any = None
+
+
+def _make() -> Any:
+    import jax
+    from jax._src import dispatch
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    _targets.register()
+    p = Primitive("cudecomp_redistribute")
+    effect = _targets.ordered()
+
+    def abstract(x: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> Any:
+        return jax.core.ShapedArray((*x.shape[:-3], *out_shape), x.dtype), {effect}
+
+    p.def_effectful_abstract_eval(abstract)
+    p.def_impl(functools.partial(dispatch.apply_primitive, p))
+
+    def lowering(ctx: Any, x: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> Any:
+        return _targets.lower_ordered(ctx, "cudecomp_redistribute", [x], redistribution=np.int64(forward))
+
+    mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
+
+    def transpose_rule(ct: Any, x: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> list[Any]:
+        if type(ct) is ad.Zero:
+            return [ad.Zero(x.aval)]
+        return [p.bind(ct, forward=back, back=forward, out_shape=tuple(x.aval.shape[-3:]))]
+
+    ad.deflinear2(p, transpose_rule)
+
+    def batch_rule(args: Any, dims: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> Any:
+        (x,), (d,) = args, dims
+        x = jax.numpy.moveaxis(x, d, 0)
+        lead = x.shape[:-3]
+        flat = x.reshape((int(np.prod(lead)), *x.shape[-3:]))
+        y = p.bind(flat, forward=forward, back=back, out_shape=out_shape)
+        return y.reshape((*lead, *out_shape)), 0
+
+    batching.primitive_batchers[p] = batch_rule
+    return p
+
+
+def primitive() -> Any:
+    """Return the redistribution primitive (defined on first use)."""
+    global _primitive
+    if _primitive is None:
+        _primitive = _make()
+    return _primitive
+
+
+class Redistribution:
+    """A redistribution between two decompositions, as a JAX operation (collective to create and destroy).
+
+    Makes ``handle.create_redistribution(src, dst)`` and the one from ``dst`` to ``src``
+    (the linear transpose that reverse-mode differentiation runs). ``run(x)`` is usable
+    inside ``jax.jit``, differentiable and batched by ``vmap``.
+
+    Args:
+        handle: The library handle.
+        src: The layout the data is in (``GridDesc.pencil(...)`` or this rank's ``BoxLayout``).
+        dst: The layout it is moved to.
+        backend: As for ``Handle.create_redistribution``.
+    """
+
+    def __init__(self, handle: Handle, src: Any, dst: Any, backend: Any = None) -> None:
+        if not isinstance(handle, Handle):
+            raise TypeError(f"handle: expected a cudecomp.Handle, got {type(handle).__name__}")
+        self._forward = handle.create_redistribution(src, dst, backend=backend)
+        try:
+            self._back = handle.create_redistribution(dst, src, backend=backend)
+        except BaseException:
+            self._forward.destroy()
+            raise
+
+    @property
+    def input_info(self) -> Any:
+        """Describe the source array of this rank (``PencilInfo``)."""
+        return self._forward.input_info
+
+    @property
+    def output_info(self) -> Any:
+        """Describe the destination array of this rank (``PencilInfo``)."""
+        return self._forward.output_info
+
+    def run(self, x: Any) -> Any:
+        """Return this rank's destination array holding the source array ``x`` (one array, or a batch ``(k, *array_shape)``).
+
+        Cells of the result outside its owned box (halos, padding) are zero.
+
+        Raises:
+            TypeError: ``x`` is no array, or of a dtype other than float32, float64,
+                complex64, complex128 (when traced).
+            InvalidUsageError: ``x`` of another shape than the source array, or a
+                destroyed redistribution (when traced).
+        """
+        import jax.numpy as jnp
+
+        forward = _cudecomp._xla_redistribution_id(self._forward)
+        back = _cudecomp._xla_redistribution_id(self._back)
+        src = tuple(self._forward.input_info.array_shape)
+        dst = tuple(self._forward.output_info.array_shape)
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise TypeError(f"run: expected a JAX array, got {type(x).__name__}")
+        shape = tuple(x.shape)
+        if shape != src and not (len(shape) == 4 and shape[1:] == src and shape[0] >= 1):
+            raise InvalidUsageError(
+                f"run: expected shape {src} (this rank's source array) or (k, *{src}) (a batch of k fields), got {shape}"
+            )
+        if np.dtype(x.dtype) not in DTYPES:
+            raise TypeError(f"run: expected float32, float64, complex64 or complex128 data, got {np.dtype(x.dtype)}")
+        return primitive().bind(jnp.asarray(x), forward=forward, back=back, out_shape=dst)
+
+    def destroy(self) -> None:
+        """Destroy both directions (collective); later use raises ``InvalidUsageError``."""
+        try:
+            self._forward.destroy()
+        finally:
+            self._back.destroy()
+
+    def __enter__(self) -> Redistribution:
+        """Use it in a ``with`` block; leaving it destroys it."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Destroy both directions (collective)."""
+        self.destroy()
