@@ -65,6 +65,61 @@ def field(grid: cudecomp.GridDesc, axis: int, dtype: DataType, seed: int = 0) ->
     return (a * scale + seed).astype(a.dtype)
 
 
+# -- JAX's multi-process model (first: jax.distributed starts before JAX's backends) --------
+
+
+@pytest.fixture(scope="module")
+def distributed() -> None:
+    """``jax.distributed`` over the MPI ranks: one CPU device per process, ``jax.devices()`` all of them."""
+    import socket
+
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        pytest.fail("JAX's backends started before jax.distributed: the sharded tests must come first in this file")
+    port = None
+    if MPI.COMM_WORLD.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = MPI.COMM_WORLD.bcast(port)
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=NRANKS, process_id=MPI.COMM_WORLD.rank)
+
+
+SHARDED_GDIMS = (12, 12, 12)
+
+
+def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distributed: None) -> None:
+    from jax.sharding import NamedSharding
+
+    assert jax.device_count() == NRANKS and jax.local_device_count() == 1
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = SHARDED_GDIMS, factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
+    with handle.create_grid(cfg) as g:
+        mesh = cj.pencil_mesh(g)
+
+        def global_array(local: np.ndarray, axis: int) -> Any:
+            batch = local.ndim == 4
+            shape = ((local.shape[0],) if batch else ()) + SHARDED_GDIMS[::-1]
+            sharding = NamedSharding(mesh, cj.pencil_spec(axis, batch))
+            return jax.make_array_from_single_device_arrays(shape, sharding, [jax.device_put(local, jax.local_devices()[0])])
+
+        for name, a, _ in OPS:
+            x = make(g.get_pencil_info(a), SHARDED_GDIMS, DataType.DOUBLE)
+            for local in (x, np.stack([x, 3 * x])):
+                y = jax.jit(lambda v, name=name: getattr(cj, name)(g, v, mesh=mesh))(global_array(local, a))
+                (shard,) = y.addressable_shards
+                want = np.stack([getattr(g, name)(f.copy()) for f in local]) if local.ndim == 4 else getattr(g, name)(local.copy())
+                assert np.array_equal(np.asarray(shard.data), want), name
+        # A mesh that is not the process grid's raises on every rank.
+        wrong = jax.sharding.Mesh(mesh.devices.T, ("rows", "cols")) if NRANKS > 1 else jax.sharding.Mesh(mesh.devices, ("cols", "rows"))
+        with pytest.raises(cudecomp.InvalidUsageError, match="mesh"):
+            cj.transpose_x_to_y(g, global_array(make(g.get_pencil_info(0), SHARDED_GDIMS, DataType.DOUBLE), 0), mesh=wrong)
+    cfg.transpose_axis_contiguous = (True, False, False)
+    with handle.create_grid(cfg) as g, pytest.raises(cudecomp.NotSupportedError, match="default layout"):
+        cj.pencil_mesh(g)
+
+
 @pytest.mark.parametrize("dtype", list(DataType))
 def test_each_transpose_equals_the_eager_one(grid: cudecomp.GridDesc, dtype: DataType) -> None:
     for name, a, _ in OPS:

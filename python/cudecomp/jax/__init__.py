@@ -16,6 +16,9 @@ interpreter.
 - FFTs of a ``cudecomp.fft.FFT`` plan (``fft``/``ifft`` for ``c2c``, ``rfft``/``irfft``
   for ``r2c``): the plan's schedule with these transposes and ``jax.numpy.fft`` along
   the axes each pencil holds whole, the plan's norm applied once.
+- JAX's multi-process model (``jax.distributed``, one device per process): with
+  ``mesh=pencil_mesh(grid)`` a transpose takes the globally sharded array whose shards
+  are the pencils (``pencil_spec``), as jaxDecomp's users write it.
 - ``jax.vmap``: the mapped axis becomes a batch of fields, moved in one exchange (see
   "Several fields in one exchange" in the docs); an array of shape ``(k, *array_shape)``
   is such a batch already.
@@ -31,10 +34,13 @@ from typing import Any
 from .._cudecomp import GridDesc
 from . import _fft
 from ._redistribute import Redistribution
-from ._transpose import transpose
+from ._sharded import pencil_mesh, pencil_spec, sharded
+from ._transpose import AXES, transpose
 
 __all__ = [
     "Redistribution",
+    "pencil_mesh",
+    "pencil_spec",
     "fft",
     "ifft",
     "irfft",
@@ -48,41 +54,47 @@ __all__ = [
 ]
 
 
-def transpose_x_to_y(grid: GridDesc, x: Any) -> Any:
+def transpose_x_to_y(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the Y-pencil of ``grid`` holding the X-pencil ``x`` (one pencil, or a batch ``(k, *array_shape)``).
+
+    With ``mesh`` (``pencil_mesh(grid)``, under ``jax.distributed``), ``x`` is the global
+    array ``[z, y, x]`` (or a batch of them) sharded as ``pencil_spec(0)`` over it, and the
+    result the global Y-pencil array sharded as ``pencil_spec(1)``: each process's shard
+    is its pencil.
 
     Raises:
         TypeError: ``grid`` is no ``GridDesc``, ``x`` no array or of another dtype than
             float32, float64, complex64, complex128 (when traced).
         InvalidUsageError: ``x`` is not of this rank's X-pencil shape, or the grid was
-            destroyed (when traced; a program compiled earlier raises when it runs).
+            destroyed (when traced; a program compiled earlier raises when it runs);
+            with ``mesh``, on every rank, a mesh that is not the grid's.
     """
-    return transpose(grid, x, 0, "transpose_x_to_y")
+    return _transpose_on(grid, x, 0, "transpose_x_to_y", mesh)
 
 
-def transpose_y_to_z(grid: GridDesc, x: Any) -> Any:
+def transpose_y_to_z(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the Z-pencil of ``grid`` holding the Y-pencil ``x`` (as ``transpose_x_to_y``)."""
-    return transpose(grid, x, 1, "transpose_y_to_z")
+    return _transpose_on(grid, x, 1, "transpose_y_to_z", mesh)
 
 
-def transpose_z_to_y(grid: GridDesc, x: Any) -> Any:
+def transpose_z_to_y(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the Y-pencil of ``grid`` holding the Z-pencil ``x`` (as ``transpose_x_to_y``)."""
-    return transpose(grid, x, 2, "transpose_z_to_y")
+    return _transpose_on(grid, x, 2, "transpose_z_to_y", mesh)
 
 
-def transpose_y_to_x(grid: GridDesc, x: Any) -> Any:
+def transpose_y_to_x(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the X-pencil of ``grid`` holding the Y-pencil ``x`` (as ``transpose_x_to_y``)."""
-    return transpose(grid, x, 3, "transpose_y_to_x")
+    return _transpose_on(grid, x, 3, "transpose_y_to_x", mesh)
 
 
-def transpose_x_to_z(grid: GridDesc, x: Any) -> Any:
+def transpose_x_to_z(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the Z-pencil of ``grid`` holding the X-pencil ``x``, in one exchange (as ``transpose_x_to_y``)."""
-    return transpose(grid, x, 4, "transpose_x_to_z")
+    return _transpose_on(grid, x, 4, "transpose_x_to_z", mesh)
 
 
-def transpose_z_to_x(grid: GridDesc, x: Any) -> Any:
+def transpose_z_to_x(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the X-pencil of ``grid`` holding the Z-pencil ``x``, in one exchange (as ``transpose_x_to_y``)."""
-    return transpose(grid, x, 5, "transpose_z_to_x")
+    return _transpose_on(grid, x, 5, "transpose_z_to_x", mesh)
 
 
 def fft(plan: Any, x: Any) -> Any:
@@ -112,3 +124,11 @@ def rfft(plan: Any, x: Any) -> Any:
 def irfft(plan: Any, x: Any) -> Any:
     """Backward transform of an ``r2c`` plan: the real X-pencil of the half spectrum ``x`` (as ``plan.backward``); see ``fft``."""
     return _fft.run(plan, x, True, ("r2c",), "irfft")
+
+
+def _transpose_on(grid: GridDesc, x: Any, direction: int, name: str, mesh: Any) -> Any:
+    """Transpose one process's pencil, or (``mesh``) the globally sharded array."""
+    if mesh is None:
+        return transpose(grid, x, direction, name)
+    a, b = AXES[direction]
+    return sharded(grid, mesh, x, a, b, lambda v: transpose(grid, v, direction, name), name)

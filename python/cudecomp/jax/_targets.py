@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import _cudecomp
 from .._cudecomp import CPU_ONLY
+from .._errors import NotSupportedError
 
 _lock = threading.Lock()
 _registered = False
@@ -19,6 +20,10 @@ def register() -> None:
     """Register every handler of the core with JAX (idempotent)."""
     global _registered
     import jax
+
+    if not CPU_ONLY:
+        # The handlers take XLA's CUDA stream, but have not run on a GPU: not offered yet.
+        raise NotSupportedError("cudecomp.jax: the GPU variant's handlers have not run on a GPU yet; use the CPU variant")
 
     with _lock:
         if _registered:
@@ -47,6 +52,7 @@ def ordered() -> Any:
         for kind in (
             effects.lowerable_effects,
             effects.ordered_effects,
+            effects.shardable_ordered_effects,
             effects.control_flow_allowed_effects,
             effects.custom_derivatives_allowed_effects,
             effects.remat_allowed_effects,
