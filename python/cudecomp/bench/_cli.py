@@ -245,6 +245,12 @@ def parser() -> argparse.ArgumentParser:
         "N eager calls, wall clock per operation (rows op-graph; capturable backends only; 0 = off) (default: 0)",
     )
     p.add_argument(
+        "--jax",
+        action="store_true",
+        help="also time each transpose as a jitted cudecomp.jax operation on JAX arrays, beside the eager call of the "
+        "same run (rows op-jax, baseline eager_ms; CPU variant, needs JAX) (default: False)",
+    )
+    p.add_argument(
         "--fields",
         type=positive_int,
         default=1,
@@ -348,6 +354,12 @@ def _output_problem(args: argparse.Namespace) -> str:
         return "--graph needs the GPU variant (CUDA graphs); this is the CPU variant"
     if args.fields > 1 and args.graph:
         return "--fields and --graph: graphs are captured from single-field calls; leave out one of them"
+    if args.jax and not cudecomp.CPU_ONLY:
+        return "--jax: cudecomp.jax runs on the CPU variant only for now"
+    if args.jax and importlib.util.find_spec("jax") is None:
+        return "--jax needs JAX, which is not installed (pip install jax)"
+    if args.jax and args.alloc == "library":
+        return "--jax times JAX's own arrays; leave out --alloc library"
     if args.progress == "bar" and not args.quiet and tqdm_class() is None:
         return "--progress bar needs tqdm, which is not installed (pip install tqdm)"
     for opt in ("json", "csv"):

@@ -115,6 +115,8 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             rows.append(row)
         if "halo" in args.ops and any(args.halo):
             rows += halo_rows(s, case, grid, ac, halo_backend)
+        if args.jax:
+            rows += jax_rows(s, grid, bufs, rows)
         del bufs
     finally:
         grid.destroy()
@@ -122,6 +124,42 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         cfg = config(case.gdims, case.pdims, TransposeCommBackend[bname], ac, halo_backend)
         rows += graph_rows(s, cfg, case.np_dtype, rows)
     return rows
+
+
+def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[Row]) -> list[Row]:
+    """``--jax``: each eager transpose row again as a jitted ``cudecomp.jax`` operation on JAX arrays (collective).
+
+    Rows ``op-jax`` time one call of the compiled program (its output allocated by XLA,
+    as a JAX program's are) to its result, beside the eager row's time (``eager_ms``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    import cudecomp.jax as cj
+
+    jax.config.update("jax_enable_x64", True)
+    out: list[Row] = []
+    for row in eager:
+        if row.note or row.op not in OPS:
+            continue
+        name, a, _ = OPS[row.op]
+        f = jax.jit(functools.partial(getattr(cj, name), grid))
+        x = jnp.asarray(s.xp.host(bufs[a]))
+        med, mn = s.time(lambda f=f, x=x: f(x).block_until_ready())
+        base = with_ratios({"eager_ms": row.ms}, med)
+        gbps = row.gbps_per_rank * row.ms / (med * 1e3)
+        out.append(
+            replace(
+                row,
+                op=f"{row.op}-jax",
+                ms=med * 1e3,
+                ms_min=mn * 1e3,
+                gbps_per_rank=gbps,
+                pct_of_ceiling=pct_of(gbps, row.ceiling_gbps),
+                baseline=base,
+            )
+        )
+    return out
 
 
 def pencil_array(s: Session, grid: cudecomp.GridDesc, axis: int, dtype: Any, fields: int | None) -> Any:
