@@ -126,6 +126,11 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
     return rows
 
 
+def _finished(f: Callable[[Any], Any], x: Any) -> Any:
+    """Call the compiled ``f`` on ``x`` and wait for its result."""
+    return f(x).block_until_ready()
+
+
 def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[Row]) -> list[Row]:
     """``--jax``: each eager transpose row again as a jitted ``cudecomp.jax`` operation on JAX arrays (collective).
 
@@ -145,7 +150,7 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
         name, a, _ = OPS[row.op]
         f = jax.jit(functools.partial(getattr(cj, name), grid))
         x = jnp.asarray(s.xp.host(bufs[a]))
-        med, mn = s.time(lambda f=f, x=x: f(x).block_until_ready())
+        med, mn = s.time(functools.partial(_finished, f, x))
         base = with_ratios({"eager_ms": row.ms}, med)
         gbps = row.gbps_per_rank * row.ms / (med * 1e3)
         out.append(
