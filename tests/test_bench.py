@@ -252,6 +252,24 @@ def test_fields_time_a_batch_beside_separate_calls_and_the_bound(
     MPI.COMM_WORLD.Barrier()
 
 
+@collective
+@requires_data_path()
+def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> None:
+    """``--jax`` rows time the jitted transpose beside the eager call of the same run."""
+    pytest.importorskip("jax")
+    if not cudecomp.CPU_ONLY:
+        pytest.skip("cudecomp.jax runs on the CPU variant only")
+    path = os.path.join(shared_dir(tmp_path), "jax.json")
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "xy", "zy", "--backends", "MPI_P2P", "--jax"]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
+        jitted = [r for r in rows if r["op"].endswith("-jax")]
+        eager = [r for r in rows if r["op"] in ("xy", "zy")]
+        assert eager and len(jitted) == len(eager) and all(r["ms"] > 0 and r["baseline"]["eager_ms"] > 0 for r in jitted), jitted
+    MPI.COMM_WORLD.Barrier()
+
+
 def test_every_option_has_help_showing_its_default() -> None:
     p = bench.parser()
     for a in p._actions:
