@@ -388,3 +388,27 @@ def test_a_gather_to_one_rank_and_back(handle: cudecomp.Handle) -> None:
             # The gradient of the root's sum is one everywhere, on every rank.
             ones = jax.grad(lambda v: jnp.sum(gather.run(v)))(x)
             assert np.array_equal(np.asarray(ones), np.ones(x.shape, np.float32))
+
+
+@pytest.mark.mpi(ranks=(1,))
+def test_several_devices_per_process_are_refused() -> None:
+    # A process of its own, whose JAX sees two CPU devices (the flag must precede JAX's start).
+    import sys
+
+    code = (
+        "import jax, cudecomp, cudecomp.jax as cj\n"
+        "from mpi4py import MPI\n"
+        "h = cudecomp.Handle(MPI.COMM_WORLD)\n"
+        "c = cudecomp.GridDescConfig(); c.gdims = (4, 4, 4); c.pdims = (1, 1)\n"
+        "g = h.create_grid(c)\n"
+        "try:\n"
+        "    cj.pencil_mesh(g)\n"
+        "except cudecomp.InvalidUsageError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS"))}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    if r.returncode != 0 and "MPI" in r.stderr and "refused" not in r.stdout:
+        pytest.skip(f"MPI cannot start in a process of its own here: {r.stderr[-200:]}")
+    assert "refused: pencil_mesh: expected one JAX device per process, got [2]" in r.stdout, (r.stdout, r.stderr[-2000:])
