@@ -196,7 +196,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    # Tests on jax.distributed come first: its runtime must start before JAX's backends,
+    # which any other test of JAX starts.
+    items[:] = sorted(kept, key=lambda item: "distributed" not in getattr(item, "fixturenames", ()))
     config.stash[_SERIAL_ONLY] = serial_only
 
 

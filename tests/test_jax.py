@@ -65,18 +65,28 @@ def field(grid: cudecomp.GridDesc, axis: int, dtype: DataType, seed: int = 0) ->
     return (a * scale + seed).astype(a.dtype)
 
 
-# -- JAX's multi-process model (first: jax.distributed starts before JAX's backends) --------
+# -- JAX's multi-process model (conftest.py runs these first) --------------------------------
 
 
-@pytest.fixture(scope="module")
+_DISTRIBUTED: list[bool] = []
+
+
+@pytest.fixture
 def distributed() -> None:
-    """``jax.distributed`` over the MPI ranks: one CPU device per process, ``jax.devices()`` all of them."""
+    """``jax.distributed`` over the MPI ranks: one CPU device per process, ``jax.devices()`` all of them.
+
+    Started once per process, before JAX's backends (``conftest.py`` runs the tests that
+    use it first).
+    """
     import socket
 
     from jax._src import xla_bridge
 
+    if _DISTRIBUTED:
+        return
     if xla_bridge.backends_are_initialized():
-        pytest.fail("JAX's backends started before jax.distributed: the sharded tests must come first in this file")
+        pytest.fail("JAX's backends started before jax.distributed: the tests that use it must run first")
+    _DISTRIBUTED.append(True)
     port = None
     if MPI.COMM_WORLD.rank == 0:
         with socket.socket() as s:

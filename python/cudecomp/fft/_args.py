@@ -241,3 +241,51 @@ def _parse(
     k: Any = str(kind)
     n: Any = str(norm)
     return _PlanArgs((g[0], g[1], g[2]), pd, k, ts, n, bool(transposed_out), in_dtype, out_dtype, backends, config, reps, w, comm)
+
+
+def _form(fields: int | None) -> str:
+    """Name a transform's array form: one pencil, or a batch of ``fields`` fields."""
+    return "one pencil" if fields is None else f"batch of {fields} fields"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One transform's checked call: its stream handle (GPU; None on the CPU variant) and batch (None: one pencil)."""
+
+    stream: int | None
+    fields: int | None
+
+
+def check_array(
+    a: Any, info: Any, dtype: np.dtype, what: str, fields: int | None, writable: bool, *, xp: Any, gpu: bool, kind: str
+) -> int | None:
+    """Check one array of a transform on the plan's array module ``xp``; return its batch's field count (``None``: one pencil).
+
+    ``fields``: the input's batch, which ``out`` must match; ``-1`` for the input
+    itself, which may be either form.
+    """
+    if isinstance(a, (list, tuple)):
+        raise TypeError(f"{what}: a batch of fields is one array of shape (k, *array_shape) (stack the fields), got a {type(a).__name__}")
+    if not isinstance(a, xp.ndarray):
+        lib = "CuPy" if gpu else "NumPy"
+        raise TypeError(f"{what}: expected a {lib} array, got {type(a).__name__}")
+    if a.dtype != dtype:
+        raise TypeError(f"{what}: expected dtype {dtype} for this {kind} plan, got {a.dtype}")
+    pencil = tuple(info.array_shape)
+    shape = tuple(a.shape)
+    got = shape[0] if len(shape) == 4 and shape[1:] == pencil else None
+    if fields == -1:
+        if shape != pencil and got is None:
+            raise InvalidUsageError(
+                f"{what}: expected shape {pencil} (this rank's pencil) or (k, *{pencil}) (a batch of k fields), got {shape}"
+            )
+    elif got != fields or (fields is None and shape != pencil):
+        want = pencil if fields is None else (fields, *pencil)
+        raise InvalidUsageError(f"{what}: expected shape {want} (the input's {_form(fields)}), got {shape}")
+    if got is not None and got < 1:
+        raise InvalidUsageError(f"{what}: a batch holds at least 1 field, got shape {shape}")
+    if not a.flags.c_contiguous:
+        raise InvalidUsageError(f"{what}: the array must be C-contiguous")
+    if writable and not gpu and not a.flags.writeable:
+        raise InvalidUsageError(f"{what}: the array must be writable")
+    return got

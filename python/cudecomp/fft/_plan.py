@@ -7,7 +7,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +18,7 @@ from .._cudecomp import CPU_ONLY, GridDesc, Handle, PencilInfo, _host_threads
 from .._cupy import external_stream
 from .._enums import TransposeCommBackend
 from .._errors import InvalidUsageError, NotSupportedError
-from ._args import _REAL, Kind, Norm, _parse
+from ._args import _REAL, Kind, Norm, _Call, _form, _parse, check_array
 from ._gpu import FftSettings, _SlabStream, _stream_ptr
 from ._local import _into, _make_local, _RustLocal
 from ._schedule import _MEM_ORDER, _STREAMED_ORDER, Schedule, _factor_pairs, _streams_slabs, _usable, schedule_of
@@ -29,19 +28,6 @@ from ._stages import _ScheduleRunner
 # What the ranks' agreements on a plan's transforms and destroy() are called in their
 # messages (checking mode).
 _CALLS = "cudecomp.fft.FFT calls"
-
-
-def _form(fields: int | None) -> str:
-    """Name a transform's array form: one pencil, or a batch of ``fields`` fields."""
-    return "one pencil" if fields is None else f"batch of {fields} fields"
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One transform's checked call: its stream handle (GPU; None on the CPU variant) and batch (None: one pencil)."""
-
-    stream: int | None
-    fields: int | None
 
 
 class FFT(_SpectralHelpers, _ScheduleRunner):
@@ -456,39 +442,8 @@ class FFT(_SpectralHelpers, _ScheduleRunner):
     # -- transforms --------------------------------------------------------------------
 
     def _check(self, a: Any, info: PencilInfo, dtype: np.dtype, what: str, fields: int | None, writable: bool = False) -> int | None:
-        """Check one array of a transform; return its batch's field count (``None``: one pencil).
-
-        ``fields``: the input's batch, which ``out`` must match; ``-1`` for the input
-        itself, which may be either form.
-        """
-        xp = self._xp()
-        if isinstance(a, (list, tuple)):
-            raise TypeError(
-                f"{what}: a batch of fields is one array of shape (k, *array_shape) (stack the fields), got a {type(a).__name__}"
-            )
-        if not isinstance(a, xp.ndarray):
-            kind = "CuPy" if self._local.gpu else "NumPy"
-            raise TypeError(f"{what}: expected a {kind} array, got {type(a).__name__}")
-        if a.dtype != dtype:
-            raise TypeError(f"{what}: expected dtype {dtype} for this {self._kind} plan, got {a.dtype}")
-        pencil = tuple(info.array_shape)
-        shape = tuple(a.shape)
-        got = shape[0] if len(shape) == 4 and shape[1:] == pencil else None
-        if fields == -1:
-            if shape != pencil and got is None:
-                raise InvalidUsageError(
-                    f"{what}: expected shape {pencil} (this rank's pencil) or (k, *{pencil}) (a batch of k fields), got {shape}"
-                )
-        elif got != fields or (fields is None and shape != pencil):
-            want = pencil if fields is None else (fields, *pencil)
-            raise InvalidUsageError(f"{what}: expected shape {want} (the input's {_form(fields)}), got {shape}")
-        if got is not None and got < 1:
-            raise InvalidUsageError(f"{what}: a batch holds at least 1 field, got shape {shape}")
-        if not a.flags.c_contiguous:
-            raise InvalidUsageError(f"{what}: the array must be C-contiguous")
-        if writable and not self._local.gpu and not a.flags.writeable:
-            raise InvalidUsageError(f"{what}: the array must be writable")
-        return got
+        """Check one array of a transform (see ``_args.check_array``); return its batch's field count."""
+        return check_array(a, info, dtype, what, fields, writable, xp=self._xp(), gpu=self._local.gpu, kind=self._kind)
 
     def _call_fields(self, call: str, fields: int | None = None) -> list[tuple[str, str]]:
         """Return what the ranks agree on before ``call`` (checking mode): the plan, the call and its batch.

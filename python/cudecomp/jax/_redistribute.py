@@ -9,7 +9,6 @@ directions when it is created.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -17,57 +16,21 @@ import numpy as np
 from .. import _cudecomp
 from .._cudecomp import Handle
 from .._errors import InvalidUsageError
-from . import _targets
+from ._linear import linear_primitive
 from ._transpose import DTYPES
 
 _primitive: Any = None
-
-
-def _make() -> Any:
-    import jax
-    from jax._src import dispatch
-    from jax.extend.core import Primitive
-    from jax.interpreters import ad, batching, mlir
-
-    _targets.register()
-    p = Primitive("cudecomp_redistribute")
-    effect = _targets.ordered()
-
-    def abstract(x: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> Any:
-        return jax.core.ShapedArray((*x.shape[:-3], *out_shape), x.dtype), {effect}
-
-    p.def_effectful_abstract_eval(abstract)
-    p.def_impl(functools.partial(dispatch.apply_primitive, p))
-
-    def lowering(ctx: Any, x: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> Any:
-        return _targets.lower_ordered(ctx, "cudecomp_redistribute", [x], redistribution=np.int64(forward))
-
-    mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
-
-    def transpose_rule(ct: Any, x: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> list[Any]:
-        if type(ct) is ad.Zero:
-            return [ad.Zero(x.aval)]
-        return [p.bind(ct, forward=back, back=forward, out_shape=tuple(x.aval.shape[-3:]))]
-
-    ad.deflinear2(p, transpose_rule)
-
-    def batch_rule(args: Any, dims: Any, *, forward: int, back: int, out_shape: tuple[int, int, int]) -> Any:
-        (x,), (d,) = args, dims
-        x = jax.numpy.moveaxis(x, d, 0)
-        lead = x.shape[:-3]
-        flat = x.reshape((int(np.prod(lead)), *x.shape[-3:]))
-        y = p.bind(flat, forward=forward, back=back, out_shape=out_shape)
-        return y.reshape((*lead, *out_shape)), 0
-
-    batching.primitive_batchers[p] = batch_rule
-    return p
 
 
 def primitive() -> Any:
     """Return the redistribution primitive (defined on first use)."""
     global _primitive
     if _primitive is None:
-        _primitive = _make()
+        _primitive = linear_primitive(
+            "cudecomp_redistribute",
+            lambda q: {"redistribution": np.int64(q["forward"])},
+            lambda q, in_shape: {"forward": q["back"], "back": q["forward"], "out_shape": in_shape},
+        )
     return _primitive
 
 

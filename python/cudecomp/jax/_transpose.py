@@ -10,7 +10,6 @@ batch moves in one exchange.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from .. import _cudecomp
 from .._cudecomp import GridDesc
 from .._errors import InvalidUsageError
-from . import _targets
+from ._linear import linear_primitive
 
 #: Direction -> (from pencil, to pencil), in the core's numbering.
 AXES = {0: (0, 1), 1: (1, 2), 2: (2, 1), 3: (1, 0), 4: (0, 2), 5: (2, 0)}
@@ -29,55 +28,15 @@ DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex
 _primitive: Any = None
 
 
-def _make() -> Any:
-    """Define the primitive and its rules (once, on first use: JAX is imported then)."""
-    import jax
-    from jax._src import dispatch
-    from jax.extend.core import Primitive
-    from jax.interpreters import ad, batching, mlir
-
-    _targets.register()
-    p = Primitive("cudecomp_transpose")
-    effect = _targets.ordered()
-
-    def abstract(x: Any, *, grid: int, direction: int, out_pencil: tuple[int, int, int]) -> Any:
-        return jax.core.ShapedArray((*x.shape[:-3], *out_pencil), x.dtype), {effect}
-
-    p.def_effectful_abstract_eval(abstract)
-    # Called outside jit, the primitive runs as its own compiled program (cached).
-    p.def_impl(functools.partial(dispatch.apply_primitive, p))
-
-    def lowering(ctx: Any, x: Any, *, grid: int, direction: int, out_pencil: tuple[int, int, int]) -> Any:
-        return _targets.lower_ordered(ctx, "cudecomp_transpose", [x], grid=np.int64(grid), direction=np.int64(direction))
-
-    mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
-
-    def transpose_rule(ct: Any, x: Any, *, grid: int, direction: int, out_pencil: tuple[int, int, int]) -> list[Any]:
-        back = INVERSE[direction]
-        in_pencil = tuple(x.aval.shape[-3:])
-        if type(ct) is ad.Zero:
-            return [ad.Zero(x.aval)]
-        return [p.bind(ct, grid=grid, direction=back, out_pencil=in_pencil)]
-
-    ad.deflinear2(p, transpose_rule)
-
-    def batch_rule(args: Any, dims: Any, *, grid: int, direction: int, out_pencil: tuple[int, int, int]) -> Any:
-        (x,), (d,) = args, dims
-        x = jax.numpy.moveaxis(x, d, 0)
-        lead = x.shape[:-3]
-        flat = x.reshape((int(np.prod(lead)), *x.shape[-3:]))
-        y = p.bind(flat, grid=grid, direction=direction, out_pencil=out_pencil)
-        return y.reshape((*lead, *out_pencil)), 0
-
-    batching.primitive_batchers[p] = batch_rule
-    return p
-
-
 def primitive() -> Any:
-    """Return the transpose primitive (defined on first use)."""
+    """Return the transpose primitive (defined on first use: JAX is imported then)."""
     global _primitive
     if _primitive is None:
-        _primitive = _make()
+        _primitive = linear_primitive(
+            "cudecomp_transpose",
+            lambda q: {"grid": np.int64(q["grid"]), "direction": np.int64(q["direction"])},
+            lambda q, in_shape: {**q, "direction": INVERSE[q["direction"]], "out_shape": in_shape},
+        )
     return _primitive
 
 
@@ -101,4 +60,4 @@ def transpose(grid: GridDesc, x: Any, direction: int, name: str) -> Any:
     if len(shape) == 4 and shape[0] < 1:
         raise InvalidUsageError(f"{name}: a batch holds at least 1 field, got shape {shape}")
     x = jax.numpy.asarray(x)
-    return primitive().bind(x, grid=grid_id, direction=direction, out_pencil=dst)
+    return primitive().bind(x, grid=grid_id, direction=direction, out_shape=dst)

@@ -1,0 +1,66 @@
+"""How every cudecomp primitive is defined: a linear map of one array (or a batch) to another.
+
+Each primitive lowers to the core's handler of its name under the ordered effect, runs
+outside ``jit`` as its own cached program, has its own kind of map as linear transpose
+(``inverse``: the parameters of the map back), and folds ``vmap``'s axis into the batch
+its handler moves in one exchange. Its parameters always hold ``out_shape``, the result
+of one field.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _targets
+
+Params = dict[str, Any]
+
+
+def linear_primitive(name: str, attrs: Callable[[Params], Params], inverse: Callable[[Params, tuple[int, ...]], Params]) -> Any:
+    """Define primitive ``name`` (and its rules) over the handler of the same name.
+
+    ``attrs(params)``: the handler's attributes; ``inverse(params, in_shape)``: the
+    parameters of the map back, ``in_shape`` being one field of the operand.
+    """
+    import jax
+    from jax._src import dispatch
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    _targets.register()
+    p = Primitive(name)
+    effect = _targets.ordered()
+
+    def abstract(x: Any, **params: Any) -> Any:
+        return jax.core.ShapedArray((*x.shape[:-3], *params["out_shape"]), x.dtype), {effect}
+
+    p.def_effectful_abstract_eval(abstract)
+    # Called outside jit, the primitive runs as its own compiled program (cached).
+    p.def_impl(functools.partial(dispatch.apply_primitive, p))
+
+    def lowering(ctx: Any, x: Any, **params: Any) -> Any:
+        return _targets.lower_ordered(ctx, name, [x], **attrs(params))
+
+    mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
+
+    def transpose_rule(ct: Any, x: Any, **params: Any) -> list[Any]:
+        if type(ct) is ad.Zero:
+            return [ad.Zero(x.aval)]
+        return [p.bind(ct, **inverse(params, tuple(x.aval.shape[-3:])))]
+
+    ad.deflinear2(p, transpose_rule)
+
+    def batch_rule(args: Any, dims: Any, **params: Any) -> Any:
+        (x,), (d,) = args, dims
+        x = jax.numpy.moveaxis(x, d, 0)
+        lead = x.shape[:-3]
+        flat = x.reshape((int(np.prod(lead)), *x.shape[-3:]))
+        y = p.bind(flat, **params)
+        return y.reshape((*lead, *params["out_shape"])), 0
+
+    batching.primitive_batchers[p] = batch_rule
+    return p
