@@ -161,6 +161,17 @@ def interior(info: cudecomp.PencilInfo) -> np.ndarray:
     return global_index(info, (1, 1, 1))[1]
 
 
+#: Every transpose of a grid: its ``GridDesc`` method and the pencils it goes from and to.
+TRANSPOSES = [
+    ("transpose_x_to_y", 0, 1),
+    ("transpose_y_to_z", 1, 2),
+    ("transpose_z_to_y", 2, 1),
+    ("transpose_y_to_x", 1, 0),
+    ("transpose_x_to_z", 0, 2),
+    ("transpose_z_to_x", 2, 0),
+]
+
+
 def factor_pairs(n: int) -> list[tuple[int, int]]:
     """Every process grid of ``n`` ranks."""
     return [(r, n // r) for r in range(1, n + 1) if n % r == 0]

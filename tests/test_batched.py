@@ -15,20 +15,13 @@ from mpi4py import MPI
 import cudecomp
 from conftest import handle_with, requires_data_path
 from cudecomp import DataType
-from oracle import device, factor_pairs, interior, make, to_host, variant_halo_backends, variant_transpose_backends, xp
+from oracle import TRANSPOSES, device, factor_pairs, interior, make, to_host, variant_halo_backends, variant_transpose_backends, xp
 
 pytestmark = [pytest.mark.mpi, requires_data_path()]
 
 K = 3
 GDIMS = (9, 10, 7)
-OPS = [
-    ("transpose_x_to_y", 0, 1),
-    ("transpose_y_to_z", 1, 2),
-    ("transpose_z_to_y", 2, 1),
-    ("transpose_y_to_x", 1, 0),
-    ("transpose_x_to_z", 0, 2),
-    ("transpose_z_to_x", 2, 0),
-]
+OPS = TRANSPOSES
 NRANKS = MPI.COMM_WORLD.size
 SENTINEL = -5.0
 ZERO3 = (0, 0, 0)

@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 import cudecomp
 from cudecomp import DataType
-from oracle import NUMPY_DTYPES, factor_pairs, make
+from oracle import NUMPY_DTYPES, TRANSPOSES, factor_pairs, make
 
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
@@ -38,14 +38,7 @@ pytestmark = [
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (7, 6, 9)
-OPS = [
-    ("transpose_x_to_y", 0, 1),
-    ("transpose_y_to_z", 1, 2),
-    ("transpose_z_to_y", 2, 1),
-    ("transpose_y_to_x", 1, 0),
-    ("transpose_x_to_z", 0, 2),
-    ("transpose_z_to_x", 2, 0),
-]
+OPS = TRANSPOSES
 
 
 @pytest.fixture(params=factor_pairs(NRANKS), ids=lambda p: f"{p[0]}x{p[1]}")

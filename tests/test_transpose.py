@@ -17,18 +17,11 @@ from mpi4py import MPI
 import cudecomp
 from conftest import handle_with, requires_cpu_variant, requires_data_path
 from cudecomp import DataType, RankOrder, TransposeCommBackend
-from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
+from oracle import ALL_CONTIGUOUS, NUMPY_DTYPES, TRANSPOSES, device, factor_pairs, interior, make, to_host, variant_transpose_backends, xp
 
 pytestmark = [pytest.mark.mpi, requires_data_path()]
 
-OPS = [
-    ("transpose_x_to_y", 0, 1),
-    ("transpose_y_to_z", 1, 2),
-    ("transpose_z_to_y", 2, 1),
-    ("transpose_y_to_x", 1, 0),
-    ("transpose_x_to_z", 0, 2),
-    ("transpose_z_to_x", 2, 0),
-]
+OPS = TRANSPOSES
 BACKENDS = variant_transpose_backends()
 DTYPES = list(NUMPY_DTYPES)
 NRANKS = MPI.COMM_WORLD.size
