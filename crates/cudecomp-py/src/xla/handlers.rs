@@ -254,44 +254,41 @@ fn direction_of(v: i64) -> Result<Direction, Failure> {
 /// # Safety
 /// Called by XLA with its call frame.
 unsafe extern "C" fn transpose(frame: *mut CallFrame) -> *mut ffi::Error {
+    let run = |f: &CallFrame| {
+        let gd = GRIDS.get(int_attr(f, "grid")? as u64).map_err(invalid)?;
+        let direction = direction_of(int_attr(f, "direction")?)?;
+        let (ins, outs) = (buffers(f, false), buffers(f, true));
+        let (&[input], &[output]) = (&ins[..], &outs[..]) else {
+            return Err(invalid(format!(
+                "cudecomp.jax: a transpose takes one operand and gives one result, got {} and {}",
+                ins.len(),
+                outs.len()
+            )));
+        };
+        let dtype = dtype_of(input)?;
+        let input = array_of(input, dtype, false)?;
+        let output = array_of(output, dtype, true)?;
+        let op = TransposeOp {
+            direction,
+            layouts: TransposeLayouts::default(),
+            dtype,
+            own_cells: true,
+            fields: input.batch.unwrap_or(1),
+        };
+        // XLA orders the operands' writes before the call: no steps to wait for.
+        let whole = || Steps {
+            marks: &[],
+            axis: None,
+        };
+        let steps = TransposeSteps {
+            input: whole(),
+            output: whole(),
+        };
+        gd.transpose_with(&op, input, output, None, exec_of(f)?, steps)
+            .map_err(|e| invalid(format!("cudecomp.jax: {}", e)))
+    };
     // SAFETY: forwarded.
-    unsafe {
-        answer(frame, |f| {
-            let gd = GRIDS.get(int_attr(f, "grid")? as u64).map_err(invalid)?;
-            let direction = direction_of(int_attr(f, "direction")?)?;
-            let (ins, outs) = (buffers(f, false), buffers(f, true));
-            let (&[input], &[output]) = (&ins[..], &outs[..]) else {
-                return Err(invalid(format!(
-                    "cudecomp.jax: a transpose takes one operand and gives one result, got {} and {}",
-                    ins.len(),
-                    outs.len()
-                )));
-            };
-            let dtype = dtype_of(input)?;
-            let input = array_of(input, dtype, false)?;
-            let output = array_of(output, dtype, true)?;
-            let op = TransposeOp {
-                direction,
-                layouts: TransposeLayouts::default(),
-                dtype,
-                own_cells: true,
-                fields: input.batch.unwrap_or(1),
-            };
-            let none = Steps {
-                marks: &[],
-                axis: None,
-            };
-            let steps = TransposeSteps {
-                input: none,
-                output: Steps {
-                    marks: &[],
-                    axis: None,
-                },
-            };
-            gd.transpose_with(&op, input, output, None, exec_of(f)?, steps)
-                .map_err(|e| invalid(format!("cudecomp.jax: {}", e)))
-        })
-    }
+    unsafe { answer(frame, run) }
 }
 
 /// `cudecomp_redistribute`: one operand (this rank's source array, or a batch), one
