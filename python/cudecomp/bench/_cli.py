@@ -254,8 +254,8 @@ def parser() -> argparse.ArgumentParser:
         "--fields",
         type=positive_int,
         default=1,
-        help="fields per transpose: K > 1 moves a batch of K pencils in one exchange, beside K calls of one field "
-        "and one exchange of the same bytes (the grid K times longer along Z, the bound) (default: 1)",
+        help="fields per transpose and halo update: K > 1 moves a batch of K pencils in one exchange, beside K calls of one field "
+        "and, for transposes, one exchange of the same bytes (the grid K times longer along Z, the bound) (default: 1)",
     )
     p.add_argument(
         "--alloc",

@@ -323,30 +323,40 @@ def halo_dims(op: str) -> list[int]:
 
 
 def halo_rows(s: Session, case: Case, grid: cudecomp.GridDesc, ac: bool, halo_backend: HaloCommBackend) -> list[Row]:
-    """Time the periodic halo updates of ``grid``'s X-pencils: all three dimensions, then each (collective)."""
+    """Time the periodic halo updates of ``grid``'s X-pencils: all three dimensions, then each (collective).
+
+    With ``--fields K`` the update is of a batch of K pencils in one exchange, beside K
+    updates of one pencil each (``separate_calls_ms``).
+    """
     comm = s.comm
     h = tuple(s.args.halo)
+    k = s.args.fields
     info = grid.get_pencil_info(0, h)
-    data = s.xp.m.ones(info.array_shape, case.np_dtype)
+    data = s.xp.m.ones((k, *info.array_shape) if k > 1 else info.array_shape, case.np_dtype)
+    singles = [s.xp.m.ones(info.array_shape, case.np_dtype) for _ in range(k)] if k > 1 else []
     periods = (True, True, True)
-    faces = [2 * h[d] * math.prod(info.shape[p] for p in range(3) if info.order[p] != d) * case.itemsize for d in range(3)]
+    faces = [2 * h[d] * math.prod(info.shape[p] for p in range(3) if info.order[p] != d) * case.itemsize * k for d in range(3)]
     remote = [comm.allreduce(grid.get_shifted_rank(0, d, 1, True) != comm.rank, op=MPI.LOR) for d in range(3)]
 
     def halo_row(op: str, dims: list[int]) -> Row:
         """Bandwidth from the faces that leave the rank, or (all local) from the faces copied."""
 
-        def update() -> None:
-            for d in dims:
-                grid.update_halos_x(data, h, periods, d)
+        def update(arrays: list[Any]) -> None:
+            for a in arrays:
+                for d in dims:
+                    grid.update_halos_x(a, h, periods, d)
 
         ident = case.row(op, halo_backend.name, ac, halo=(h[0], h[1], h[2]))
         try:
-            med, mn = s.time(update)
+            med, mn = s.time(functools.partial(update, [data]))
         except cudecomp.CudecompError as e:  # e.g. an extent beyond a rank's cells: refused alike on every rank
             return replace(ident, note=f"skipped: {type(e).__name__}: {e}")
         off = sum(faces[d] for d in dims if remote[d])
         distributed = any(remote[d] for d in dims)
-        return s.measured_row(ident, med, mn, off, sum(faces[d] for d in dims), distributed)
+        row = s.measured_row(ident, med, mn, off, sum(faces[d] for d in dims), distributed)
+        if singles:
+            row.baseline = with_ratios({"separate_calls_ms": s.time(functools.partial(update, singles))[0] * 1e3}, med)
+        return row
 
     ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]
     return [halo_row(op, halo_dims(op)) for op in ops]

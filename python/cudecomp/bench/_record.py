@@ -88,7 +88,7 @@ def case_name(r: Row, args: argparse.Namespace, env: Mapping[str, str]) -> str:
         words.append("halo=" + ",".join(map(str, r.halo)))
     if base in OPS and args.alloc != "user":
         words.append(f"alloc={args.alloc}")
-    if base in OPS and getattr(args, "fields", 1) > 1:
+    if (base in OPS or base in HALO_OPS) and getattr(args, "fields", 1) > 1:
         words.append(f"fields={args.fields}")
     if r.op.endswith("-graph"):
         words.append(f"graph={args.graph}")
