@@ -134,11 +134,13 @@ def write(
         step = _args.step_arg(step)
         overwrite = _flag("overwrite", overwrite)
         shape = t.info.array_shape
-        checked = [_args.check_array(h, f"fields[{n!r}]", fields[n], shape, False, stream) for n in names]
-        dtypes = [d.str for d, _ in checked]
-        batches = [k for _, k in checked]
+        datasets = []
+        for n in names:
+            dtype, batch = _args.check_array(h, f"fields[{n!r}]", fields[n], shape, False, stream)
+            datasets.append(_file.Dataset(n, dtype.str, batch))
         reserved = _args.OWN_ATTRS if step is None else (_file.COMPLETE,)
         stored, attr_fields = _args.attributes(attrs, reserved)
+        dtypes, batches = [d.dtype for d in datasets], [d.fields for d in datasets]
         call.agree(
             path=path, layout=t.described, gdims=t.gdims, fields=names, dtypes=dtypes, batches=batches, step=step, overwrite=overwrite
         )
@@ -150,7 +152,7 @@ def write(
     with collective(h, f"{what}: laying out the file"):
         if h.rank == 0:
             plan = _file.plan(path, step, overwrite)
-            laid_out = {"target": plan.target, "offsets": _file.lay_out(h5py, plan, names, dtypes, batches, t.gdims, stored)}
+            laid_out = {"target": plan.target, "offsets": _file.lay_out(h5py, plan, datasets, t.gdims, stored)}
     laid_out = json.loads(h._share_from_rank0(json.dumps(laid_out).encode()))
     try:
         with collective(h, f"{what}: writing the fields"):

@@ -85,25 +85,25 @@ def _dataset(h5py: Any, grp: Any, name: str, dtype: str, shape: tuple[int, ...])
     h5py.h5d.create(grp.id, name.encode(), tid, space, dcpl=dcpl).close()
 
 
-def _fill(
-    h5py: Any,
-    f: Any,
-    group: str,
-    names: list[str],
-    dtypes: list[str],
-    batches: list[int | None],
-    gdims: tuple[int, int, int],
-    attrs: Mapping[str, Any],
-) -> list[int]:
+@dataclass(frozen=True)
+class Dataset:
+    """One field a write lays out: its name, stored dtype (``numpy.dtype.str``) and batch (``None``: one field)."""
+
+    name: str
+    dtype: str
+    fields: int | None = None
+
+
+def _fill(h5py: Any, f: Any, group: str, datasets: list[Dataset], gdims: tuple[int, int, int], attrs: Mapping[str, Any]) -> list[int]:
     """Lay out ``group`` of ``f``: attributes, then the datasets (a batch's with its fields first); return their byte offsets."""
     grp = f.require_group(group)
     grp.attrs[COMPLETE] = False
     for k, v in attrs.items():
         grp.attrs[k] = v
     shape = (gdims[2], gdims[1], gdims[0])
-    for n, dt, b in zip(names, dtypes, batches, strict=True):
-        _dataset(h5py, grp, n, dt, shape if b is None else (b, *shape))
-    return [int(grp[n].id.get_offset()) for n in names]
+    for d in datasets:
+        _dataset(h5py, grp, d.name, d.dtype, shape if d.fields is None else (d.fields, *shape))
+    return [int(grp[d.name].id.get_offset()) for d in datasets]
 
 
 def _check_ours(f: Any, path: str, gdims: tuple[int, int, int]) -> None:
@@ -120,21 +120,13 @@ def _root_attrs(f: Any, gdims: tuple[int, int, int]) -> None:
     f.attrs["axes"] = "datasets are the global arrays [z, y, x] (C order, X fastest)"
 
 
-def lay_out(
-    h5py: Any,
-    p: Plan,
-    names: list[str],
-    dtypes: list[str],
-    batches: list[int | None],
-    gdims: tuple[int, int, int],
-    attrs: Mapping[str, Any],
-) -> list[int]:
+def lay_out(h5py: Any, p: Plan, datasets: list[Dataset], gdims: tuple[int, int, int], attrs: Mapping[str, Any]) -> list[int]:
     """Rank 0: the file's structure, every dataset allocated up front; returns the datasets' offsets."""
     if p.fresh:
         try:
             with h5py.File(p.target, "w") as f:
                 _root_attrs(f, gdims)
-                return _fill(h5py, f, p.group, names, dtypes, batches, gdims, attrs)
+                return _fill(h5py, f, p.group, datasets, gdims, attrs)
         except BaseException:
             discard(p)
             raise
@@ -146,7 +138,7 @@ def lay_out(
             raise InvalidUsageError(f"{p.path}: step group {final} exists; pass overwrite=True to replace it")
         if p.group in f:
             del f[p.group]  # what a failed or killed write of this step left
-        return _fill(h5py, f, p.group, names, dtypes, batches, gdims, attrs)
+        return _fill(h5py, f, p.group, datasets, gdims, attrs)
 
 
 def complete(h5py: Any, p: Plan) -> None:

@@ -9,6 +9,7 @@ directions when it is created.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -19,19 +20,15 @@ from .._errors import InvalidUsageError
 from ._linear import linear_primitive
 from ._transpose import DTYPES
 
-_primitive: Any = None
 
-
+@functools.cache
 def primitive() -> Any:
     """Return the redistribution primitive (defined on first use)."""
-    global _primitive
-    if _primitive is None:
-        _primitive = linear_primitive(
-            "cudecomp_redistribute",
-            lambda q: {"redistribution": np.int64(q["forward"])},
-            lambda q, in_shape: {"forward": q["back"], "back": q["forward"], "out_shape": in_shape},
-        )
-    return _primitive
+    return linear_primitive(
+        "cudecomp_redistribute",
+        lambda q: {"redistribution": np.int64(q["forward"])},
+        lambda q, in_shape: {"forward": q["back"], "back": q["forward"], "out_shape": in_shape},
+    )
 
 
 class Redistribution:

@@ -10,6 +10,7 @@ batch moves in one exchange.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -25,19 +26,15 @@ AXES = {0: (0, 1), 1: (1, 2), 2: (2, 1), 3: (1, 0), 4: (0, 2), 5: (2, 0)}
 INVERSE = {0: 3, 3: 0, 1: 2, 2: 1, 4: 5, 5: 4}
 DTYPES = tuple(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
 
-_primitive: Any = None
 
-
+@functools.cache
 def primitive() -> Any:
     """Return the transpose primitive (defined on first use: JAX is imported then)."""
-    global _primitive
-    if _primitive is None:
-        _primitive = linear_primitive(
-            "cudecomp_transpose",
-            lambda q: {"grid": np.int64(q["grid"]), "direction": np.int64(q["direction"])},
-            lambda q, in_shape: {**q, "direction": INVERSE[q["direction"]], "out_shape": in_shape},
-        )
-    return _primitive
+    return linear_primitive(
+        "cudecomp_transpose",
+        lambda q: {"grid": np.int64(q["grid"]), "direction": np.int64(q["direction"])},
+        lambda q, in_shape: {**q, "direction": INVERSE[q["direction"]], "out_shape": in_shape},
+    )
 
 
 def transpose(grid: GridDesc, x: Any, direction: int, name: str) -> Any:

@@ -241,29 +241,33 @@ pub(crate) fn layout() -> Vec<Entry> {
     ] {
         v.push((name, value as i64));
     }
-    v.push((
-        "XLA_FFI_CallFrame_STRUCT_SIZE",
-        struct_size!(CallFrame, attrs) as i64,
-    ));
-    v.push((
-        "XLA_FFI_Metadata_STRUCT_SIZE",
-        struct_size!(Metadata, traits) as i64,
-    ));
-    v.push((
-        "XLA_FFI_Metadata_Extension_STRUCT_SIZE",
-        struct_size!(MetadataExtension, metadata) as i64,
-    ));
-    v.push((
-        "XLA_FFI_Api_Version_STRUCT_SIZE",
-        struct_size!(ApiVersion, minor_version) as i64,
-    ));
-    v.push((
-        "XLA_FFI_Error_Create_Args_STRUCT_SIZE",
-        struct_size!(ErrorCreateArgs, errc) as i64,
-    ));
-    v.push((
-        "XLA_FFI_Stream_Get_Args_STRUCT_SIZE",
-        struct_size!(StreamGetArgs, stream) as i64,
-    ));
+    for (name, size) in [
+        (
+            "XLA_FFI_CallFrame_STRUCT_SIZE",
+            struct_size!(CallFrame, attrs),
+        ),
+        (
+            "XLA_FFI_Metadata_STRUCT_SIZE",
+            struct_size!(Metadata, traits),
+        ),
+        (
+            "XLA_FFI_Metadata_Extension_STRUCT_SIZE",
+            struct_size!(MetadataExtension, metadata),
+        ),
+        (
+            "XLA_FFI_Api_Version_STRUCT_SIZE",
+            struct_size!(ApiVersion, minor_version),
+        ),
+        (
+            "XLA_FFI_Error_Create_Args_STRUCT_SIZE",
+            struct_size!(ErrorCreateArgs, errc),
+        ),
+        (
+            "XLA_FFI_Stream_Get_Args_STRUCT_SIZE",
+            struct_size!(StreamGetArgs, stream),
+        ),
+    ] {
+        v.push((name, size as i64));
+    }
     v
 }

@@ -203,6 +203,25 @@ fn array_of(b: &ffi::Buffer, dtype: DataType, writable: bool) -> Result<Array, F
     })
 }
 
+/// The call's one operand and one result as the core's arrays, with their element type
+/// (`what` names the operation in the message where the call has others).
+fn operand_and_result(f: &CallFrame, what: &str) -> Result<(DataType, Array, Array), Failure> {
+    let (ins, outs) = (buffers(f, false), buffers(f, true));
+    let (&[input], &[output]) = (&ins[..], &outs[..]) else {
+        return Err(invalid(format!(
+            "cudecomp.jax: {what} takes one operand and gives one result, got {} and {}",
+            ins.len(),
+            outs.len()
+        )));
+    };
+    let dtype = dtype_of(input)?;
+    Ok((
+        dtype,
+        array_of(input, dtype, false)?,
+        array_of(output, dtype, true)?,
+    ))
+}
+
 /// Where the operation runs: the host (CPU variant), or XLA's stream (GPU variant).
 fn exec_of(f: &CallFrame) -> Result<Exec, Failure> {
     if variant::CPU_ONLY {
@@ -257,17 +276,7 @@ unsafe extern "C" fn transpose(frame: *mut CallFrame) -> *mut ffi::Error {
     let run = |f: &CallFrame| {
         let gd = GRIDS.get(int_attr(f, "grid")? as u64).map_err(invalid)?;
         let direction = direction_of(int_attr(f, "direction")?)?;
-        let (ins, outs) = (buffers(f, false), buffers(f, true));
-        let (&[input], &[output]) = (&ins[..], &outs[..]) else {
-            return Err(invalid(format!(
-                "cudecomp.jax: a transpose takes one operand and gives one result, got {} and {}",
-                ins.len(),
-                outs.len()
-            )));
-        };
-        let dtype = dtype_of(input)?;
-        let input = array_of(input, dtype, false)?;
-        let output = array_of(output, dtype, true)?;
+        let (dtype, input, output) = operand_and_result(f, "a transpose")?;
         let op = TransposeOp {
             direction,
             layouts: TransposeLayouts::default(),
@@ -303,22 +312,12 @@ unsafe extern "C" fn redistribute(frame: *mut CallFrame) -> *mut ffi::Error {
         let r = REDISTRIBUTIONS
             .get(int_attr(f, "redistribution")? as u64)
             .map_err(invalid)?;
-        let (ins, outs) = (buffers(f, false), buffers(f, true));
-        let (&[input], &[output]) = (&ins[..], &outs[..]) else {
-            return Err(invalid(format!(
-                    "cudecomp.jax: a redistribution takes one operand and gives one result, got {} and {}",
-                    ins.len(),
-                    outs.len()
-                )));
-        };
         if !variant::CPU_ONLY {
             return Err(invalid(
                 "cudecomp.jax: redistributions of the GPU variant are not written yet".into(),
             ));
         }
-        let dtype = dtype_of(input)?;
-        let input = array_of(input, dtype, false)?;
-        let output = array_of(output, dtype, true)?;
+        let (dtype, input, output) = operand_and_result(f, "a redistribution")?;
         // SAFETY: the result is XLA's buffer of `len` bytes, written by this call alone.
         unsafe { std::ptr::write_bytes(output.buf.ptr(), 0, output.buf.len()) };
         r.run(dtype, input, output, None, Exec::Host)
