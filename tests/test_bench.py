@@ -156,6 +156,23 @@ def test_baselines_only_beside_distributed_x_to_y(measured: dict[str, Any] | Non
 
 @collective
 @requires_data_path()
+def test_batched_graph_rows_stand_beside_one_field_replays(tmp_path: os.PathLike[str]) -> None:
+    """GPU: ``--graph`` with ``--fields 3`` captures batched operations, beside the replay of one field's graph."""
+    if cudecomp.CPU_ONLY or not nccl_usable():
+        pytest.skip("needs the GPU variant with one GPU per rank (NCCL)")
+    path = os.path.join(shared_dir(tmp_path), "graph-fields.json")
+    argv = ["--gdims", "8^3", "--dtypes", "c128", "--ops", "xy", "halo", "--backends", "NCCL", "--graph", "6", "--fields", "3"]
+    assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        graphs = [r for r in json.load(open(path))["rows"] if r["op"].endswith("-graph")]
+        assert graphs and all(not g["note"] for g in graphs), graphs
+        for g in graphs:
+            assert math.isclose(g["baseline"]["ratio_vs_single_replay"], g["ms"] / g["baseline"]["single_replay_ms"], rel_tol=1e-9)
+    MPI.COMM_WORLD.Barrier()
+
+
+@collective
+@requires_data_path()
 def test_graph_rows_time_replays_beside_eager_calls(tmp_path: os.PathLike[str]) -> None:
     """GPU: ``--graph`` adds an ``op-graph`` row per capturable row; DIRECT's distributed ones say why they were skipped."""
     if cudecomp.CPU_ONLY or not nccl_usable():
@@ -257,17 +274,15 @@ def test_fields_time_a_batch_beside_separate_calls_and_the_bound(
 @collective
 @requires_data_path()
 def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> None:
-    """``--jax`` rows time the jitted transpose beside the eager call of the same run."""
+    """``--jax`` rows time the jitted transposes and FFTs beside the eager calls of the same run."""
     pytest.importorskip("jax")
-    if not cudecomp.CPU_ONLY:
-        pytest.skip("cudecomp.jax runs on the CPU variant only")
     path = os.path.join(shared_dir(tmp_path), "jax.json")
-    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "xy", "zy", "--backends", "MPI_P2P", "--jax"]
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "xy", "zy", "fft", "--backends", "MPI_P2P", "--jax"]
     assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
     if MPI.COMM_WORLD.rank == 0:
         rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
         jitted = [r for r in rows if r["op"].endswith("-jax")]
-        eager = [r for r in rows if r["op"] in ("xy", "zy")]
+        eager = [r for r in rows if r["op"] in ("xy", "zy", "fft", "ifft")]
         assert eager and len(jitted) == len(eager) and all(r["ms"] > 0 and r["baseline"]["eager_ms"] > 0 for r in jitted), jitted
     MPI.COMM_WORLD.Barrier()
 

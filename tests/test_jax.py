@@ -33,8 +33,26 @@ import cudecomp.jax as cj  # noqa: E402
 
 pytestmark = [
     pytest.mark.mpi(ranks=(1, 2, 3, 4)),
-    pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the GPU variant's handlers are not written yet"),
 ]
+
+if cudecomp.CPU_ONLY:
+    xp = np
+    host = np.asarray
+else:  # the GPU variant's eager operations take device arrays
+    import cupy as xp
+
+    host = xp.asnumpy
+
+
+def dev(x: Any) -> Any:
+    """A copy of host array ``x`` where the variant's eager operations take it (host or device)."""
+    return xp.array(x)
+
+
+def eager(fn: Any, x: Any) -> np.ndarray:
+    """``fn`` (an eager operation) of a copy of host array ``x``, as a host array."""
+    return host(fn(dev(x)))
+
 
 NRANKS = MPI.COMM_WORLD.size
 GDIMS = (7, 6, 9)
@@ -92,6 +110,7 @@ def distributed() -> None:
 SHARDED_GDIMS = (12, 12, 12)
 
 
+@pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the sharded model runs on the CPU variant (jax.distributed over CPU devices)")
 def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distributed: None) -> None:
     from jax.sharding import NamedSharding
 
@@ -112,7 +131,7 @@ def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distribut
             for local in (x, np.stack([x, 3 * x])):
                 y = jax.jit(lambda v, name=name: getattr(cj, name)(g, v, mesh=mesh))(global_array(local, a))
                 (shard,) = y.addressable_shards
-                want = np.stack([getattr(g, name)(f.copy()) for f in local]) if local.ndim == 4 else getattr(g, name)(local.copy())
+                want = np.stack([eager(getattr(g, name), f) for f in local]) if local.ndim == 4 else eager(getattr(g, name), local)
                 assert np.array_equal(np.asarray(shard.data), want), name
         # A mesh that is not the process grid's raises on every rank.
         wrong = jax.sharding.Mesh(mesh.devices.T, ("rows", "cols")) if NRANKS > 1 else jax.sharding.Mesh(mesh.devices, ("cols", "rows"))
@@ -127,7 +146,7 @@ def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distribut
 def test_each_transpose_equals_the_eager_one(grid: cudecomp.GridDesc, dtype: DataType) -> None:
     for name, a, _ in OPS:
         x = field(grid, a, dtype, 3)
-        want = getattr(grid, name)(x.copy())
+        want = eager(getattr(grid, name), x)
         got = jax.jit(lambda v, name=name: getattr(cj, name)(grid, v))(jnp.asarray(x))
         assert got.dtype == NUMPY_DTYPES[dtype] and np.array_equal(np.asarray(got), want), name
 
@@ -143,7 +162,7 @@ def test_a_chain_and_a_batch_equal_the_eager_ones(grid: cudecomp.GridDesc) -> No
 
     z, back = there_and_back(jnp.asarray(batch))
     for f in range(3):
-        assert np.array_equal(np.asarray(z)[f], grid.transpose_x_to_z(batch[f].copy()))
+        assert np.array_equal(np.asarray(z)[f], eager(grid.transpose_x_to_z, batch[f]))
     assert np.array_equal(np.asarray(back), batch)
 
 
@@ -154,8 +173,8 @@ def test_independent_calls_run_in_one_order_on_every_rank(grid: cudecomp.GridDes
     f = jax.jit(lambda a, b: (cj.transpose_x_to_y(grid, a), cj.transpose_y_to_z(grid, b)))
     for _ in range(3):
         p, q = f(jnp.asarray(x), jnp.asarray(y))
-        assert np.array_equal(np.asarray(p), grid.transpose_x_to_y(x.copy()))
-        assert np.array_equal(np.asarray(q), grid.transpose_y_to_z(y.copy()))
+        assert np.array_equal(np.asarray(p), eager(grid.transpose_x_to_y, x))
+        assert np.array_equal(np.asarray(q), eager(grid.transpose_y_to_z, y))
 
 
 @pytest.fixture
@@ -190,14 +209,14 @@ def gradients_of(grid: cudecomp.GridDesc, name: str, a: int, b: int) -> None:
     g = jax.grad(lambda v: jnp.sum(w * op(grid, v.astype(w.dtype))))(x.real)
     back = {"transpose_x_to_y": "transpose_y_to_x", "transpose_y_to_z": "transpose_z_to_y", "transpose_x_to_z": "transpose_z_to_x"}
     inverse = back.get(name) or {v: k for k, v in back.items()}[name]
-    assert np.array_equal(np.asarray(g), getattr(grid, inverse)(np.asarray(w).copy()))
+    assert np.array_equal(np.asarray(g), eager(getattr(grid, inverse), np.asarray(w)))
 
 
 def test_vmap_equals_a_loop_and_moves_one_batch(grid: cudecomp.GridDesc) -> None:
     xs = np.stack([field(grid, 1, DataType.FLOAT, s) for s in range(4)])
     mapped = jax.jit(jax.vmap(lambda v: cj.transpose_y_to_x(grid, v)))(jnp.asarray(xs))
     for s in range(4):
-        assert np.array_equal(np.asarray(mapped)[s], grid.transpose_y_to_x(xs[s].copy()))
+        assert np.array_equal(np.asarray(mapped)[s], eager(grid.transpose_y_to_x, xs[s]))
     # A map over batches (the mapped axis second) folds into one batch of 8 fields.
     pairs = jnp.asarray(np.stack([xs, 2 * xs], axis=1))
     both = jax.vmap(lambda v: cj.transpose_y_to_x(grid, v), in_axes=1, out_axes=1)(pairs)
@@ -243,7 +262,17 @@ def test_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
     # The handle goes on working.
     with handle.create_grid(cfg) as g2:
         y = jax.jit(lambda v: cj.transpose_x_to_y(g2, v))(jnp.asarray(field(g2, 0, DataType.DOUBLE)))
-        assert np.array_equal(np.asarray(y), g2.transpose_x_to_y(field(g2, 0, DataType.DOUBLE)))
+        assert np.array_equal(np.asarray(y), eager(g2.transpose_x_to_y, field(g2, 0, DataType.DOUBLE)))
+
+
+@pytest.mark.skipif(cudecomp.CPU_ONLY, reason="the CPU variant's JAX has no other devices")
+def test_an_array_on_a_host_device_is_refused_by_the_gpu_variant(grid: cudecomp.GridDesc) -> None:
+    x = jax.device_put(jnp.asarray(field(grid, 0, DataType.DOUBLE)), jax.devices("cpu")[0])
+    with pytest.raises(cudecomp.InvalidUsageError, match="CUDA devices"):
+        jax.jit(lambda v: cj.transpose_x_to_y(grid, v))(x)
+    # The grid goes on working on its device.
+    y = jax.jit(lambda v: cj.transpose_x_to_y(grid, v))(jnp.asarray(field(grid, 0, DataType.DOUBLE)))
+    assert np.array_equal(np.asarray(y), eager(grid.transpose_x_to_y, field(grid, 0, DataType.DOUBLE)))
 
 
 @pytest.mark.mpi(ranks=(1,))
@@ -300,7 +329,7 @@ def test_ffts_equal_the_eager_plans(handle: cudecomp.Handle) -> None:
     for plan in fft_plans(handle):
         forward, backward = (cj.fft, cj.ifft) if plan.kind == "c2c" else (cj.rfft, cj.irfft)
         x = real_space(plan, 6)
-        want = plan.forward(x)
+        want = eager(plan.forward, x)
         got = jax.jit(lambda v, f=forward, p=plan: f(p, v))(jnp.asarray(x))
         assert got.dtype == plan.output_dtype and got.shape == want.shape
         np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12 * np.abs(want).max())
@@ -364,8 +393,9 @@ def test_a_redistribution_equals_the_eager_one_and_differentiates(handle: cudeco
         src, dst = a.pencil(1, (1, 0, 1)), b.pencil(2, (0, 1, 0), (1, 0, 0))
         with cj.Redistribution(handle, src, dst) as r, handle.create_redistribution(src, dst) as eager:
             x = make(a.get_pencil_info(1, (1, 0, 1)), GDIMS, DataType.DOUBLE)
-            want = np.zeros(r.output_info.array_shape)
-            eager.run(x.copy(), want)
+            out = xp.zeros(r.output_info.array_shape)
+            eager.run(dev(x), out)
+            want = host(out)
             got = jax.jit(r.run)(jnp.asarray(x))
             assert np.array_equal(np.asarray(got), want)  # halos and padding zero in both
             batch = jnp.asarray(np.stack([x, -x]))
@@ -411,6 +441,7 @@ def test_several_devices_per_process_are_refused() -> None:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPI_LOCALNRANKS"))}
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"  # host devices, whichever variant this is
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
     if r.returncode != 0 and "MPI" in r.stderr and "refused" not in r.stdout:
         pytest.skip(f"MPI cannot start in a process of its own here: {r.stderr[-200:]}")

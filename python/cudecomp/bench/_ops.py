@@ -167,6 +167,37 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     return out
 
 
+def jax_fft_rows(s: Session, plan: FFT, eager: list[Row]) -> list[Row]:
+    """``--jax``: the eager forward and backward rows of ``plan`` again as jitted ``cudecomp.jax`` FFTs (collective).
+
+    Rows ``fft-jax`` and ``ifft-jax`` (with the eager row's tag) time one call of the
+    compiled transform to its result, beside the eager row's time (``eager_ms``). The
+    array module's memory pool is emptied first, so that XLA's allocations find room.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    import cudecomp.jax as cj
+
+    jax.config.update("jax_enable_x64", True)
+    pool = getattr(s.xp.m, "get_default_memory_pool", None)
+    if pool is not None:
+        pool().free_all_blocks()
+    forward, backward = (cj.fft, cj.ifft) if plan.kind == "c2c" else (cj.rfft, cj.irfft)
+    f = jax.jit(functools.partial(forward, plan))
+    b = jax.jit(functools.partial(backward, plan))
+    x = jnp.full(tuple(plan.input_info.array_shape), 2, plan.input_dtype)
+    y = _finished(f, x)
+    out: list[Row] = []
+    for row, fn, arg in zip(eager, (f, b), (x, y), strict=True):
+        med, mn = s.time(functools.partial(_finished, fn, arg))
+        op, _, tag = row.op.partition("-")
+        name = f"{op}-jax" + (f"-{tag}" if tag else "")
+        out.append(replace(row, op=name, ms=med * 1e3, ms_min=mn * 1e3, baseline=with_ratios({"eager_ms": row.ms}, med)))
+    del x, y
+    return out
+
+
 def pencil_array(s: Session, grid: cudecomp.GridDesc, axis: int, dtype: Any, fields: int | None) -> Any:
     """Return an ``axis``-pencil of ones (a batch of ``fields`` pencils where given), allocated as ``--alloc`` says.
 
@@ -222,18 +253,26 @@ def graph_rows(s: Session, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list
     the same N operations called eagerly back to back (``eager_wall_ms``: the host path
     and the GPU work overlapping as in a solver's loop). A fresh handle serves the
     captures, so that the frozen workspace of a captured handle (docs/graphs.md) does not
-    constrain the rest of the run.
+    constrain the rest of the run. With ``--fields K`` the graph holds batched operations
+    of K fields, beside the replay of the same graph of one field (``single_replay_ms``).
     """
     args, comm, m = s.args, s.comm, s.xp.m
     h = tuple(args.halo)
     periods = (True, True, True)
     out: list[Row] = []
     with cudecomp.Handle(comm) as handle, handle.create_grid(cfg) as grid:
-        bufs = [m.ones(grid.get_pencil_info(a).array_shape, dtype) for a in range(3)]
-        halo = m.ones(grid.get_pencil_info(0, h).array_shape, dtype)
         stream = m.cuda.Stream(non_blocking=True)
 
-        def call(op: str) -> Callable[[], None]:
+        def arrays(fields: int) -> tuple[list[Any], Any]:
+            lead = (fields,) if fields > 1 else ()
+            bufs = [m.ones((*lead, *grid.get_pencil_info(a).array_shape), dtype) for a in range(3)]
+            return bufs, m.ones((*lead, *grid.get_pencil_info(0, h).array_shape), dtype)
+
+        batched = arrays(args.fields)
+        single = arrays(1) if args.fields > 1 else batched
+
+        def call(op: str, on: tuple[list[Any], Any]) -> Callable[[], None]:
+            bufs, halo = on
             if op in OPS:
                 name, a, b = OPS[op]
                 return functools.partial(getattr(grid, name), bufs[a], bufs[b], stream=stream)
@@ -248,10 +287,11 @@ def graph_rows(s: Session, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list
         for row in eager:
             if row.note or not (row.op in OPS or row.op in HALO_OPS):
                 continue
-            fn = call(row.op)
-            timed = replay_times(comm, stream, fn, args.graph, args.warmup, args.reps)
-            if isinstance(timed, str):
-                out.append(replace(row, op=f"{row.op}-graph", note=f"graph skipped: {timed}", baseline={}))
+            timed = replay_times(comm, stream, call(row.op, batched), args.graph, args.warmup, args.reps)
+            one = timed if single is batched else replay_times(comm, stream, call(row.op, single), args.graph, args.warmup, args.reps)
+            if isinstance(timed, str) or isinstance(one, str):
+                why = timed if isinstance(timed, str) else one
+                out.append(replace(row, op=f"{row.op}-graph", note=f"graph skipped: {why}", baseline={}))
                 continue
             gbps = row.gbps_per_rank * row.ms / (timed["replay"] * 1e3)
             base = {
@@ -260,6 +300,9 @@ def graph_rows(s: Session, cfg: cudecomp.GridDescConfig, dtype: Any, eager: list
                 "eager_host_ms": timed["eager_host"] * 1e3,
                 "replay_host_ms": timed["replay_host"] * 1e3,
             }
+            if single is not batched:
+                base["single_replay_ms"] = one["replay"] * 1e3
+                base["ratio_vs_single_replay"] = timed["replay"] / one["replay"]
             ms, ms_min, pct = timed["replay"] * 1e3, timed["replay_min"] * 1e3, pct_of(gbps, row.ceiling_gbps)
             out.append(replace(row, op=f"{row.op}-graph", ms=ms, ms_min=ms_min, gbps_per_rank=gbps, pct_of_ceiling=pct, baseline=base))
     return out
@@ -414,6 +457,8 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
                 rows.append(row)
                 forward_ms = row.ms if op == "fft" else forward_ms
             del a, spec, back
+            if s.args.jax:
+                rows += jax_fft_rows(s, plan, rows[-2:])
             if s.args.fft_stages and transposed:
                 rows += stage_rows(s, case, bname, plan, forward_ms)
         finally:

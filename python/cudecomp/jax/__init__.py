@@ -24,7 +24,8 @@ interpreter.
   is such a batch already.
 
 Every rank must call the same operations in the same order, as with the eager ones.
-Needs JAX (``pip install jax``); the GPU variant's handlers are not available yet.
+Needs JAX (``pip install jax``). The CPU variant serves JAX's CPU devices, the GPU variant
+its CUDA devices (on XLA's stream of the call).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import InvalidUsageError
 from . import _targets
 
 Params = dict[str, Any]
@@ -46,6 +47,16 @@ def linear_primitive(name: str, attrs: Callable[[Params], Params], inverse: Call
         return _targets.lower_ordered(ctx, name, [x], **attrs(params))
 
     mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
+    other = "cuda" if _targets.PLATFORM == "cpu" else "cpu"
+
+    def wrong_platform(ctx: Any, x: Any, **params: Any) -> Any:
+        variant = "CPU" if _targets.PLATFORM == "cpu" else "GPU"
+        raise InvalidUsageError(
+            f"{name}: this is the {variant} variant of cudecomp, whose JAX operations run on JAX's "
+            f"{_targets.PLATFORM} devices; got a program for {other} devices (put the arrays on a {_targets.PLATFORM} device)"
+        )
+
+    mlir.register_lowering(p, wrong_platform, platform=other)
 
     def transpose_rule(ct: Any, x: Any, **params: Any) -> list[Any]:
         if type(ct) is ad.Zero:

@@ -7,7 +7,6 @@ from typing import Any
 
 from .. import _cudecomp
 from .._cudecomp import CPU_ONLY
-from .._errors import NotSupportedError
 
 _lock = threading.Lock()
 _registered = False
@@ -20,10 +19,6 @@ def register() -> None:
     """Register every handler of the core with JAX (idempotent)."""
     global _registered
     import jax
-
-    if not CPU_ONLY:
-        # The handlers take XLA's CUDA stream, but have not run on a GPU: not offered yet.
-        raise NotSupportedError("cudecomp.jax: the GPU variant's handlers have not run on a GPU yet; use the CPU variant")
 
     with _lock:
         if _registered:

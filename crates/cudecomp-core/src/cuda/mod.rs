@@ -45,6 +45,24 @@ borrowed_handle!(
     Stream(sys::CUstream)
 );
 
+impl Stream {
+    /// Enqueues the zeroing of `bytes` bytes of device memory at `ptr` on the stream.
+    ///
+    /// # Safety
+    /// `ptr` must be device memory of at least `bytes` bytes that nothing else writes
+    /// while the stream reaches this.
+    pub unsafe fn zero_bytes(&self, ptr: u64, bytes: usize) -> Result<()> {
+        if !driver_present() {
+            return Err(Error::Cuda("cuMemsetD8Async: no CUDA driver".into()));
+        }
+        // SAFETY: the caller's promise on `ptr`; the stream is the caller's, alive for the call.
+        check(
+            unsafe { cu::memset_d8_async(ptr, 0, bytes, self.0) },
+            "cuMemsetD8Async",
+        )
+    }
+}
+
 borrowed_handle!(
     /// A borrowed CUDA event handle, as passed by Python (a CuPy or PyTorch event).
     EventRef(sys::CUevent)

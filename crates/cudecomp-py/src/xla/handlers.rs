@@ -312,15 +312,18 @@ unsafe extern "C" fn redistribute(frame: *mut CallFrame) -> *mut ffi::Error {
         let r = REDISTRIBUTIONS
             .get(int_attr(f, "redistribution")? as u64)
             .map_err(invalid)?;
-        if !variant::CPU_ONLY {
-            return Err(invalid(
-                "cudecomp.jax: redistributions of the GPU variant are not written yet".into(),
-            ));
-        }
         let (dtype, input, output) = operand_and_result(f, "a redistribution")?;
-        // SAFETY: the result is XLA's buffer of `len` bytes, written by this call alone.
-        unsafe { std::ptr::write_bytes(output.buf.ptr(), 0, output.buf.len()) };
-        r.run(dtype, input, output, None, Exec::Host)
+        let exec = exec_of(f)?;
+        match exec {
+            // SAFETY: the result is XLA's buffer of `len` bytes, written by this call alone.
+            Exec::Host => unsafe { std::ptr::write_bytes(output.buf.ptr(), 0, output.buf.len()) },
+            Exec::Device(stream) => {
+                // SAFETY: XLA's device buffer of `len` bytes, zeroed on its stream before the run.
+                unsafe { stream.zero_bytes(output.buf.ptr() as u64, output.buf.len()) }
+                    .map_err(|e| invalid(format!("cudecomp.jax: {e}")))?
+            }
+        }
+        r.run(dtype, input, output, None, exec)
             .map_err(|e| invalid(format!("cudecomp.jax: {e}")))
     };
     // SAFETY: forwarded.
