@@ -296,12 +296,6 @@ impl TransposeRun<'_> {
         if in_place && plan.npeers() == 1 && plan.is_identity_in_place() {
             return Ok(());
         }
-        let cut = Slicing {
-            bytes: slice_bytes.unwrap_or(profile.slice_bytes),
-            max: profile.max_slices,
-        };
-        let sends_from_input = self.sends_from_input();
-        let np = plan.npeers();
         if self.fields.count < 1 {
             return Err(Error::Internal(format!(
                 "a run of {} fields",
@@ -309,6 +303,15 @@ impl TransposeRun<'_> {
             )));
         }
         let batched = self.fields.count > 1;
+        // A batch's fields travel in turn through the slices of each chunk: together they
+        // may use no more slice signals than the exchange has (one field's share each; a
+        // share below two sends every field's chunk whole, in one part).
+        let cut = Slicing {
+            bytes: slice_bytes.unwrap_or(profile.slice_bytes),
+            max: profile.max_slices / self.fields.count as usize,
+        };
+        let sends_from_input = self.sends_from_input();
+        let np = plan.npeers();
         let parts = |region: Box3, slices| Parts {
             slices,
             region,
@@ -545,7 +548,13 @@ mod tests {
         fn profile(&self) -> Profile {
             self.profile
         }
-        fn exchange(&self, u: usize, _k: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
+        fn exchange(&self, u: usize, k: usize, sends: &[Piece], recvs: &[Piece]) -> Result<()> {
+            // Backends hold one signal per slice index: a run may not go past them.
+            assert!(
+                k < self.profile.max_slices.max(1),
+                "slice {k} of {}",
+                self.profile.max_slices
+            );
             let mut all = self.reqs.borrow_mut();
             all.resize_with(u + 1, Vec::new);
             for (way, list) in [(Way::Receive, recvs), (Way::Send, sends)] {
