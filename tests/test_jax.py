@@ -259,6 +259,7 @@ def test_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
         cj.transpose_x_to_y(g, x)  # traced anew
     with pytest.raises(Exception, match="destroyed"):
         compiled(x).block_until_ready()  # compiled before: the handler says so
+    cj.reset_after_failure()  # JAX would hand the failed token on to the next program
     # The handle goes on working.
     with handle.create_grid(cfg) as g2:
         y = jax.jit(lambda v: cj.transpose_x_to_y(g2, v))(jnp.asarray(field(g2, 0, DataType.DOUBLE)))

@@ -24,6 +24,8 @@ interpreter.
   is such a batch already.
 
 Every rank must call the same operations in the same order, as with the eager ones.
+After a compiled program fails on the GPU, call ``reset_after_failure()`` on every rank
+before the next one (JAX would hand the failure on to it).
 Needs JAX (``pip install jax``). The CPU variant serves JAX's CPU devices, the GPU variant
 its CUDA devices (on XLA's stream of the call).
 """
@@ -36,12 +38,14 @@ from .._cudecomp import GridDesc
 from . import _fft
 from ._redistribute import Redistribution
 from ._sharded import pencil_mesh, pencil_spec, sharded
+from ._targets import reset_after_failure
 from ._transpose import AXES, transpose
 
 __all__ = [
     "Redistribution",
     "pencil_mesh",
     "pencil_spec",
+    "reset_after_failure",
     "fft",
     "ifft",
     "irfft",

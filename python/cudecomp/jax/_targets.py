@@ -69,3 +69,25 @@ def lower_ordered(ctx: Any, target: str, operands: list[Any], **attrs: Any) -> l
     out_token, *results = jax.ffi.ffi_lowering(target, has_side_effect=True)(inner, token, *operands, **attrs)
     ctx.set_tokens_out(mlir.TokenSet({effect: out_token}))
     return results
+
+
+def reset_after_failure() -> None:
+    """Forget the failed run of a compiled program, so that the next cudecomp program can run.
+
+    JAX hands the ordered token of each program to the next one; when a cudecomp call
+    fails inside a compiled program on the GPU (a grid destroyed since it was compiled,
+    say), the token it leaves holds the failure, and every later program with cudecomp
+    calls fails with the same error (jax-ml/jax#37587). This drops that token, and any
+    device's last output token that holds a failure, so that the next program starts a
+    fresh order. The ranks' order is not lost: a failed program ran no further on any
+    rank that saw its failure, and every rank calls this at the same point.
+    """
+    from jax._src import dispatch
+
+    tokens = dispatch.runtime_tokens
+    tokens.current_tokens.pop(ordered(), None)
+    for device, token in list(tokens.output_runtime_tokens.items()):
+        try:
+            token.block_until_ready()
+        except Exception:  # noqa: BLE001 - the failure this drops was raised already
+            del tokens.output_runtime_tokens[device]
