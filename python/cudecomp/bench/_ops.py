@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -126,6 +127,21 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
     return rows
 
 
+def _prepare_jax(s: Session) -> None:
+    """Start JAX for the ``--jax`` rows and give it room beside the eager rows' arrays.
+
+    XLA would otherwise claim most of the GPU when it starts; the array module's unused
+    cached blocks are returned to the device for XLA's allocations.
+    """
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    pool = getattr(s.xp.m, "get_default_memory_pool", None)
+    if pool is not None:
+        pool().free_all_blocks()
+
+
 def _finished(f: Callable[[Any], Any], x: Any) -> Any:
     """Call the compiled ``f`` on ``x`` and wait for its result."""
     return f(x).block_until_ready()
@@ -137,12 +153,12 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     Rows ``op-jax`` time one call of the compiled program (its output allocated by XLA,
     as a JAX program's are) to its result, beside the eager row's time (``eager_ms``).
     """
+    _prepare_jax(s)
     import jax
     import jax.numpy as jnp
 
     import cudecomp.jax as cj
 
-    jax.config.update("jax_enable_x64", True)
     out: list[Row] = []
     for row in eager:
         if row.note or row.op not in OPS:
@@ -171,18 +187,14 @@ def jax_fft_rows(s: Session, plan: FFT, eager: list[Row]) -> list[Row]:
     """``--jax``: the eager forward and backward rows of ``plan`` again as jitted ``cudecomp.jax`` FFTs (collective).
 
     Rows ``fft-jax`` and ``ifft-jax`` (with the eager row's tag) time one call of the
-    compiled transform to its result, beside the eager row's time (``eager_ms``). The
-    array module's memory pool is emptied first, so that XLA's allocations find room.
+    compiled transform to its result, beside the eager row's time (``eager_ms``).
     """
+    _prepare_jax(s)
     import jax
     import jax.numpy as jnp
 
     import cudecomp.jax as cj
 
-    jax.config.update("jax_enable_x64", True)
-    pool = getattr(s.xp.m, "get_default_memory_pool", None)
-    if pool is not None:
-        pool().free_all_blocks()
     forward, backward = (cj.fft, cj.ifft) if plan.kind == "c2c" else (cj.rfft, cj.irfft)
     f = jax.jit(functools.partial(forward, plan))
     b = jax.jit(functools.partial(backward, plan))
