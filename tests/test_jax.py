@@ -381,6 +381,73 @@ def test_fft_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
         cj.rfft(plan, jnp.asarray(real_space(plan, 1)))
 
 
+# -- halo updates --------------------------------------------------------------------------
+
+HALO = (1, 1, 2)
+PERIODS = (True, False, True)
+PADDING = (0, 1, 1)
+HALO_OPS = ("update_halos_x", "update_halos_y", "update_halos_z")
+
+
+def halo_field(grid: cudecomp.GridDesc, axis: int, seed: int) -> np.ndarray:
+    """This rank's ``axis``-pencil with halos and padding, every cell random (halos too)."""
+    shape = grid.get_pencil_info(axis, HALO, PADDING).array_shape
+    return np.random.default_rng([seed, MPI.COMM_WORLD.rank]).standard_normal(shape)
+
+
+def test_halo_updates_equal_the_eager_ones(grid: cudecomp.GridDesc) -> None:
+    for axis, name in enumerate(HALO_OPS):
+        for dim in range(3):
+            x = halo_field(grid, axis, 10 * axis + dim)
+            want = dev(x)
+            getattr(grid, name)(want, HALO, PERIODS, dim, padding=PADDING)
+            op = jax.jit(lambda v, name=name, dim=dim: getattr(cj, name)(grid, v, HALO, PERIODS, dim, padding=PADDING))
+            got = op(jnp.asarray(x))
+            assert np.array_equal(np.asarray(got), host(want)), (name, dim)
+            if (axis, dim) != (0, 1):
+                continue
+            # A batch (and vmap's) moves every field in one exchange, each as alone.
+            xs = np.stack([x, 2 * x + 1])
+            want1 = dev(xs[1])
+            getattr(grid, name)(want1, HALO, PERIODS, dim, padding=PADDING)
+            for y in (op(jnp.asarray(xs)), jax.vmap(op)(jnp.asarray(xs))):
+                assert np.array_equal(np.asarray(y)[0], host(want))
+                assert np.array_equal(np.asarray(y)[1], host(want1))
+
+
+def test_halo_gradients_are_the_accumulation_into_owners(handle: cudecomp.Handle, global_inner_products: None) -> None:
+    # The process grid that cuts most; a periodic and a non-periodic dimension.
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
+    with handle.create_grid(cfg) as grid:
+        for axis, dim in ((0, 1), (1, 2), (2, 0)):
+            name = HALO_OPS[axis]
+
+            def op(v: Any, name: str = name, dim: int = dim) -> Any:
+                return getattr(cj, name)(grid, v, HALO, PERIODS, dim, padding=PADDING)
+
+            x = jnp.asarray(halo_field(grid, axis, 3))
+            check_grads(op, (x,), order=2, modes=("fwd", "rev"))
+            # The adjoint, summed over the ranks: <H x, w> = <x, H^T w>.
+            w = jnp.asarray(halo_field(grid, axis, 4))
+            (ht,) = jax.vjp(op, x)[1](w)
+            lhs = MPI.COMM_WORLD.allreduce(float(jnp.vdot(op(x), w)))
+            rhs = MPI.COMM_WORLD.allreduce(float(jnp.vdot(x, ht)))
+            assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs)), (name, dim, lhs, rhs)
+
+
+def test_halo_misuse_raises_when_traced(grid: cudecomp.GridDesc) -> None:
+    x = jnp.asarray(halo_field(grid, 0, 1))
+    with pytest.raises(cudecomp.InvalidUsageError, match=r"expected shape .* halo_extents \(1, 1, 2\)"):
+        cj.update_halos_x(grid, x, HALO, PERIODS, 0)  # without its padding
+    with pytest.raises(cudecomp.InvalidUsageError, match="dim: expected 0, 1 or 2, got 3"):
+        cj.update_halos_x(grid, x, HALO, PERIODS, 3, padding=PADDING)
+    with pytest.raises(cudecomp.InvalidUsageError, match="halo_periods: expected 3 bools"):
+        cj.update_halos_x(grid, x, HALO, (True,), 0, padding=PADDING)
+    with pytest.raises(TypeError, match="float32, float64, complex64 or complex128"):
+        cj.update_halos_x(grid, x.astype(jnp.int32), HALO, PERIODS, 0, padding=PADDING)
+
+
 # -- redistributions -----------------------------------------------------------------------
 
 

@@ -11,6 +11,9 @@ interpreter.
 - ``jax.jit``: shapes are static per grid; a jitted step traces once.
 - ``jax.grad`` / ``jax.vjp`` / ``jax.jvp``: a transpose is linear; its derivative is
   itself and its linear transpose the transpose the other way.
+- ``update_halos_x/y/z(grid, x, halo_extents, halo_periods, dim)``: a halo update along
+  ``dim`` of a pencil with halos; its linear transpose is the halo accumulation (each
+  halo cell's cotangent added to the owned cell it was copied from, on its owner).
 - ``Redistribution(handle, src, dst).run(x)``: a redistribution between any two
   decompositions; its linear transpose is the redistribution the other way.
 - FFTs of a ``cudecomp.fft.FFT`` plan (``fft``/``ifft`` for ``c2c``, ``rfft``/``irfft``
@@ -36,6 +39,7 @@ from typing import Any
 
 from .._cudecomp import GridDesc
 from . import _fft
+from ._halo import update_halos
 from ._redistribute import Redistribution
 from ._sharded import pencil_mesh, pencil_spec, sharded
 from ._targets import reset_after_failure
@@ -56,6 +60,9 @@ __all__ = [
     "transpose_y_to_z",
     "transpose_z_to_x",
     "transpose_z_to_y",
+    "update_halos_x",
+    "update_halos_y",
+    "update_halos_z",
 ]
 
 
@@ -100,6 +107,36 @@ def transpose_x_to_z(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
 def transpose_z_to_x(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     """Return the X-pencil of ``grid`` holding the Z-pencil ``x``, in one exchange (as ``transpose_x_to_y``)."""
     return _transpose_on(grid, x, 5, "transpose_z_to_x", mesh)
+
+
+def update_halos_x(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None) -> Any:
+    """Return the X-pencil ``x`` (with halos, or a batch ``(k, *array_shape)``) with its halos along ``dim`` updated.
+
+    As ``GridDesc.update_halos_x``: the ``halo_extents[dim]`` owned layers next to each end
+    of ``dim`` are copied into the neighbouring ranks' halos (halo cells of the other
+    dimensions included, so updating ``dim`` 0, 1 and 2 in turn fills edges and corners);
+    at a non-periodic boundary the halo keeps its contents. ``x`` has the shape
+    ``grid.get_pencil_info(0, halo_extents, padding).array_shape``.
+
+    Raises:
+        TypeError: ``grid`` is no ``GridDesc``, ``x`` no array or of another dtype than
+            float32, float64, complex64, complex128 (when traced).
+        InvalidUsageError: ``x`` of another shape, ``halo_extents``, ``halo_periods``,
+            ``padding`` not 3 values, ``dim`` outside 0-2, or a destroyed grid (when
+            traced); a halo wider than the cells a rank owns (on every rank, when the
+            program runs).
+    """
+    return update_halos(grid, x, 0, halo_extents, halo_periods, dim, padding, "update_halos_x")
+
+
+def update_halos_y(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None) -> Any:
+    """Return the Y-pencil ``x`` with its halos along ``dim`` updated (as ``update_halos_x``)."""
+    return update_halos(grid, x, 1, halo_extents, halo_periods, dim, padding, "update_halos_y")
+
+
+def update_halos_z(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None) -> Any:
+    """Return the Z-pencil ``x`` with its halos along ``dim`` updated (as ``update_halos_x``)."""
+    return update_halos(grid, x, 2, halo_extents, halo_periods, dim, padding, "update_halos_z")
 
 
 def fft(plan: Any, x: Any) -> Any:

@@ -1,10 +1,10 @@
 """How every cudecomp primitive is defined: a linear map of one array (or a batch) to another.
 
 Each primitive lowers to the core's handler of its name under the ordered effect, runs
-outside ``jit`` as its own cached program, has its own kind of map as linear transpose
-(``inverse``: the parameters of the map back), and folds ``vmap``'s axis into the batch
-its handler moves in one exchange. Its parameters always hold ``out_shape``, the result
-of one field.
+outside ``jit`` as its own cached program, has a linear transpose (its own kind of map
+with the parameters of the map back, or a composition the primitive derives), and folds
+``vmap``'s axis into the batch its handler moves in one exchange. Its parameters always
+hold ``out_shape``, the result of one field.
 """
 
 from __future__ import annotations
@@ -21,11 +21,21 @@ from . import _targets
 Params = dict[str, Any]
 
 
-def linear_primitive(name: str, attrs: Callable[[Params], Params], inverse: Callable[[Params, tuple[int, ...]], Params]) -> Any:
+def linear_primitive(
+    name: str,
+    attrs: Callable[[Params], Params],
+    inverse: Callable[[Params, tuple[int, ...]], Params] | None = None,
+    *,
+    adjoint: Callable[[Any, Any, Params], Any] | None = None,
+    in_place: bool = False,
+) -> Any:
     """Define primitive ``name`` (and its rules) over the handler of the same name.
 
-    ``attrs(params)``: the handler's attributes; ``inverse(params, in_shape)``: the
-    parameters of the map back, ``in_shape`` being one field of the operand.
+    ``attrs(params)``: the handler's attributes. The linear transpose is either
+    ``inverse(params, in_shape)``, the parameters of this primitive's map back
+    (``in_shape`` being one field of the operand), or ``adjoint(p, ct, params)``, the
+    cotangent of the operand from ``ct`` (``p`` is this primitive). ``in_place``: the
+    handler updates its operand, which XLA then gives as the result's buffer.
     """
     import jax
     from jax._src import dispatch
@@ -44,7 +54,7 @@ def linear_primitive(name: str, attrs: Callable[[Params], Params], inverse: Call
     p.def_impl(functools.partial(dispatch.apply_primitive, p))
 
     def lowering(ctx: Any, x: Any, **params: Any) -> Any:
-        return _targets.lower_ordered(ctx, name, [x], **attrs(params))
+        return _targets.lower_ordered(ctx, name, [x], in_place=in_place, **attrs(params))
 
     mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
     other = "cuda" if _targets.PLATFORM == "cpu" else "cpu"
@@ -61,6 +71,9 @@ def linear_primitive(name: str, attrs: Callable[[Params], Params], inverse: Call
     def transpose_rule(ct: Any, x: Any, **params: Any) -> list[Any]:
         if type(ct) is ad.Zero:
             return [ad.Zero(x.aval)]
+        if adjoint is not None:
+            return [adjoint(p, ct, params)]
+        assert inverse is not None
         return [p.bind(ct, **inverse(params, tuple(x.aval.shape[-3:])))]
 
     ad.deflinear2(p, transpose_rule)

@@ -57,8 +57,12 @@ def ordered() -> Any:
     return _effect
 
 
-def lower_ordered(ctx: Any, target: str, operands: list[Any], **attrs: Any) -> list[Any]:
-    """Lower a call of handler ``target``: the program's cudecomp token in and out, then the operands and results."""
+def lower_ordered(ctx: Any, target: str, operands: list[Any], *, in_place: bool = False, **attrs: Any) -> list[Any]:
+    """Lower a call of handler ``target``: the program's cudecomp token in and out, then the operands and results.
+
+    ``in_place``: the first result is the first operand's buffer (XLA copies the operand
+    first where the program still needs it).
+    """
     import jax
     from jax._src import core
     from jax._src.interpreters import mlir
@@ -66,7 +70,9 @@ def lower_ordered(ctx: Any, target: str, operands: list[Any], **attrs: Any) -> l
     effect = ordered()
     token = ctx.tokens_in.get(effect)
     inner = ctx.replace(avals_in=[core.abstract_token, *ctx.avals_in], avals_out=[core.abstract_token, *ctx.avals_out])
-    out_token, *results = jax.ffi.ffi_lowering(target, has_side_effect=True)(inner, token, *operands, **attrs)
+    aliases = {1: 1} if in_place else None
+    lowering = jax.ffi.ffi_lowering(target, has_side_effect=True, operand_output_aliases=aliases)
+    out_token, *results = lowering(inner, token, *operands, **attrs)
     ctx.set_tokens_out(mlir.TokenSet({effect: out_token}))
     return results
 

@@ -5,7 +5,8 @@
 use std::ffi::{c_int, c_void, CString};
 
 use cudecomp_core::{
-    Array, Buf, DataType, Direction, Exec, Steps, TransposeLayouts, TransposeOp, TransposeSteps,
+    Array, Buf, DataType, Direction, Exec, HaloSpec, Steps, TransposeLayouts, TransposeOp,
+    TransposeSteps,
 };
 
 use super::ffi::{self, CallFrame};
@@ -16,9 +17,10 @@ use crate::variant;
 pub(super) type Handler = unsafe extern "C" fn(*mut CallFrame) -> *mut ffi::Error;
 
 /// Every handler, by the target name Python registers it under.
-pub(super) const ALL: [(&str, Handler); 2] = [
+pub(super) const ALL: [(&str, Handler); 3] = [
     ("cudecomp_transpose", transpose),
     ("cudecomp_redistribute", redistribute),
+    ("cudecomp_update_halos", update_halos),
 ];
 
 /// Why a call failed: an FFI error code and the message.
@@ -251,6 +253,25 @@ fn exec_of(f: &CallFrame) -> Result<Exec, Failure> {
     )))
 }
 
+/// Three scalar attributes `{name}_x`, `{name}_y`, `{name}_z`, one per global axis.
+fn int_triple(f: &CallFrame, name: &str) -> Result<[i64; 3], Failure> {
+    Ok([
+        int_attr(f, &format!("{name}_x"))?,
+        int_attr(f, &format!("{name}_y"))?,
+        int_attr(f, &format!("{name}_z"))?,
+    ])
+}
+
+/// An attribute that names an axis (0-2).
+fn axis_attr(f: &CallFrame, name: &str) -> Result<usize, Failure> {
+    match int_attr(f, name)? {
+        v @ 0..=2 => Ok(v as usize),
+        v => Err(invalid(format!(
+            "cudecomp.jax: attribute {name} must be 0, 1 or 2, got {v}"
+        ))),
+    }
+}
+
 fn direction_of(v: i64) -> Result<Direction, Failure> {
     Ok(match v {
         0 => Direction::XToY,
@@ -324,6 +345,37 @@ unsafe extern "C" fn redistribute(frame: *mut CallFrame) -> *mut ffi::Error {
             }
         }
         r.run(dtype, input, output, None, exec)
+            .map_err(|e| invalid(format!("cudecomp.jax: {e}")))
+    };
+    // SAFETY: forwarded.
+    unsafe { answer(frame, run) }
+}
+
+/// `cudecomp_update_halos`: one operand (a pencil with halos, or a batch) that is also the
+/// result (Python aliases them), updated in place; attributes `grid`, `axis` (the pencil),
+/// `dim`, and per global axis `halo_*`, `period_*` (0 or 1) and `padding_*`.
+///
+/// # Safety
+/// Called by XLA with its call frame.
+unsafe extern "C" fn update_halos(frame: *mut CallFrame) -> *mut ffi::Error {
+    let run = |f: &CallFrame| {
+        let gd = GRIDS.get(int_attr(f, "grid")? as u64).map_err(invalid)?;
+        let spec = HaloSpec {
+            axis: axis_attr(f, "axis")?,
+            dim: axis_attr(f, "dim")?,
+            halo: int_triple(f, "halo")?,
+            periods: int_triple(f, "period")?.map(|p| p != 0),
+            padding: int_triple(f, "padding")?,
+        };
+        let (dtype, input, data) = operand_and_result(f, "a halo update")?;
+        if input.buf.ptr() != data.buf.ptr() {
+            return Err(Failure(
+                ffi::ERROR_INTERNAL,
+                "cudecomp.jax: a halo update's operand must be its result (an aliased buffer)"
+                    .into(),
+            ));
+        }
+        gd.update_halos(&spec, dtype, data, None, exec_of(f)?)
             .map_err(|e| invalid(format!("cudecomp.jax: {e}")))
     };
     // SAFETY: forwarded.
