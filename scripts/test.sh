@@ -94,13 +94,40 @@ for fam in mpich openmpi; do install_wheel "$fam" cpu; done
 # Each rank prints pytest's summary; keep one copy, and every failure line.
 summary() { awk '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[rank|Error|FAILED|assert/ {print}'; }
 
+# The GPU variant's build and its GPU-less suite, and the two families' serial passes, each
+# use about one core: they run side by side, each into its own log.
+gpu_variant() {
+    await_venv gpu "$VENV_GPU"
+    build_wheel gpu dev
+    install_wheel gpu gpu
+    (cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py tests/test_docstrings.py | tail -n 12)
+}
+log "GPU variant: build (unoptimised), then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run), in the background"
+gpu_variant >"$VENVS/gpu-variant.log" 2>&1 & GPU_VARIANT=$!
+serial_pass() {  # serial_pass FAMILY: every test in one process, the family's share and checking mode
+    local fam=$1
+    (cd "$ROOT" && CUDECOMP_TEST_SHARE=$(share_of "$fam") CUDECOMP_CHECK_COLLECTIVES=$(checking_of "$fam") \
+        "$VENVS/$fam/bin/python" -m pytest -q -p no:cacheprovider --basetemp "$VENVS/pytest-serial-$fam" tests)
+}
+for fam in mpich openmpi; do
+    share=$(share_of "$fam")
+    log "[$fam] every test, serially${share:+ (share $share of the rank-sensitive cases)}, CUDECOMP_CHECK_COLLECTIVES=$(checking_of "$fam"), beside the other family's"
+    serial_pass "$fam" >"$VENVS/serial-$fam.log" 2>&1 & eval "SERIAL_${fam^^}=\$!"
+done
+for fam in mpich openmpi; do
+    pid_var="SERIAL_${fam^^}"
+    status=0
+    wait "${!pid_var}" || status=$?
+    echo "--- [$fam] serial pass:"
+    tail -n 40 "$VENVS/serial-$fam.log" | grep -E "passed|failed|error|FAILED|Error" || cat "$VENVS/serial-$fam.log"
+    [ $status -eq 0 ] || { echo "the [$fam] serial pass failed:" >&2; cat "$VENVS/serial-$fam.log" >&2; exit 1; }
+done
+
 for fam in mpich openmpi; do
     py="$VENVS/$fam/bin/python"
     share=$(share_of "$fam")
     export CUDECOMP_CHECK_COLLECTIVES
     CUDECOMP_CHECK_COLLECTIVES=$(checking_of "$fam")
-    log "[$fam] every test, serially${share:+ (share $share of the rank-sensitive cases)}, CUDECOMP_CHECK_COLLECTIVES=$CUDECOMP_CHECK_COLLECTIVES"
-    (cd "$ROOT" && CUDECOMP_TEST_SHARE=$share "$py" -m pytest -q -p no:cacheprovider tests)
     for n in $RANKS; do
         log "[$fam] the rank-sensitive tests on $n ranks${share:+ (share $share)}, CUDECOMP_CHECK_COLLECTIVES=$CUDECOMP_CHECK_COLLECTIVES"
         # A failing rank aborts the job (tests/conftest.py); timeout guards against hangs.
@@ -121,9 +148,7 @@ done
 log "documentation site (mkdocs build --strict, built in the background)"
 wait "$DOCS_SITE" || { echo "the documentation site failed to build:" >&2; cat "$VENVS/docs-site.log" >&2; exit 1; }
 
-log "GPU variant: build (unoptimised), then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run)"
-await_venv gpu "$VENV_GPU"
-build_wheel gpu dev
-install_wheel gpu gpu
-(cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py tests/test_docstrings.py | tail -n 12)
+log "GPU variant (built and tested in the background)"
+wait "$GPU_VARIANT" || { echo "the GPU variant's build or suite failed:" >&2; cat "$VENVS/gpu-variant.log" >&2; exit 1; }
+tail -n 12 "$VENVS/gpu-variant.log"
 log "all suites passed"
