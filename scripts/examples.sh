@@ -8,7 +8,9 @@
 #   FAMILY    mpich or openmpi: use that family's launcher from setup.sh (default: VENV)
 #   LAUNCHER  or the launcher command itself, e.g. "mpirun --oversubscribe"
 # Environment: CUDECOMP_EXAMPLE_RANKS (default 4), CUDECOMP_EXAMPLE_TIMEOUT (seconds per
-# example, default 120; the demo gets 300).
+# example, default 120; the demo gets 300), CUDECOMP_EXAMPLE_SHARE (K/N: only the K-th of
+# every N runs, the checkpoint-restart run counted last; unset, every run; scripts/test.sh
+# gives each MPI family one half).
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
 
@@ -25,6 +27,11 @@ if [[ $VENV == */* ]]; then PY=$VENV; else PY="$VENVS/$VENV/bin/python"; fi
 [ -x "$PY" ] || { echo "examples.sh: $PY not found" >&2; exit 2; }
 NP=${CUDECOMP_EXAMPLE_RANKS:-4}
 LIMIT=${CUDECOMP_EXAMPLE_TIMEOUT:-120}
+SHARE=${CUDECOMP_EXAMPLE_SHARE:-0/1}
+[[ $SHARE =~ ^([0-9]+)/([1-9][0-9]*)$ ]] && [ "${BASH_REMATCH[1]}" -lt "${BASH_REMATCH[2]}" ] ||
+    { echo "CUDECOMP_EXAMPLE_SHARE must be K/N with 0 <= K < N, got $SHARE" >&2; exit 2; }
+SHARE_K=${BASH_REMATCH[1]} SHARE_N=${BASH_REMATCH[2]}
+in_share() { [ $(($1 % SHARE_N)) -eq "$SHARE_K" ]; }  # in_share INDEX: whether this share runs run INDEX
 
 # One line per run: the script under examples/ and its options.
 CASES=(
@@ -39,7 +46,9 @@ CASES=(
     "jax_inverse_diffusion.py -n 16 --iterations 30"
 )
 
-for case in "${CASES[@]}"; do
+for i in "${!CASES[@]}"; do
+    in_share "$i" || continue
+    case=${CASES[$i]}
     read -r -a argv <<<"$case"
     limit=$LIMIT
     [ "${argv[0]}" = demo.py ] && limit=$((LIMIT > 300 ? LIMIT : 300))
@@ -61,7 +70,7 @@ for case in "${CASES[@]}"; do
 done
 # Checkpoint and restart on another rank count and process grid: the diagnostics of the
 # restarted run equal those of an uninterrupted one.
-if [ "$NP" -ge 3 ]; then
+if [ "$NP" -ge 3 ] && in_share "${#CASES[@]}"; then
     log "[$VENV] examples/taylor_green.py: checkpoint on 2 ranks at t = 0.5, restart on 3 ranks (1x3) to t = 1, against an uninterrupted run"
     tmp=$(mktemp -d)
     tg=(examples/taylor_green.py -n 32 --quiet)
@@ -78,4 +87,4 @@ print(f"  restarted run: {a.shape[0]} rows equal to the uninterrupted run's (lar
 PY
     rm -rf "$tmp"
 fi
-log "[$VENV] all examples passed"
+log "[$VENV] all examples passed${CUDECOMP_EXAMPLE_SHARE:+ (share $SHARE)}"

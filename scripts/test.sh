@@ -97,12 +97,12 @@ summary() { awk '/passed|failed|error/ && !seen[$0]++ {print "  " $0; next} /^\[
 # The GPU variant's build and its GPU-less suite, and the two families' serial passes, each
 # use about one core: they run side by side, each into its own log.
 gpu_variant() {
-    await_venv gpu "$VENV_GPU"
     build_wheel gpu dev
     install_wheel gpu gpu
     (cd "$ROOT" && "$VENVS/gpu/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_api.py tests/test_docstrings.py | tail -n 12)
 }
 log "GPU variant: build (unoptimised), then its suite (GPU tests skip here; the NVRTC kernel build and the no-driver error run), in the background"
+await_venv gpu "$VENV_GPU"  # `wait` needs this shell, the venv job's parent
 gpu_variant >"$VENVS/gpu-variant.log" 2>&1 & GPU_VARIANT=$!
 serial_pass() {  # serial_pass FAMILY: every test in one process, the family's share and checking mode
     local fam=$1
@@ -136,12 +136,12 @@ for fam in mpich openmpi; do
     unset CUDECOMP_CHECK_COLLECTIVES
     if [ "$fam" = mpich ]; then
         # Node grouping is the library's own (settings and communicator splits), the same
-        # code under either MPI: one family runs it.
+        # code under either MPI: one family runs it, on the other share of the 4-rank cases.
         log "[$fam] 4 ranks as 2 simulated nodes (CUDECOMP_SIMULATE_NODES=2): transposes, halos, node rules"
-        CUDECOMP_SIMULATE_NODES=2 timeout 1200 $(launcher "$fam") -n 4 "$py" -m pytest -q -p no:cacheprovider \
+        CUDECOMP_TEST_SHARE=$(share_of openmpi) CUDECOMP_SIMULATE_NODES=2 timeout 1200 $(launcher "$fam") -n 4 "$py" -m pytest -q -p no:cacheprovider \
             tests/test_transpose.py tests/test_halo.py tests/test_nodes.py 2>&1 | summary
     fi
-    bash "$ROOT/scripts/examples.sh" "$fam"
+    CUDECOMP_EXAMPLE_SHARE=$(share_of "$fam") bash "$ROOT/scripts/examples.sh" "$fam"
     log "[$fam] the Rust example (MPI bound without mpi4py) on 4 ranks"
     bash "$ROOT/scripts/rust_example.sh" "$fam"
 done
