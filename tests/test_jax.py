@@ -117,10 +117,23 @@ def distributed() -> None:
 SHARDED_GDIMS = (12, 12, 12)
 
 
-@pytest.mark.skipif(not cudecomp.CPU_ONLY, reason="the sharded model runs on the CPU variant (jax.distributed over CPU devices)")
-def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distributed: None) -> None:
+def sharded_array(mesh: Any, local: np.ndarray, axis: int) -> Any:
+    """The global array sharded as ``pencil_spec(axis)`` over ``mesh`` whose shard here is ``local`` (each rank's of one shape)."""
     from jax.sharding import NamedSharding
 
+    spec = cj.pencil_spec(axis, local.ndim == 4)
+    parts = {None: 1, **dict(mesh.shape)}
+    shape = tuple(n * parts[split] for n, split in zip(local.shape, spec, strict=True))
+    return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, spec), [jax.device_put(local, jax.local_devices()[0])])
+
+
+SHARDED_ONLY_CPU = pytest.mark.skipif(
+    not cudecomp.CPU_ONLY, reason="the sharded model runs on the CPU variant (jax.distributed over CPU devices)"
+)
+
+
+@SHARDED_ONLY_CPU
+def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distributed: None) -> None:
     assert jax.device_count() == NRANKS and jax.local_device_count() == 1
     cfg = cudecomp.GridDescConfig()
     cfg.gdims, cfg.pdims = SHARDED_GDIMS, factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
@@ -128,10 +141,7 @@ def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distribut
         mesh = cj.pencil_mesh(g)
 
         def global_array(local: np.ndarray, axis: int) -> Any:
-            batch = local.ndim == 4
-            shape = ((local.shape[0],) if batch else ()) + SHARDED_GDIMS[::-1]
-            sharding = NamedSharding(mesh, cj.pencil_spec(axis, batch))
-            return jax.make_array_from_single_device_arrays(shape, sharding, [jax.device_put(local, jax.local_devices()[0])])
+            return sharded_array(mesh, local, axis)
 
         for name, a, _ in OPS:
             x = make(g.get_pencil_info(a), SHARDED_GDIMS, DataType.DOUBLE)
@@ -147,6 +157,47 @@ def test_a_sharded_array_moves_as_its_pencils(handle: cudecomp.Handle, distribut
     cfg.transpose_axis_contiguous = (True, False, False)
     with handle.create_grid(cfg) as g, pytest.raises(cudecomp.NotSupportedError, match="default layout"):
         cj.pencil_mesh(g)
+
+
+@SHARDED_ONLY_CPU
+def test_sharded_halo_updates_and_ffts_equal_the_per_process_ones(handle: cudecomp.Handle, distributed: None) -> None:
+    from cudecomp.fft import FFT
+
+    pdims = factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = SHARDED_GDIMS, pdims
+    with handle.create_grid(cfg) as g:
+        mesh = cj.pencil_mesh(g)
+        # Each shard is a pencil with its halos and padding.
+        for axis, name in enumerate(HALO_OPS):
+            for dim in range(3):
+                x = halo_field(g, axis, 20 * axis + dim)
+                for local in (x, np.stack([x, -x])):
+                    op = jax.jit(lambda v, name=name, dim=dim: getattr(cj, name)(g, v, HALO, PERIODS, dim, padding=PADDING))
+                    got = jax.jit(lambda v, name=name, dim=dim: getattr(cj, name)(g, v, HALO, PERIODS, dim, padding=PADDING, mesh=mesh))(
+                        sharded_array(mesh, local, axis)
+                    )
+                    (shard,) = got.addressable_shards
+                    assert np.array_equal(np.asarray(shard.data), np.asarray(op(jnp.asarray(local)))), (name, dim)
+        wrong = jax.sharding.Mesh(mesh.devices, ("cols", "rows"))
+        with pytest.raises(cudecomp.InvalidUsageError, match="mesh"):
+            cj.update_halos_x(g, sharded_array(mesh, halo_field(g, 0, 1), 0), HALO, PERIODS, 0, padding=PADDING, mesh=wrong)
+    # The spectral grid's extents the process grid divides: X/2+1 = 8 for r2c.
+    gdims = (14, *SHARDED_GDIMS[1:])
+    for kind, forward, backward in (("c2c", cj.fft, cj.ifft), ("r2c", cj.rfft, cj.irfft)):
+        with FFT(handle, gdims, pdims, kind=kind, norm="ortho") as plan:
+            mesh = cj.pencil_mesh(plan.spectral_grid)
+            x = real_space(plan, 8)
+            for local in (x, np.stack([x, 2 * x])):
+                spectrum = jax.jit(lambda v, f=forward, p=plan, m=mesh: f(p, v, mesh=m))(sharded_array(mesh, local, 0))
+                (shard,) = spectrum.addressable_shards
+                alone = jax.jit(lambda v, f=forward, p=plan: f(p, v))(jnp.asarray(local))
+                assert np.array_equal(np.asarray(shard.data), np.asarray(alone)), kind
+                back = jax.jit(lambda v, f=backward, p=plan, m=mesh: f(p, v, mesh=m))(spectrum)
+                (shard,) = back.addressable_shards
+                assert np.array_equal(np.asarray(shard.data), np.asarray(jax.jit(lambda v, f=backward, p=plan: f(p, v))(alone))), kind
+            with pytest.raises(TypeError, match="cudecomp.fft.FFT"):
+                forward(plan.spectral_grid, sharded_array(mesh, x, 0), mesh=mesh)
 
 
 @pytest.mark.parametrize("dtype", list(DataType))

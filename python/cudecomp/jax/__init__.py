@@ -20,8 +20,9 @@ interpreter.
   for ``r2c``): the plan's schedule with these transposes and ``jax.numpy.fft`` along
   the axes each pencil holds whole, the plan's norm applied once.
 - JAX's multi-process model (``jax.distributed``, one device per process): with
-  ``mesh=pencil_mesh(grid)`` a transpose takes the globally sharded array whose shards
-  are the pencils (``pencil_spec``), as jaxDecomp's users write it.
+  ``mesh=pencil_mesh(grid)`` a transpose, a halo update or an FFT takes the globally
+  sharded array whose shards are the pencils (``pencil_spec``), as jaxDecomp's users
+  write it.
 - ``jax.vmap``: the mapped axis becomes a batch of fields, moved in one exchange (see
   "Several fields in one exchange" in the docs); an array of shape ``(k, *array_shape)``
   is such a batch already.
@@ -109,14 +110,17 @@ def transpose_z_to_x(grid: GridDesc, x: Any, *, mesh: Any = None) -> Any:
     return _transpose_on(grid, x, 5, "transpose_z_to_x", mesh)
 
 
-def update_halos_x(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None) -> Any:
+def update_halos_x(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None, mesh: Any = None) -> Any:
     """Return the X-pencil ``x`` (with halos, or a batch ``(k, *array_shape)``) with its halos along ``dim`` updated.
 
     As ``GridDesc.update_halos_x``: the ``halo_extents[dim]`` owned layers next to each end
     of ``dim`` are copied into the neighbouring ranks' halos (halo cells of the other
     dimensions included, so updating ``dim`` 0, 1 and 2 in turn fills edges and corners);
     at a non-periodic boundary the halo keeps its contents. ``x`` has the shape
-    ``grid.get_pencil_info(0, halo_extents, padding).array_shape``.
+    ``grid.get_pencil_info(0, halo_extents, padding).array_shape``. With ``mesh``
+    (``pencil_mesh(grid)``), ``x`` is the global array sharded as ``pencil_spec(0)`` whose
+    shards are the processes' pencils with their halos and padding (each ``array_shape``),
+    and so is the result.
 
     Raises:
         TypeError: ``grid`` is no ``GridDesc``, ``x`` no array or of another dtype than
@@ -124,48 +128,52 @@ def update_halos_x(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any,
         InvalidUsageError: ``x`` of another shape, ``halo_extents``, ``halo_periods``,
             ``padding`` not 3 values, ``dim`` outside 0-2, or a destroyed grid (when
             traced); a halo wider than the cells a rank owns (on every rank, when the
-            program runs).
+            program runs); with ``mesh``, on every rank, a mesh that is not the grid's.
     """
-    return update_halos(grid, x, 0, halo_extents, halo_periods, dim, padding, "update_halos_x")
+    return _halos_on(grid, x, 0, halo_extents, halo_periods, dim, padding, "update_halos_x", mesh)
 
 
-def update_halos_y(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None) -> Any:
+def update_halos_y(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None, mesh: Any = None) -> Any:
     """Return the Y-pencil ``x`` with its halos along ``dim`` updated (as ``update_halos_x``)."""
-    return update_halos(grid, x, 1, halo_extents, halo_periods, dim, padding, "update_halos_y")
+    return _halos_on(grid, x, 1, halo_extents, halo_periods, dim, padding, "update_halos_y", mesh)
 
 
-def update_halos_z(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None) -> Any:
+def update_halos_z(grid: GridDesc, x: Any, halo_extents: Any, halo_periods: Any, dim: int, *, padding: Any = None, mesh: Any = None) -> Any:
     """Return the Z-pencil ``x`` with its halos along ``dim`` updated (as ``update_halos_x``)."""
-    return update_halos(grid, x, 2, halo_extents, halo_periods, dim, padding, "update_halos_z")
+    return _halos_on(grid, x, 2, halo_extents, halo_periods, dim, padding, "update_halos_z", mesh)
 
 
-def fft(plan: Any, x: Any) -> Any:
+def fft(plan: Any, x: Any, *, mesh: Any = None) -> Any:
     """Forward transform of a ``c2c`` plan: this rank's spectral pencil (``plan.output_info``) of the X-pencil ``x``.
 
     Equals ``plan.forward(x)`` to rounding (the local FFTs are JAX's); ``x`` may be a batch
-    ``(k, *plan.input_info.array_shape)``.
+    ``(k, *plan.input_info.array_shape)``. With ``mesh`` (``pencil_mesh(plan.spectral_grid)``),
+    ``x`` is the global array sharded as ``pencil_spec(0)`` and the result the global
+    spectrum sharded as ``pencil_spec(plan.output_axis)``; the backward transforms take
+    and give them the other way.
 
     Raises:
         TypeError: ``plan`` is no ``FFT``, or ``x`` not of the plan's input dtype (when traced).
         InvalidUsageError: A plan of another kind, or ``x`` of another shape (when traced).
         NotSupportedError: A plan with cosine or sine axes.
+        InvalidUsageError: With ``mesh``, on every rank, a mesh that is not the plan's grid's.
     """
-    return _fft.run(plan, x, False, ("c2c",), "fft")
+    return _fft_on(plan, x, False, ("c2c",), "fft", mesh)
 
 
-def ifft(plan: Any, x: Any) -> Any:
+def ifft(plan: Any, x: Any, *, mesh: Any = None) -> Any:
     """Backward transform of a ``c2c`` plan (as ``plan.backward``); see ``fft``."""
-    return _fft.run(plan, x, True, ("c2c",), "ifft")
+    return _fft_on(plan, x, True, ("c2c",), "ifft", mesh)
 
 
-def rfft(plan: Any, x: Any) -> Any:
+def rfft(plan: Any, x: Any, *, mesh: Any = None) -> Any:
     """Forward transform of an ``r2c`` plan: the half spectrum of the real X-pencil ``x`` (as ``plan.forward``); see ``fft``."""
-    return _fft.run(plan, x, False, ("r2c",), "rfft")
+    return _fft_on(plan, x, False, ("r2c",), "rfft", mesh)
 
 
-def irfft(plan: Any, x: Any) -> Any:
+def irfft(plan: Any, x: Any, *, mesh: Any = None) -> Any:
     """Backward transform of an ``r2c`` plan: the real X-pencil of the half spectrum ``x`` (as ``plan.backward``); see ``fft``."""
-    return _fft.run(plan, x, True, ("r2c",), "irfft")
+    return _fft_on(plan, x, True, ("r2c",), "irfft", mesh)
 
 
 def _transpose_on(grid: GridDesc, x: Any, direction: int, name: str, mesh: Any) -> Any:
@@ -174,3 +182,25 @@ def _transpose_on(grid: GridDesc, x: Any, direction: int, name: str, mesh: Any) 
         return transpose(grid, x, direction, name)
     a, b = AXES[direction]
     return sharded(grid, mesh, x, a, b, lambda v: transpose(grid, v, direction, name), name)
+
+
+def _halos_on(grid: GridDesc, x: Any, axis: int, halo_extents: Any, halo_periods: Any, dim: int, padding: Any, name: str, mesh: Any) -> Any:
+    """Update the halos of one process's pencil, or (``mesh``) of the globally sharded array's shards."""
+
+    def body(v: Any) -> Any:
+        return update_halos(grid, v, axis, halo_extents, halo_periods, dim, padding, name)
+
+    return body(x) if mesh is None else sharded(grid, mesh, x, axis, axis, body, name)
+
+
+def _fft_on(plan: Any, x: Any, inverse: bool, kinds: tuple[str, ...], name: str, mesh: Any) -> Any:
+    """Transform one process's pencil, or (``mesh``) the globally sharded array."""
+
+    def body(v: Any) -> Any:
+        return _fft.run(plan, v, inverse, kinds, name)
+
+    if mesh is None:
+        return body(x)
+    _fft.check_plan(plan, name)
+    a, b = (plan.output_axis, 0) if inverse else (0, plan.output_axis)
+    return sharded(plan.spectral_grid, mesh, x, a, b, body, name)

@@ -26,10 +26,15 @@ from ._transpose import AXES, transpose
 _DIRECTION = {axes: d for d, axes in AXES.items()}
 
 
-def _checked(plan: Any, x: Any, kinds: tuple[str, ...], name: str, inverse: bool) -> None:
-    """Check the plan and ``x`` when traced."""
+def check_plan(plan: Any, name: str) -> None:
+    """Raise ``TypeError`` unless ``plan`` is a ``cudecomp.fft.FFT``."""
     if not isinstance(plan, FFT):
         raise TypeError(f"{name}: plan: expected a cudecomp.fft.FFT, got {type(plan).__name__}")
+
+
+def _checked(plan: Any, x: Any, kinds: tuple[str, ...], name: str, inverse: bool) -> None:
+    """Check the plan and ``x`` when traced."""
+    check_plan(plan, name)
     if plan.kind not in kinds:
         raise InvalidUsageError(f"{name}: expected a plan of kind {' or '.join(kinds)}, got a {plan.kind} plan")
     if any(t != "fft" for t in plan.transforms):
