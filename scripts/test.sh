@@ -76,7 +76,10 @@ CUDECOMP_BUILD_CPU_ONLY=ON cargo clippy --workspace --all-targets --features cud
 env -u CUDECOMP_BUILD_CPU_ONLY cargo clippy --workspace --all-targets --features cudecomp-core/testing -q -- -D warnings
 # The thread-mock tests run whole collectives in-process: a bug there hangs rather than
 # fails, so bound them.
-timeout 900 cargo test -p cudecomp-core --features testing -q 2>&1 | tail -n 4
+# On a failure the whole output is shown: its tail alone does not name the failing test.
+timeout 900 cargo test -p cudecomp-core --features testing -q >"$VENVS/rust-tests.log" 2>&1 ||
+    { cat "$VENVS/rust-tests.log" >&2; echo "the Rust unit tests failed" >&2; exit 1; }
+tail -n 4 "$VENVS/rust-tests.log"
 RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 await_venv mpich "$VENV_MPICH"
