@@ -154,9 +154,9 @@ def fft(plan: Any, x: Any, *, mesh: Any = None) -> Any:
 
     Raises:
         TypeError: ``plan`` is no ``FFT``, or ``x`` not of the plan's input dtype (when traced).
-        InvalidUsageError: A plan of another kind, or ``x`` of another shape (when traced).
+        InvalidUsageError: A plan of another kind, or ``x`` of another shape (when traced);
+            with ``mesh``, on every rank, a mesh that is not the plan's grid's.
         NotSupportedError: A plan with cosine or sine axes.
-        InvalidUsageError: With ``mesh``, on every rank, a mesh that is not the plan's grid's.
     """
     return _fft_on(plan, x, False, ("c2c",), "fft", mesh)
 
@@ -178,29 +178,19 @@ def irfft(plan: Any, x: Any, *, mesh: Any = None) -> Any:
 
 def _transpose_on(grid: GridDesc, x: Any, direction: int, name: str, mesh: Any) -> Any:
     """Transpose one process's pencil, or (``mesh``) the globally sharded array."""
-    if mesh is None:
-        return transpose(grid, x, direction, name)
     a, b = AXES[direction]
     return sharded(grid, mesh, x, a, b, lambda v: transpose(grid, v, direction, name), name)
 
 
 def _halos_on(grid: GridDesc, x: Any, axis: int, halo_extents: Any, halo_periods: Any, dim: int, padding: Any, name: str, mesh: Any) -> Any:
     """Update the halos of one process's pencil, or (``mesh``) of the globally sharded array's shards."""
-
-    def body(v: Any) -> Any:
-        return update_halos(grid, v, axis, halo_extents, halo_periods, dim, padding, name)
-
-    return body(x) if mesh is None else sharded(grid, mesh, x, axis, axis, body, name)
+    return sharded(grid, mesh, x, axis, axis, lambda v: update_halos(grid, v, axis, halo_extents, halo_periods, dim, padding, name), name)
 
 
 def _fft_on(plan: Any, x: Any, inverse: bool, kinds: tuple[str, ...], name: str, mesh: Any) -> Any:
     """Transform one process's pencil, or (``mesh``) the globally sharded array."""
-
-    def body(v: Any) -> Any:
-        return _fft.run(plan, v, inverse, kinds, name)
-
     if mesh is None:
-        return body(x)
-    _fft.check_plan(plan, name)
+        return _fft.run(plan, x, inverse, kinds, name)
+    _fft.check_plan(plan, name)  # before the plan's axes and grid are read
     a, b = (plan.output_axis, 0) if inverse else (0, plan.output_axis)
-    return sharded(plan.spectral_grid, mesh, x, a, b, body, name)
+    return sharded(plan.spectral_grid, mesh, x, a, b, lambda v: _fft.run(plan, v, inverse, kinds, name), name)

@@ -116,9 +116,11 @@ def check_mesh(grid: GridDesc, mesh: Any, what: str) -> None:
 
 
 def sharded(grid: GridDesc, mesh: Any, x: Any, a: int, b: int, body: Any, what: str) -> Any:
-    """Run ``body`` (a per-process operation from pencil ``a`` to ``b``) on the globally sharded ``x``."""
+    """Run ``body`` (a per-process operation from pencil ``a`` to ``b``) on the globally sharded ``x`` (no ``mesh``: on ``x``)."""
     import jax
 
+    if mesh is None:
+        return body(x)
     check_mesh(grid, mesh, what)
     batched = getattr(x, "ndim", 3) == 4
     return jax.shard_map(body, mesh=mesh, in_specs=pencil_spec(a, batched), out_specs=pencil_spec(b, batched), check_vma=False)(x)
