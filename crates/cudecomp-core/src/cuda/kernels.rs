@@ -4,7 +4,8 @@
 //!
 //! One strided 3-D copy serves pack, unpack, local transposes and halo faces: a plain
 //! kernel when source and destination share their fastest axis, a shared-memory tiled
-//! transpose when they do not. Element sizes 4, 8 and 16 bytes.
+//! transpose when they do not. Element sizes 4, 8 and 16 bytes. Both take a batch of
+//! fields, the same copy shifted field by field, in the same launch.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -15,7 +16,7 @@ use cudarc::driver::{result as cu, sys};
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::{check, Device, Stream};
-use crate::mem::{check_copy, Buf, Mover};
+use crate::mem::{check_copy, Buf, FieldSteps, Mover};
 use crate::plan::{Copy3, EngineShape, Rows};
 use crate::{Error, Result};
 
@@ -30,62 +31,79 @@ struct __align__(16) e16 { u64 a, b; };
 // faces across the fastest axis, thin chunks) are flattened with axis 1 so that every lane
 // of a warp moves a cell instead of one lane in 256/n0. A block's y threads take rows of
 // their own (blocks of few rows' width but many threads, for grids capped at few blocks).
+// The z blocks walk axis 2 of every field in turn: field f starts f * fs further in the
+// source and f * fd in the destination.
 template <typename T>
 __device__ void copy_plain(const T* __restrict__ src, T* __restrict__ dst,
                            i64 n0, i64 n1, i64 n2,
-                           i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {
+                           i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2,
+                           i64 nf, i64 fs, i64 fd) {
     if (n0 < SHORT_ROW) {
         const i64 m = n0 * n1;
         const i64 step = (i64)gridDim.x * gridDim.y * blockDim.x * blockDim.y;
         const i64 first = (((i64)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.y + threadIdx.y)
                           * blockDim.x + threadIdx.x;
-        for (i64 k = blockIdx.z; k < n2; k += gridDim.z)
+        for (i64 kf = blockIdx.z; kf < n2 * nf; kf += gridDim.z) {
+            const i64 f = kf / n2, k = kf - f * n2;
+            const T* s = src + f * fs + k * s2;
+            T* d = dst + f * fd + k * d2;
             for (i64 t = first; t < m; t += step) {
                 const i64 j = t / n0, i = t - j * n0;
-                dst[i * d0 + j * d1 + k * d2] = src[i * s0 + j * s1 + k * s2];
+                d[i * d0 + j * d1] = s[i * s0 + j * s1];
             }
+        }
         return;
     }
-    for (i64 k = blockIdx.z; k < n2; k += gridDim.z)
+    for (i64 kf = blockIdx.z; kf < n2 * nf; kf += gridDim.z) {
+        const i64 f = kf / n2, k = kf - f * n2;
+        const T* s = src + f * fs + k * s2;
+        T* d = dst + f * fd + k * d2;
         for (i64 j = (i64)blockIdx.y * blockDim.y + threadIdx.y; j < n1;
              j += (i64)gridDim.y * blockDim.y)
             for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n0;
                  i += (i64)gridDim.x * blockDim.x)
-                dst[i * d0 + j * d1 + k * d2] = src[i * s0 + j * s1 + k * s2];
+                d[i * d0 + j * d1] = s[i * s0 + j * s1];
+    }
 }
 
-// Axis a is the destination's fastest, axis b the source's; c is the third.
+// Axis a is the destination's fastest, axis b the source's; c is the third. The z blocks
+// walk axis c of every field in turn, as in copy_plain.
 template <typename T>
 __device__ void copy_tiled(const T* __restrict__ src, T* __restrict__ dst,
                            i64 na, i64 nb, i64 nc,
-                           i64 sa, i64 sb, i64 sc, i64 da, i64 db, i64 dc) {
+                           i64 sa, i64 sb, i64 sc, i64 da, i64 db, i64 dc,
+                           i64 nf, i64 fs, i64 fd) {
     __shared__ T tile[TILE][TILE + 1];
     const i64 ta_n = (na + TILE - 1) / TILE, tb_n = (nb + TILE - 1) / TILE;
-    for (i64 c = blockIdx.z; c < nc; c += gridDim.z)
+    for (i64 cf = blockIdx.z; cf < nc * nf; cf += gridDim.z) {
+        const i64 f = cf / nc, c = cf - f * nc;
+        const T* s = src + f * fs + c * sc;
+        T* d = dst + f * fd + c * dc;
         for (i64 tb = blockIdx.y; tb < tb_n; tb += gridDim.y)
             for (i64 ta = blockIdx.x; ta < ta_n; ta += gridDim.x) {
                 const i64 a0 = ta * TILE, b0 = tb * TILE;
                 for (int y = threadIdx.y; y < TILE; y += blockDim.y) {
                     const i64 a = a0 + y, b = b0 + threadIdx.x;
-                    if (a < na && b < nb) tile[y][threadIdx.x] = src[a * sa + b * sb + c * sc];
+                    if (a < na && b < nb) tile[y][threadIdx.x] = s[a * sa + b * sb];
                 }
                 __syncthreads();
                 for (int y = threadIdx.y; y < TILE; y += blockDim.y) {
                     const i64 a = a0 + threadIdx.x, b = b0 + y;
-                    if (a < na && b < nb) dst[a * da + b * db + c * dc] = tile[threadIdx.x][y];
+                    if (a < na && b < nb) d[a * da + b * db] = tile[threadIdx.x][y];
                 }
                 __syncthreads();
             }
+    }
 }
 
 #define INSTANTIATE(T, N)                                                              \
 extern "C" __global__ void copy_plain_##N(u64 s, u64 d, i64 n0, i64 n1, i64 n2,       \
-        i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {                              \
-    copy_plain<T>((const T*)s, (T*)d, n0, n1, n2, s0, s1, s2, d0, d1, d2);             \
+        i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2, i64 nf, i64 fs, i64 fd) {      \
+    copy_plain<T>((const T*)s, (T*)d, n0, n1, n2, s0, s1, s2, d0, d1, d2, nf, fs, fd); \
 }                                                                                      \
 extern "C" __global__ void copy_tiled_##N(u64 s, u64 d, i64 n0, i64 n1, i64 n2,       \
-        i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2) {                              \
-    copy_tiled<T>((const T*)s, (T*)d, n0, n1, n2, s0, s1, s2, d0, d1, d2);             \
+        i64 s0, i64 s1, i64 s2, i64 d0, i64 d1, i64 d2, i64 nf, i64 fs, i64 fd) {      \
+    copy_tiled<T>((const T*)s, (T*)d, n0, n1, n2, s0, s1, s2, d0, d1, d2, nf, fs, fd); \
 }
 
 INSTANTIATE(unsigned int, 4)
@@ -299,19 +317,88 @@ impl Mover for DeviceMover<'_> {
         }
         // A single dense block goes to the copy engine rather than a kernel.
         if let Some(n) = c.dense_len() {
-            let e = elem as u64;
-            let s = src.ptr() as u64 + c.src_offset as u64 * e;
-            let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
-            // SAFETY: `check_copy` found both ranges inside `src` and `dst`, buffers whose
-            // creators vouch for them for the whole operation (`Buf::new`).
-            return unsafe { super::copy_device(d, s, n as usize * elem, self.stream) };
+            // SAFETY: `check_copy` found the block inside `src` and `dst`.
+            return unsafe { self.copy_dense(elem, src, dst, c, n) };
         }
         if let Some((r, shape)) = on_engine(c, elem).filter(|_| self.engine_rows) {
             let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
             // SAFETY: as above: `check_copy` found every cell inside `src` and `dst`.
             return unsafe { super::copy_rows(d, s, elem, &r, shape, self.stream) };
         }
-        let (elem, c) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
+        // SAFETY: as above.
+        unsafe { self.launch(elem, src, dst, c, FieldSteps::ONE) }
+    }
+
+    fn copy_fields(
+        &self,
+        elem: usize,
+        src: Buf,
+        dst: Buf,
+        c: &Copy3,
+        fields: FieldSteps,
+    ) -> Result<()> {
+        if fields.count <= 1 {
+            return (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)));
+        }
+        // Field offsets grow linearly: the first and the last field bound every other.
+        let last = fields.of(c, fields.count - 1);
+        if !check_copy(elem, src, dst, c)? || !check_copy(elem, src, dst, &last)? {
+            return Ok(());
+        }
+        // Fields that continue each other densely on both sides are one dense block.
+        if let Some(n) = c
+            .dense_len()
+            .filter(|&n| fields.src == n && fields.dst == n)
+        {
+            // SAFETY: `check_copy` found the first and the last field, hence the whole
+            // block between them, inside `src` and `dst`.
+            return unsafe { self.copy_dense(elem, src, dst, c, n * fields.count) };
+        }
+        // Copy-engine rows take no SMs and cost no launch: they stay one copy per field.
+        if self.engine_rows && on_engine(c, elem).is_some() {
+            return (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)));
+        }
+        // SAFETY: as above: every field lies between the first and the last.
+        unsafe { self.launch(elem, src, dst, c, fields) }
+    }
+}
+
+impl DeviceMover<'_> {
+    /// Copies the `n` cells of `elem` bytes from `c`'s source offset to its destination
+    /// offset on the copy engine.
+    ///
+    /// # Safety
+    /// Both ranges lie inside `src` and `dst`.
+    unsafe fn copy_dense(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3, n: i64) -> Result<()> {
+        let e = elem as u64;
+        let s = src.ptr() as u64 + c.src_offset as u64 * e;
+        let d = dst.ptr() as u64 + c.dst_offset as u64 * e;
+        // SAFETY: the caller vouches for both ranges, inside buffers whose creators vouch
+        // for them for the whole operation (`Buf::new`).
+        unsafe { super::copy_device(d, s, n as usize * elem, self.stream) }
+    }
+
+    /// Launches one copy kernel for `c` and every field of `fields`.
+    ///
+    /// # Safety
+    /// Every cell of every field lies inside `src` and `dst`.
+    unsafe fn launch(
+        &self,
+        elem: usize,
+        src: Buf,
+        dst: Buf,
+        c: &Copy3,
+        fields: FieldSteps,
+    ) -> Result<()> {
+        let (wide, w) = c.widened(elem, 16, src.ptr() as u64, dst.ptr() as u64);
+        // Wider cells only where every field's start stays on one.
+        let factor = (wide / elem) as i64;
+        let (elem, c, mut fs, mut fd) = if fields.src % factor == 0 && fields.dst % factor == 0 {
+            (wide, w, fields.src / factor, fields.dst / factor)
+        } else {
+            (elem, *c, fields.src, fields.dst)
+        };
+        let mut nf = fields.count;
         let ext = c.extent;
         let (ax, src_fast) = c.walk_order();
         let inner = ax[0];
@@ -331,6 +418,8 @@ impl Mover for DeviceMover<'_> {
         let mut n: [i64; 3] = order.map(|g| ext[g]);
         let mut ss: [i64; 3] = order.map(|g| c.src_strides[g]);
         let mut ds: [i64; 3] = order.map(|g| c.dst_strides[g]);
+        // The z blocks walk the outer axis of every field.
+        let outer = (n[2] * nf).clamp(1, 65535) as u32;
         // Beside NCCL, copies keep to half the SMs, in blocks of 1024 threads (256 along the
         // row, 4 rows) to keep enough loads in flight: a copy on all SMs stretches the NCCL
         // exchange beside it far more than it gains (measured; see the benchmark record).
@@ -343,7 +432,7 @@ impl Mover for DeviceMover<'_> {
                 (
                     tiles(n[0]).clamp(1, 1 << 20),
                     tiles(n[1]).clamp(1, 65535),
-                    (n[2] as u32).clamp(1, 65535),
+                    outer,
                 ),
                 (32, 8, 1),
             )
@@ -354,7 +443,7 @@ impl Mover for DeviceMover<'_> {
                 (
                     ((n[0] * n[1] + 256 * rows - 1) / (256 * rows)).clamp(1, 1 << 20) as u32,
                     1,
-                    (n[2] as u32).clamp(1, 65535),
+                    outer,
                 ),
                 (256, rows as u32, 1),
             )
@@ -364,7 +453,7 @@ impl Mover for DeviceMover<'_> {
                 (
                     ((n[0] + 255) / 256).clamp(1, 1 << 20) as u32,
                     ((n[1] + rows - 1) / rows).clamp(1, 65535) as u32,
-                    (n[2] as u32).clamp(1, 65535),
+                    outer,
                 ),
                 (256, rows as u32, 1),
             )
@@ -374,7 +463,7 @@ impl Mover for DeviceMover<'_> {
         } else {
             grid
         };
-        let mut params: [*mut c_void; 11] = [
+        let mut params: [*mut c_void; 14] = [
             (&mut s_ptr as *mut u64).cast(),
             (&mut d_ptr as *mut u64).cast(),
             (&mut n[0] as *mut i64).cast(),
@@ -386,9 +475,12 @@ impl Mover for DeviceMover<'_> {
             (&mut ds[0] as *mut i64).cast(),
             (&mut ds[1] as *mut i64).cast(),
             (&mut ds[2] as *mut i64).cast(),
+            (&mut nf as *mut i64).cast(),
+            (&mut fs as *mut i64).cast(),
+            (&mut fd as *mut i64).cast(),
         ];
-        // SAFETY: the kernel's parameters match `params` (two u64 addresses, nine i64);
-        // every touched element lies inside `src` and `dst` (checked above).
+        // SAFETY: the kernel's parameters match `params` (two u64 addresses, twelve i64);
+        // every touched element lies inside `src` and `dst` (the caller's promise).
         check(
             unsafe { cu::launch_kernel(f, grid, block, 0, self.stream.0, &mut params) },
             "cuLaunchKernel",

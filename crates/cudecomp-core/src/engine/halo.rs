@@ -4,7 +4,7 @@ use crate::comm::{post_pieces, Request, Transport, Way};
 use crate::config::HaloBackend;
 use crate::engine::exchange::FaceExchange;
 use crate::engine::pipeline::Batch;
-use crate::mem::{Buf, Mover};
+use crate::mem::{Buf, FieldSteps, Mover};
 use crate::plan::{slice_count, Copy3, HaloPlan, HaloSide};
 use crate::{unsupported, Result};
 
@@ -31,6 +31,16 @@ pub(crate) struct HaloRun<'a> {
 impl HaloRun<'_> {
     fn copy(&self, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
         self.mover.copy(self.elem, src, dst, c)
+    }
+
+    /// Every field of the batch, `src` elements apart in a copy's source and `dst` in its
+    /// destination.
+    fn steps(&self, src: i64, dst: i64) -> FieldSteps {
+        FieldSteps {
+            count: self.fields.count,
+            src,
+            dst,
+        }
     }
 
     /// Faces travel straight from and into the array: dense there, and one field (a
@@ -103,20 +113,20 @@ impl HaloRun<'_> {
 
     fn pack(&self, side: HaloSide) -> Result<()> {
         if self.plan.neighbours[side as usize].is_some() && !self.dense() {
-            for f in 0..self.fields.count {
-                let c = self.of_field(self.plan.pack(side), f, side, false);
-                self.copy(self.data, self.work, &c)?;
-            }
+            let c = self.of_field(self.plan.pack(side), 0, side, false);
+            let fields = self.steps(self.fields.in_stride, self.plan.face);
+            self.mover
+                .copy_fields(self.elem, self.data, self.work, &c, fields)?;
         }
         Ok(())
     }
 
     fn unpack(&self, side: HaloSide) -> Result<()> {
         if self.plan.neighbours[side as usize].is_some() && !self.dense() {
-            for f in 0..self.fields.count {
-                let c = self.of_field(self.plan.unpack(side), f, side, true);
-                self.copy(self.work, self.data, &c)?;
-            }
+            let c = self.of_field(self.plan.unpack(side), 0, side, true);
+            let fields = self.steps(self.plan.face, self.fields.in_stride);
+            self.mover
+                .copy_fields(self.elem, self.work, self.data, &c, fields)?;
         }
         Ok(())
     }
@@ -127,13 +137,15 @@ impl HaloRun<'_> {
             return Ok(false);
         }
         let stride = self.fields.in_stride;
-        for f in 0..self.fields.count {
-            for side in HaloSide::BOTH {
-                let mut c = self.plan.wrap_copy(side);
-                c.src_offset += f * stride;
-                c.dst_offset += f * stride;
-                self.copy(self.data, self.data, &c)?;
-            }
+        for side in HaloSide::BOTH {
+            let fields = self.steps(stride, stride);
+            self.mover.copy_fields(
+                self.elem,
+                self.data,
+                self.data,
+                &self.plan.wrap_copy(side),
+                fields,
+            )?;
         }
         Ok(true)
     }

@@ -14,7 +14,7 @@ use crate::comm::Way;
 use crate::engine::exchange::{Exchange, Piece};
 use crate::engine::schedule::{lag_of, ring_places, transpose_steps, PipelineStep, RunShape};
 use crate::geometry::Box3;
-use crate::mem::{Buf, Mover};
+use crate::mem::{Buf, FieldSteps, Mover};
 use crate::plan::{Copy3, Slicing, TransposePlan};
 use crate::{Error, Result};
 
@@ -160,6 +160,12 @@ impl TransposeRun<'_> {
         c
     }
 
+    /// `count` fields of a copy, `src` elements apart in its source and `dst` in its
+    /// destination.
+    fn steps(&self, count: i64, src: i64, dst: i64) -> FieldSteps {
+        FieldSteps { count, src, dst }
+    }
+
     /// Where a chunk at `offset` of an unbatched workspace starts in this run's.
     fn chunk_start(&self, offset: i64) -> i64 {
         offset * self.fields.count
@@ -179,18 +185,23 @@ impl TransposeRun<'_> {
     fn self_before(&self) -> Result<()> {
         let (plan, fl) = (self.plan, self.fields);
         let own = &plan.sends[plan.me];
-        for f in 0..fl.count {
-            if self.in_place() {
-                if own.count > 0 {
-                    let shift = self.chunk_start(own.offset) - own.offset + f * own.count;
-                    let c = self.of_field(plan.pack(plan.me), f, fl.in_stride, 0);
-                    let c = self.of_field(c, 1, 0, shift);
-                    self.mover.copy(self.elem, self.input, self.work, &c)?;
-                }
-            } else if self.own_cells {
-                let c = self.of_field(plan.self_copy(), f, fl.in_stride, fl.out_stride);
-                self.mover.copy(self.elem, self.input, self.output, &c)?;
+        if self.in_place() {
+            if own.count > 0 {
+                let shift = self.chunk_start(own.offset) - own.offset;
+                let c = self.of_field(plan.pack(plan.me), 1, 0, shift);
+                let fields = self.steps(fl.count, fl.in_stride, own.count);
+                self.mover
+                    .copy_fields(self.elem, self.input, self.work, &c, fields)?;
             }
+        } else if self.own_cells {
+            let fields = self.steps(fl.count, fl.in_stride, fl.out_stride);
+            self.mover.copy_fields(
+                self.elem,
+                self.input,
+                self.output,
+                &plan.self_copy(),
+                fields,
+            )?;
         }
         Ok(())
     }
@@ -201,13 +212,11 @@ impl TransposeRun<'_> {
         }
         let (plan, fl) = (self.plan, self.fields);
         let own = &plan.sends[plan.me];
-        for f in 0..fl.count {
-            let shift = self.chunk_start(own.offset) - own.offset + f * own.count;
-            let c = self.of_field(plan.unpack_self_packed(), f, 0, fl.out_stride);
-            let c = self.of_field(c, 1, shift, 0);
-            self.mover.copy(self.elem, self.work, self.output, &c)?;
-        }
-        Ok(())
+        let shift = self.chunk_start(own.offset) - own.offset;
+        let c = self.of_field(plan.unpack_self_packed(), 1, shift, 0);
+        let fields = self.steps(fl.count, own.count, fl.out_stride);
+        self.mover
+            .copy_fields(self.elem, self.work, self.output, &c, fields)
     }
 
     /// The unit list of a sliced pipeline: `(pairs, slice)` with every schedule pair in
@@ -362,21 +371,32 @@ impl TransposeRun<'_> {
         };
         // Stream-ordered exchanges (everything packed first) copy this rank's own cells
         // while the slices travel; host ones copy them piece by piece whenever a slice has
-        // not arrived yet, and what is left after the last unpacking.
-        let mut own: Vec<Copy3> = if shape.own_first() || in_place || !self.own_cells {
+        // not arrived yet, and what is left after the last unpacking. Pieces are of one
+        // field each; unpolled, the whole copy of every field is one.
+        let fl = self.fields;
+        let every_field = self.steps(fl.count, fl.in_stride, fl.out_stride);
+        let mut own: Vec<(Copy3, FieldSteps)> = if shape.own_first() || in_place || !self.own_cells
+        {
             Vec::new()
-        } else {
-            let pieces = if profile.polls { OWN_PIECES } else { 1 };
-            let fl = self.fields;
-            let whole = self.plan.self_copy().split(pieces);
+        } else if profile.polls {
+            let whole = self.plan.self_copy().split(OWN_PIECES);
             (0..fl.count)
                 .flat_map(|f| {
-                    whole
-                        .iter()
-                        .map(move |&c| self.of_field(c, f, fl.in_stride, fl.out_stride))
+                    whole.iter().map(move |&c| {
+                        (
+                            self.of_field(c, f, fl.in_stride, fl.out_stride),
+                            FieldSteps::ONE,
+                        )
+                    })
                 })
                 .rev()
                 .collect()
+        } else {
+            vec![(self.plan.self_copy(), every_field)]
+        };
+        let copy_own = |(c, fields): (Copy3, FieldSteps)| {
+            self.mover
+                .copy_fields(self.elem, self.input, self.output, &c, fields)
         };
         let mut step = |s: PipelineStep| -> Result<()> {
             match s {
@@ -403,7 +423,7 @@ impl TransposeRun<'_> {
                     let recvs = &incoming[unit];
                     while profile.polls && !own.is_empty() && !x.landed(unit, k, recvs)? {
                         if let Some(c) = own.pop() {
-                            self.mover.copy(self.elem, self.input, self.output, &c)?;
+                            copy_own(c)?;
                         }
                     }
                     x.arrived(unit, k, recvs)?;
@@ -427,11 +447,17 @@ impl TransposeRun<'_> {
                                     ring.place(k) - natural - part.fields.0 * chunk.count;
                             }
                             c.src_offset += self.chunk_start(start) - start;
-                            let fl = self.fields;
-                            for f in part.fields.0..part.fields.1 {
-                                let c = self.of_field(c, f, chunk.count, fl.out_stride);
-                                self.mover.copy(self.elem, self.work, self.output, &c)?;
-                            }
+                            let (first, count) = (part.fields.0, part.fields.1 - part.fields.0);
+                            let out = self.fields.out_stride;
+                            let c = self.of_field(c, first, chunk.count, out);
+                            let fields = self.steps(count, chunk.count, out);
+                            self.mover.copy_fields(
+                                self.elem,
+                                self.work,
+                                self.output,
+                                &c,
+                                fields,
+                            )?;
                             if recv_rings[r.peer].is_some() {
                                 x.unpacked(r.peer, k)?;
                             }
@@ -442,7 +468,7 @@ impl TransposeRun<'_> {
                 PipelineStep::Finish => x.finish(),
                 PipelineStep::OwnAfter => {
                     while let Some(c) = own.pop() {
-                        self.mover.copy(self.elem, self.input, self.output, &c)?;
+                        copy_own(c)?;
                     }
                     self.self_after()
                 }
@@ -488,10 +514,9 @@ impl TransposeRun<'_> {
             let first = self.chunk_start(slot) - slot + rel - natural;
             let c = self.of_field(c, 1, 0, first - part.fields.0 * chunk.count);
             let mover = x.far_mover().unwrap_or(self.mover);
-            for f in part.fields.0..part.fields.1 {
-                let c = self.of_field(c, f, fl.in_stride, chunk.count);
-                mover.copy(self.elem, self.input, far, &c)?;
-            }
+            let c = self.of_field(c, part.fields.0, fl.in_stride, chunk.count);
+            let fields = self.steps(part.fields.1 - part.fields.0, fl.in_stride, chunk.count);
+            mover.copy_fields(self.elem, self.input, far, &c, fields)?;
             let len = part.volume() * self.e();
             let at = (self.chunk_start(slot) + rel) * self.e();
             return Ok(Piece {
@@ -505,10 +530,10 @@ impl TransposeRun<'_> {
             let (chunk, fl) = (&plan.sends[peer], self.fields);
             let c = plan.pack_part(peer, &part.cells);
             let c = self.of_field(c, 1, 0, self.chunk_start(chunk.offset) - chunk.offset);
-            for f in part.fields.0..part.fields.1 {
-                let c = self.of_field(c, f, fl.in_stride, chunk.count);
-                self.mover.copy(self.elem, self.input, self.work, &c)?;
-            }
+            let c = self.of_field(c, part.fields.0, fl.in_stride, chunk.count);
+            let fields = self.steps(part.fields.1 - part.fields.0, fl.in_stride, chunk.count);
+            self.mover
+                .copy_fields(self.elem, self.input, self.work, &c, fields)?;
         }
         self.piece(Way::Send, peer, part, sends_from_input, None)
     }

@@ -111,11 +111,53 @@ pub(crate) fn test_buf(s: &mut [u8]) -> Buf {
     unsafe { Buf::from_slice(s) }
 }
 
+/// A batch's fields as one copy sees them: `count` copies of one shape, field `f`'s
+/// `f * src` elements further in the source and `f * dst` in the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FieldSteps {
+    /// Fields copied.
+    pub count: i64,
+    /// Elements from one field's source to the next.
+    pub src: i64,
+    /// Elements from one field's destination to the next.
+    pub dst: i64,
+}
+
+impl FieldSteps {
+    /// One field.
+    pub(crate) const ONE: FieldSteps = FieldSteps {
+        count: 1,
+        src: 0,
+        dst: 0,
+    };
+
+    /// Field `f`'s copy, where field 0's is `c`.
+    pub(crate) fn of(&self, c: &Copy3, f: i64) -> Copy3 {
+        let mut c = *c;
+        c.src_offset += f * self.src;
+        c.dst_offset += f * self.dst;
+        c
+    }
+}
+
 /// Executes strided copies in one memory space (host: synchronously; device: enqueued
 /// on a stream).
 pub(crate) trait Mover: Sync {
     /// Copies `c` (offsets and strides in elements of `elem` bytes) from `src` to `dst`.
     fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()>;
+    /// Copies `c` for each field of `fields` (field 0's copy is `c`): on the host one copy
+    /// after another, on a device in one launch, since a batch of small fields would
+    /// otherwise pay a launch per field.
+    fn copy_fields(
+        &self,
+        elem: usize,
+        src: Buf,
+        dst: Buf,
+        c: &Copy3,
+        fields: FieldSteps,
+    ) -> Result<()> {
+        (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)))
+    }
     /// Copies enqueued from now on run beside a transfer that needs the same SMs and
     /// memory (`true`), or alone (`false`, the default); host movers ignore it.
     fn background(&self, _on: bool) {}

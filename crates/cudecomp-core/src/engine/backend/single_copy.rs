@@ -8,7 +8,7 @@ use crate::engine::exchange::SingleCopySignals;
 use crate::engine::pipeline::TransposeRun;
 use crate::engine::schedule::{single_copy_steps, SingleCopyStep};
 use crate::geometry::Axis;
-use crate::mem::{Buf, Mover};
+use crate::mem::{Buf, FieldSteps, Mover};
 use crate::plan::{Copy3, Landing, TransposePlan};
 use crate::settings::SingleCopy;
 use crate::{Error, Result};
@@ -171,23 +171,25 @@ impl TransposeRun<'_> {
                     let lo = i.checked_sub(1).and_then(|j| in_ends.get(j)).copied();
                     let lo = lo.unwrap_or(0);
                     let hi = in_ends.get(i).copied().unwrap_or(i64::MAX);
-                    // Field after field, each cut into its pieces as one field is.
-                    for f in 0..self.fields.count {
-                        for j in 0..pieces {
-                            for part in &parts {
-                                let Some(c) = part.cuts.get(j) else { continue };
-                                let c = match &along_in {
-                                    Some(a) => c.src_range(a, lo, hi),
-                                    None => Some(*c),
-                                };
-                                let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s))
-                                else {
-                                    continue;
-                                };
-                                let c =
-                                    self.of_field(c, f, self.fields.in_stride, part.field_stride);
-                                part.mover.copy(self.elem, self.input, part.dst, &c)?;
-                            }
+                    // Each piece of one field, copied for every field at once.
+                    for j in 0..pieces {
+                        for part in &parts {
+                            let Some(c) = part.cuts.get(j) else { continue };
+                            let c = match &along_in {
+                                Some(a) => c.src_range(a, lo, hi),
+                                None => Some(*c),
+                            };
+                            let Some(c) = c.and_then(|c| landing_of(part.member).part(&c, s))
+                            else {
+                                continue;
+                            };
+                            let fields = FieldSteps {
+                                count: self.fields.count,
+                                src: self.fields.in_stride,
+                                dst: part.field_stride,
+                            };
+                            part.mover
+                                .copy_fields(self.elem, self.input, part.dst, &c, fields)?;
                         }
                     }
                 }
