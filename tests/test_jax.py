@@ -11,6 +11,7 @@ The FFI structs the handlers declare are compared with the header jaxlib ships.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -334,12 +335,31 @@ def test_an_array_on_a_host_device_is_refused_by_the_gpu_variant(grid: cudecomp.
     assert np.array_equal(np.asarray(y), eager(grid.transpose_x_to_y, field(grid, 0, DataType.DOUBLE)))
 
 
+#: The header's names, from XLA FFI minor version 4 on, of structs and members our layout names as minor 3 does.
+FFI_NAMES_SINCE_MINOR_4 = {
+    "XLA_FFI_Extension_Base": "XLA_FFI_InternalExtension",
+    "XLA_FFI_Error_GetMessage": "XLA_FFI_Error_GetDetails",
+}
+
+
 @pytest.mark.mpi(ranks=(1,))
 def test_the_ffi_structs_match_the_header_jaxlib_ships(tmp_path: Any) -> None:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to read the header with")
-    layout = cudecomp._cudecomp._xla_ffi_layout()
+    ours = cudecomp._cudecomp._xla_ffi_layout()
+    with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+        minor = int(re.search(r"#define XLA_FFI_API_MINOR (\d+)", f.read()).group(1))  # type: ignore[union-attr]
+    # A newer minor version of the API keeps the layout: our handlers, written against
+    # ours, declare it, and the header's names of a few of the same structs and members
+    # changed (jaxlib 0.11, minor 4).
+    assert minor >= ours.pop("XLA_FFI_API_MINOR")
+    renamed = FFI_NAMES_SINCE_MINOR_4 if minor >= 4 else {}
+
+    def in_header(name: str) -> str:
+        return ".".join(renamed.get(part, part) for part in name.split("."))
+
+    layout = {in_header(k): v for k, v in ours.items()}
     lines = []
     structs = {k.split(".")[0] for k in layout if "." in k} & set(layout)
     for key in layout:

@@ -17,7 +17,7 @@ use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::{check, Device, Stream};
 use crate::mem::{check_copy, Buf, FieldSteps, Mover};
-use crate::plan::{Copy3, EngineShape, Rows};
+use crate::plan::{Copy3, EngineShape, Outer, Rows};
 use crate::{Error, Result};
 
 /// CUDA C source of every kernel (no includes: NVRTC has no standard headers).
@@ -353,6 +353,32 @@ impl Mover for DeviceMover<'_> {
             // SAFETY: `check_copy` found the first and the last field, hence the whole
             // block between them, inside `src` and `dst`.
             return unsafe { self.copy_dense(elem, src, dst, c, n * fields.count) };
+        }
+        // Fields each dense are the rows of one pitched engine copy, as one field is one
+        // engine copy.
+        if let Some(n) = c.dense_len() {
+            let rows = Rows {
+                src_offset: c.src_offset,
+                dst_offset: c.dst_offset,
+                width: n,
+                outer: [
+                    Outer {
+                        count: fields.count,
+                        src_stride: fields.src,
+                        dst_stride: fields.dst,
+                    },
+                    Outer {
+                        count: 1,
+                        src_stride: n,
+                        dst_stride: n,
+                    },
+                ],
+            };
+            if let Some(shape) = rows.engine_shape(elem, 1) {
+                let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
+                // SAFETY: as above: every field lies between the first and the last.
+                return unsafe { super::copy_rows(d, s, elem, &rows, shape, self.stream) };
+            }
         }
         // Copy-engine rows take no SMs and cost no launch: they stay one copy per field.
         if self.engine_rows && on_engine(c, elem).is_some() {
