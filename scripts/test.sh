@@ -54,14 +54,12 @@ checking_of() {
 
 log "Python environments (MPICH, Open MPI, the GPU variant's, the docs') from PyPI, in the background"
 mkdir -p "$VENVS"
-venv_job() {  # venv_job NAME [FAMILY] [EXTRA PACKAGES...]: make_venv, logged to .venv/NAME.log
-    local name=$1 family=${2:-$1}
-    shift $(($# < 2 ? $# : 2))
-    { make_venv "$name" "$family" && { [ $# -eq 0 ] || "$VENVS/$name/bin/pip" install -q "$@"; }; } >"$VENVS/$name.log" 2>&1
+venv_job() {  # venv_job NAME FAMILY [PACKAGES...]: make_venv, logged to .venv/NAME.log
+    make_venv "$@" >"$VENVS/$1.log" 2>&1
 }
-venv_job mpich mpich ruff==0.14.6 mypy==2.4.1 & VENV_MPICH=$!
-venv_job openmpi & VENV_OPENMPI=$!
-venv_job gpu mpich "nvidia-cuda-nvrtc==13.0.*" & VENV_GPU=$!
+venv_job mpich mpich "${BASE_PKGS[@]}" ruff==0.14.6 mypy==2.4.1 & VENV_MPICH=$!
+venv_job openmpi openmpi & VENV_OPENMPI=$!
+venv_job gpu mpich "${GPU_SUITE_PKGS[@]}" "nvidia-cuda-nvrtc==13.0.*" & VENV_GPU=$!
 # The docs site needs neither Rust nor MPI: it builds meanwhile, and is checked at the end.
 bash "$ROOT/scripts/docs.sh" >"$VENVS/docs-site.log" 2>&1 & DOCS_SITE=$!
 await_venv() {  # await_venv NAME PID: wait for a background venv; show its log if it failed
