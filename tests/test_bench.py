@@ -277,13 +277,17 @@ def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> Non
     """``--jax`` rows time the jitted transposes and FFTs beside the eager calls of the same run."""
     pytest.importorskip("jax")
     path = os.path.join(shared_dir(tmp_path), "jax.json")
-    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "xy", "zy", "fft", "--backends", "MPI_P2P", "--jax"]
+    argv = ["--gdims", "8^3", "--dtypes", "f64", "c64", "--ops", "xy", "yz", "fft", "--backends", "MPI_P2P", "--jax"]
     assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
     if MPI.COMM_WORLD.rank == 0:
         rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
-        jitted = [r for r in rows if r["op"].endswith("-jax")]
-        eager = [r for r in rows if r["op"] in ("xy", "zy", "fft", "ifft")]
+        jitted = [r for r in rows if r["op"].endswith("-jax") and r["op"] != "xyz-jax"]
+        eager = [r for r in rows if r["op"] in ("xy", "yz", "fft", "ifft")]
         assert eager and len(jitted) == len(eager) and all(r["ms"] > 0 and r["baseline"]["eager_ms"] > 0 for r in jitted), jitted
+        # One program of X->Y and Y->Z beside each pair of eager calls.
+        chained = [r for r in rows if r["op"] == "xyz-jax"]
+        assert len(chained) == len([r for r in eager if r["op"] == "xy"]), chained
+        assert all(r["ms"] > 0 and r["baseline"]["eager_xy_then_yz_ms"] > 0 for r in chained), chained
     MPI.COMM_WORLD.Barrier()
 
 

@@ -251,9 +251,12 @@ def global_inner_products(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(public_test_util, "inner_prod", lambda xs, ys: MPI.COMM_WORLD.allreduce(np.asarray(local(xs, ys)).item()))
 
 
+# The derivative rules do not depend on the process grid: they are checked on one and two
+# ranks; four ranks' 2x2 grid runs every transpose, batch and FFT above.
+@pytest.mark.mpi(ranks=(1, 2))
 @pytest.mark.parametrize("name,a,b", OPS, ids=[o[0] for o in OPS])
 def test_gradients_of_every_transpose(handle: cudecomp.Handle, name: str, a: int, b: int, global_inner_products: None) -> None:
-    # One process grid (the derivative rules do not depend on it): the one that cuts most.
+    # One process grid: the one that cuts most.
     cfg = cudecomp.GridDescConfig()
     cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[len(factor_pairs(NRANKS)) // 2]
     with handle.create_grid(cfg) as grid:

@@ -152,6 +152,8 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
 
     Rows ``op-jax`` time one call of the compiled program (its output allocated by XLA,
     as a JAX program's are) to its result, beside the eager row's time (``eager_ms``).
+    Where ``xy`` and ``yz`` were timed, row ``xyz-jax`` times one program of both, beside
+    the two eager calls' times added (a solver's step is a program of several calls).
     """
     _prepare_jax(s)
     import jax
@@ -178,6 +180,24 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
                 gbps_per_rank=gbps,
                 pct_of_ceiling=pct_of(gbps, row.ceiling_gbps),
                 baseline=base,
+            )
+        )
+    timed = {row.op: row for row in eager if not row.note and row.op in OPS}
+    if "xy" in timed and "yz" in timed:
+        xy, yz = timed["xy"], timed["yz"]
+        f = jax.jit(lambda v: cj.transpose_y_to_z(grid, cj.transpose_x_to_y(grid, v)))
+        x = jnp.asarray(s.xp.host(bufs[0]))
+        med, mn = s.time(functools.partial(_finished, f, x))
+        out.append(
+            replace(
+                xy,
+                op="xyz-jax",
+                ms=med * 1e3,
+                ms_min=mn * 1e3,
+                gbps_per_rank=math.nan,
+                pct_of_ceiling=math.nan,
+                ceiling="",
+                baseline=with_ratios({"eager_xy_then_yz_ms": xy.ms + yz.ms}, med),
             )
         )
     return out

@@ -66,6 +66,7 @@ LABELS = {
     "one_file_pwrite": "one pwrite per rank into one file",
     "transpose": "the transpose",
     "xy_then_yz": "X→Y then Y→Z transposes",
+    "eager_xy_then_yz": "the eager X→Y and Y→Z calls",
     "mpi4py_fft": "mpi4py-fft Pencil.transfer",
     "alltoallw": "MPI Alltoallw of subarrays",
     "gather_scatter": "gather to rank 0 and scatter",
