@@ -35,7 +35,8 @@ make_venv() {
     esac
     local v="$VENVS/$name"
     [ -x "$v/bin/python" ] || "$PYTHON" -m venv "$v"
-    "$v/bin/pip" install -q "${pkgs[@]}" "$pkg"
+    # No bytecode at install: the interpreter caches what the tests import, a part of it.
+    "$v/bin/pip" install -q --no-compile "${pkgs[@]}" "$pkg"
 }
 
 # launcher FAMILY: the mpiexec command of that family (oversubscribing, root allowed).

