@@ -16,7 +16,7 @@ use cudarc::driver::{result as cu, sys};
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::{check, Device, Stream};
-use crate::mem::{check_copy, Buf, FieldSteps, Mover};
+use crate::mem::{check_copy, copy_each_field, Buf, FieldSteps, Mover};
 use crate::plan::{Copy3, EngineShape, Outer, Rows};
 use crate::{Error, Result};
 
@@ -338,7 +338,7 @@ impl Mover for DeviceMover<'_> {
         fields: FieldSteps,
     ) -> Result<()> {
         if fields.count <= 1 {
-            return (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)));
+            return copy_each_field(self, elem, src, dst, c, fields);
         }
         // Field offsets grow linearly: the first and the last field bound every other.
         let last = fields.of(c, fields.count - 1);
@@ -382,7 +382,7 @@ impl Mover for DeviceMover<'_> {
         }
         // Copy-engine rows take no SMs and cost no launch: they stay one copy per field.
         if self.engine_rows && on_engine(c, elem).is_some() {
-            return (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)));
+            return copy_each_field(self, elem, src, dst, c, fields);
         }
         // SAFETY: as above: every field lies between the first and the last.
         unsafe { self.launch(elem, src, dst, c, fields) }

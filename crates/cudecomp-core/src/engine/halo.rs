@@ -36,11 +36,7 @@ impl HaloRun<'_> {
     /// Every field of the batch, `src` elements apart in a copy's source and `dst` in its
     /// destination.
     fn steps(&self, src: i64, dst: i64) -> FieldSteps {
-        FieldSteps {
-            count: self.fields.count,
-            src,
-            dst,
-        }
+        FieldSteps::new(self.fields.count, src, dst)
     }
 
     /// Faces travel straight from and into the array: dense there, and one field (a

@@ -160,12 +160,6 @@ impl TransposeRun<'_> {
         c
     }
 
-    /// `count` fields of a copy, `src` elements apart in its source and `dst` in its
-    /// destination.
-    fn steps(&self, count: i64, src: i64, dst: i64) -> FieldSteps {
-        FieldSteps { count, src, dst }
-    }
-
     /// Where a chunk at `offset` of an unbatched workspace starts in this run's.
     fn chunk_start(&self, offset: i64) -> i64 {
         offset * self.fields.count
@@ -189,12 +183,12 @@ impl TransposeRun<'_> {
             if own.count > 0 {
                 let shift = self.chunk_start(own.offset) - own.offset;
                 let c = self.of_field(plan.pack(plan.me), 1, 0, shift);
-                let fields = self.steps(fl.count, fl.in_stride, own.count);
+                let fields = FieldSteps::new(fl.count, fl.in_stride, own.count);
                 self.mover
                     .copy_fields(self.elem, self.input, self.work, &c, fields)?;
             }
         } else if self.own_cells {
-            let fields = self.steps(fl.count, fl.in_stride, fl.out_stride);
+            let fields = FieldSteps::new(fl.count, fl.in_stride, fl.out_stride);
             self.mover.copy_fields(
                 self.elem,
                 self.input,
@@ -214,7 +208,7 @@ impl TransposeRun<'_> {
         let own = &plan.sends[plan.me];
         let shift = self.chunk_start(own.offset) - own.offset;
         let c = self.of_field(plan.unpack_self_packed(), 1, shift, 0);
-        let fields = self.steps(fl.count, own.count, fl.out_stride);
+        let fields = FieldSteps::new(fl.count, own.count, fl.out_stride);
         self.mover
             .copy_fields(self.elem, self.work, self.output, &c, fields)
     }
@@ -374,7 +368,7 @@ impl TransposeRun<'_> {
         // not arrived yet, and what is left after the last unpacking. Pieces are of one
         // field each; unpolled, the whole copy of every field is one.
         let fl = self.fields;
-        let every_field = self.steps(fl.count, fl.in_stride, fl.out_stride);
+        let every_field = FieldSteps::new(fl.count, fl.in_stride, fl.out_stride);
         let mut own: Vec<(Copy3, FieldSteps)> = if shape.own_first() || in_place || !self.own_cells
         {
             Vec::new()
@@ -450,7 +444,7 @@ impl TransposeRun<'_> {
                             let (first, count) = (part.fields.0, part.fields.1 - part.fields.0);
                             let out = self.fields.out_stride;
                             let c = self.of_field(c, first, chunk.count, out);
-                            let fields = self.steps(count, chunk.count, out);
+                            let fields = FieldSteps::new(count, chunk.count, out);
                             self.mover.copy_fields(
                                 self.elem,
                                 self.work,
@@ -515,7 +509,7 @@ impl TransposeRun<'_> {
             let c = self.of_field(c, 1, 0, first - part.fields.0 * chunk.count);
             let mover = x.far_mover().unwrap_or(self.mover);
             let c = self.of_field(c, part.fields.0, fl.in_stride, chunk.count);
-            let fields = self.steps(part.fields.1 - part.fields.0, fl.in_stride, chunk.count);
+            let fields = FieldSteps::new(part.fields.1 - part.fields.0, fl.in_stride, chunk.count);
             mover.copy_fields(self.elem, self.input, far, &c, fields)?;
             let len = part.volume() * self.e();
             let at = (self.chunk_start(slot) + rel) * self.e();
@@ -531,7 +525,7 @@ impl TransposeRun<'_> {
             let c = plan.pack_part(peer, &part.cells);
             let c = self.of_field(c, 1, 0, self.chunk_start(chunk.offset) - chunk.offset);
             let c = self.of_field(c, part.fields.0, fl.in_stride, chunk.count);
-            let fields = self.steps(part.fields.1 - part.fields.0, fl.in_stride, chunk.count);
+            let fields = FieldSteps::new(part.fields.1 - part.fields.0, fl.in_stride, chunk.count);
             self.mover
                 .copy_fields(self.elem, self.input, self.work, &c, fields)?;
         }

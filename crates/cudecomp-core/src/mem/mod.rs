@@ -131,6 +131,11 @@ impl FieldSteps {
         dst: 0,
     };
 
+    /// `count` fields, `src` elements apart in a copy's source and `dst` in its destination.
+    pub(crate) fn new(count: i64, src: i64, dst: i64) -> FieldSteps {
+        FieldSteps { count, src, dst }
+    }
+
     /// Field `f`'s copy, where field 0's is `c`.
     pub(crate) fn of(&self, c: &Copy3, f: i64) -> Copy3 {
         let mut c = *c;
@@ -156,11 +161,23 @@ pub(crate) trait Mover: Sync {
         c: &Copy3,
         fields: FieldSteps,
     ) -> Result<()> {
-        (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)))
+        copy_each_field(self, elem, src, dst, c, fields)
     }
     /// Copies enqueued from now on run beside a transfer that needs the same SMs and
     /// memory (`true`), or alone (`false`, the default); host movers ignore it.
     fn background(&self, _on: bool) {}
+}
+
+/// [`Mover::copy_fields`] as one copy per field.
+pub(crate) fn copy_each_field<M: Mover + ?Sized>(
+    mover: &M,
+    elem: usize,
+    src: Buf,
+    dst: Buf,
+    c: &Copy3,
+    fields: FieldSteps,
+) -> Result<()> {
+    (0..fields.count).try_for_each(|f| mover.copy(elem, src, dst, &fields.of(c, f)))
 }
 
 /// Checks that every element `c` touches lies inside `src` and `dst`; false when the copy

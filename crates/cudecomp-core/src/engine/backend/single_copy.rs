@@ -183,11 +183,8 @@ impl TransposeRun<'_> {
                             else {
                                 continue;
                             };
-                            let fields = FieldSteps {
-                                count: self.fields.count,
-                                src: self.fields.in_stride,
-                                dst: part.field_stride,
-                            };
+                            let fl = self.fields;
+                            let fields = FieldSteps::new(fl.count, fl.in_stride, part.field_stride);
                             part.mover
                                 .copy_fields(self.elem, self.input, part.dst, &c, fields)?;
                         }
