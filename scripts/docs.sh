@@ -11,7 +11,7 @@ VENV="$ROOT/.venv/docs"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 NO_MKDOCS_2_WARNING=1
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --no-compile -r "$ROOT/docs/requirements.txt"
+"$VENV/bin/pip" install -q -r "$ROOT/docs/requirements.txt"
 cd "$ROOT"
 "$VENV/bin/mkdocs" build --strict -d site "$@"
 echo "docs: open $ROOT/site/index.html"

@@ -35,8 +35,7 @@ make_venv() {
     esac
     local v="$VENVS/$name"
     [ -x "$v/bin/python" ] || "$PYTHON" -m venv "$v"
-    # No bytecode at install: the interpreter caches what the tests import, a part of it.
-    "$v/bin/pip" install -q --no-compile "${pkgs[@]}" "$pkg"
+    "$v/bin/pip" install -q "${pkgs[@]}" "$pkg"
 }
 
 # launcher FAMILY: the mpiexec command of that family (oversubscribing, root allowed).
