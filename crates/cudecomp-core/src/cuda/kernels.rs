@@ -16,7 +16,7 @@ use cudarc::driver::{result as cu, sys};
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::{check, Device, Stream};
-use crate::mem::{check_copy, copy_each_field, Buf, FieldSteps, Mover};
+use crate::mem::{check_copy, Buf, FieldSteps, Mover};
 use crate::plan::{Copy3, EngineShape, Outer, Rows};
 use crate::{Error, Result};
 
@@ -312,21 +312,7 @@ impl Mover for DeviceMover<'_> {
     }
 
     fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
-        if !check_copy(elem, src, dst, c)? {
-            return Ok(());
-        }
-        // A single dense block goes to the copy engine rather than a kernel.
-        if let Some(n) = c.dense_len() {
-            // SAFETY: `check_copy` found the block inside `src` and `dst`.
-            return unsafe { self.copy_dense(elem, src, dst, c, n) };
-        }
-        if let Some((r, shape)) = on_engine(c, elem).filter(|_| self.engine_rows) {
-            let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
-            // SAFETY: as above: `check_copy` found every cell inside `src` and `dst`.
-            return unsafe { super::copy_rows(d, s, elem, &r, shape, self.stream) };
-        }
-        // SAFETY: as above.
-        unsafe { self.launch(elem, src, dst, c, FieldSteps::ONE) }
+        self.copy_fields(elem, src, dst, c, FieldSteps::ONE)
     }
 
     fn copy_fields(
@@ -337,26 +323,23 @@ impl Mover for DeviceMover<'_> {
         c: &Copy3,
         fields: FieldSteps,
     ) -> Result<()> {
-        if fields.count <= 1 {
-            return copy_each_field(self, elem, src, dst, c, fields);
-        }
-        // Field offsets grow linearly: the first and the last field bound every other.
-        let last = fields.of(c, fields.count - 1);
-        if !check_copy(elem, src, dst, c)? || !check_copy(elem, src, dst, &last)? {
+        if fields.count < 1 || !check_copy(elem, src, dst, c)? {
             return Ok(());
         }
-        // Fields that continue each other densely on both sides are one dense block.
-        if let Some(n) = c
-            .dense_len()
-            .filter(|&n| fields.src == n && fields.dst == n)
-        {
-            // SAFETY: `check_copy` found the first and the last field, hence the whole
-            // block between them, inside `src` and `dst`.
-            return unsafe { self.copy_dense(elem, src, dst, c, n * fields.count) };
+        // Field offsets grow linearly: the first and the last field bound every other.
+        if fields.count > 1 && !check_copy(elem, src, dst, &fields.of(c, fields.count - 1))? {
+            return Ok(());
         }
-        // Fields each dense are the rows of one pitched engine copy, as one field is one
-        // engine copy.
+        let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
         if let Some(n) = c.dense_len() {
+            // One dense block (fields that continue each other densely are one too) goes to
+            // the copy engine rather than a kernel.
+            if fields.count == 1 || (fields.src == n && fields.dst == n) {
+                // SAFETY: `check_copy` found the first and the last field, hence the whole
+                // block between them, inside `src` and `dst`.
+                return unsafe { self.copy_dense(elem, src, dst, c, n * fields.count) };
+            }
+            // Fields each dense are the rows of one pitched engine copy.
             let rows = Rows {
                 src_offset: c.src_offset,
                 dst_offset: c.dst_offset,
@@ -375,14 +358,21 @@ impl Mover for DeviceMover<'_> {
                 ],
             };
             if let Some(shape) = rows.engine_shape(elem, 1) {
-                let (s, d) = (src.ptr() as u64, dst.ptr() as u64);
                 // SAFETY: as above: every field lies between the first and the last.
                 return unsafe { super::copy_rows(d, s, elem, &rows, shape, self.stream) };
             }
         }
-        // Copy-engine rows take no SMs and cost no launch: they stay one copy per field.
-        if self.engine_rows && on_engine(c, elem).is_some() {
-            return copy_each_field(self, elem, src, dst, c, fields);
+        // Copy-engine rows take no SMs and cost no launch: one engine copy per field.
+        if let Some((r, shape)) = on_engine(c, elem).filter(|_| self.engine_rows) {
+            return (0..fields.count).try_for_each(|f| {
+                let r = Rows {
+                    src_offset: r.src_offset + f * fields.src,
+                    dst_offset: r.dst_offset + f * fields.dst,
+                    ..r
+                };
+                // SAFETY: as above: every cell of every field is inside `src` and `dst`.
+                unsafe { super::copy_rows(d, s, elem, &r, shape, self.stream) }
+            });
         }
         // SAFETY: as above: every field lies between the first and the last.
         unsafe { self.launch(elem, src, dst, c, fields) }

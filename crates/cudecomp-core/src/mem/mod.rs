@@ -161,23 +161,11 @@ pub(crate) trait Mover: Sync {
         c: &Copy3,
         fields: FieldSteps,
     ) -> Result<()> {
-        copy_each_field(self, elem, src, dst, c, fields)
+        (0..fields.count).try_for_each(|f| self.copy(elem, src, dst, &fields.of(c, f)))
     }
     /// Copies enqueued from now on run beside a transfer that needs the same SMs and
     /// memory (`true`), or alone (`false`, the default); host movers ignore it.
     fn background(&self, _on: bool) {}
-}
-
-/// [`Mover::copy_fields`] as one copy per field.
-pub(crate) fn copy_each_field<M: Mover + ?Sized>(
-    mover: &M,
-    elem: usize,
-    src: Buf,
-    dst: Buf,
-    c: &Copy3,
-    fields: FieldSteps,
-) -> Result<()> {
-    (0..fields.count).try_for_each(|f| mover.copy(elem, src, dst, &fields.of(c, f)))
 }
 
 /// Checks that every element `c` touches lies inside `src` and `dst`; false when the copy
