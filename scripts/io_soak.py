@@ -68,6 +68,9 @@ def check(path: str, reported: list[int], new: set[int], rng: random.Random) -> 
     import cudecomp.io as cio
     from cudecomp.io import _journal
 
+    if not os.path.exists(path) and not reported:
+        # Killed before its first write created the file: no step was reported, none is lost.
+        return ""
     try:
         listed = cio.steps(path)
     except Exception as e:
