@@ -36,7 +36,6 @@ pub(crate) struct Batch {
     pub out_stride: i64,
 }
 
-#[cfg(test)]
 impl Batch {
     /// One field: an unbatched run.
     pub(crate) const ONE: Batch = Batch {
@@ -281,6 +280,39 @@ impl TransposeRun<'_> {
             ptr: buf.range((base + rel) * e, len)?,
             len: len as usize,
             rel: (rel * e) as usize,
+        })
+    }
+
+    /// Runs `one` on this run, or, for a batch whose largest chunk of one field has at
+    /// least `apart_bytes` bytes, on one run per field after another. Field after field,
+    /// every field's exchange reuses the same packed chunks, which stay in cache as they
+    /// do across separate calls; past that size one message of every field gains nothing
+    /// on a message per field and its larger workspace falls out of cache.
+    pub(crate) fn fields_apart(
+        &self,
+        apart_bytes: i64,
+        mut one: impl FnMut(&TransposeRun<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let (plan, fl, e) = (self.plan, self.fields, self.e());
+        let field_bytes = (0..plan.npeers())
+            .map(|p| plan.sends[p].count.max(plan.recvs[p].count))
+            .max()
+            .unwrap_or(0)
+            * e;
+        if fl.count == 1 || field_bytes < apart_bytes {
+            return one(self);
+        }
+        let field = |b: Buf, stride: i64, f: i64| {
+            let at = f * stride * e;
+            b.slice(at, b.len() as i64 - at)
+        };
+        (0..fl.count).try_for_each(|f| {
+            one(&TransposeRun {
+                input: field(self.input, fl.in_stride, f)?,
+                output: field(self.output, fl.out_stride, f)?,
+                fields: Batch::ONE,
+                ..*self
+            })
         })
     }
 
@@ -623,14 +655,15 @@ mod tests {
         }
     }
 
-    /// `K` fields transposed in one run (one field: an unbatched run) equal `K`
-    /// transposes of each field: field `f` holds the oracle's values with bit 40 + `f`
-    /// flipped, padding and halos untouched.
+    /// `K` fields transposed in one run (one field: an unbatched run; field after field
+    /// from chunks of `apart_bytes`) equal `K` transposes of each field: field `f` holds
+    /// the oracle's values with bit 40 + `f` flipped, padding and halos untouched.
     fn batched_case<const K: usize>(
         pdims: [i32; 2],
         contiguous: bool,
         in_place: bool,
         profile: Profile,
+        apart_bytes: i64,
     ) {
         let (g, n) = test_grid(pdims, contiguous);
         let mark = |v: u64, f: usize| v ^ (1u64 << (40 + f));
@@ -675,12 +708,15 @@ mod tests {
                         out_stride: so as i64,
                     },
                 };
-                let x = Posted {
-                    t: sub.as_ref(),
-                    reqs: RefCell::new(Vec::new()),
-                    profile,
-                };
-                run.run(&x, Some(24)).unwrap();
+                run.fields_apart(apart_bytes, |one| {
+                    let x = Posted {
+                        t: sub.as_ref(),
+                        reqs: RefCell::new(Vec::new()),
+                        profile,
+                    };
+                    one.run(&x, Some(24))
+                })
+                .unwrap();
                 let got = if in_place { &input } else { &output };
                 for f in 0..K {
                     let want: Vec<u64> = (0..no)
@@ -710,8 +746,11 @@ mod tests {
                             lag: 2,
                             ..Profile::sliced(max_slices)
                         };
-                        batched_case::<3>(pdims, contiguous, in_place, profile);
-                        batched_case::<3>(pdims, contiguous, in_place, Profile::whole_chunks());
+                        batched_case::<3>(pdims, contiguous, in_place, profile, i64::MAX);
+                        let whole = Profile::whole_chunks();
+                        batched_case::<3>(pdims, contiguous, in_place, whole, i64::MAX);
+                        // Field after field (every chunk of the test grid is larger).
+                        batched_case::<3>(pdims, contiguous, in_place, whole, 1);
                     }
                 }
             }
@@ -733,7 +772,7 @@ mod tests {
                                     lag,
                                     ..Profile::sliced(max_slices)
                                 };
-                                batched_case::<1>(pdims, contiguous, in_place, profile);
+                                batched_case::<1>(pdims, contiguous, in_place, profile, 1);
                             }
                         }
                     }

@@ -17,6 +17,11 @@ use crate::engine::workspace::Workspace;
 use crate::engine::Exec;
 use crate::Result;
 
+/// Chunks of one field this large or larger make a batch on host memory go field after
+/// field (`TransposeRun::fields_apart`): a message of every field costs less than one per
+/// field only while messages are small.
+const HOST_FIELDS_APART_BYTES: i64 = 256 << 10;
+
 /// Tag of a transpose's messages (pieces of one message take the tags after it).
 const TAG_TRANSPOSE: i32 = 0;
 
@@ -210,8 +215,10 @@ impl Backend for HostMpiBackend {
     ) -> Result<()> {
         let c = s.call;
         s.reported(s.work(ws)?, c.group, CommTime::PerCall, |run, t| {
-            let x = MessageExchange::new(t, how, c.plan.npeers());
-            run.run(&x, s.cx.slice_bytes)
+            run.fields_apart(HOST_FIELDS_APART_BYTES, |one| {
+                let x = MessageExchange::new(t, how, c.plan.npeers());
+                one.run(&x, s.cx.slice_bytes)
+            })
         })
     }
 
