@@ -283,8 +283,8 @@ impl TransposeRun<'_> {
         })
     }
 
-    /// Runs `one` on this run, or, for a batch whose largest chunk of one field has at
-    /// least `apart_bytes` bytes, on one run per field after another. Field after field,
+    /// Runs `one` on this run, or, for a batch whose chunks of one field have about
+    /// `apart_bytes` bytes or more, on one run per field after another. Field after field,
     /// every field's exchange reuses the same packed chunks, which stay in cache as they
     /// do across separate calls; past that size one message of every field gains nothing
     /// on a message per field and its larger workspace falls out of cache.
@@ -294,11 +294,10 @@ impl TransposeRun<'_> {
         mut one: impl FnMut(&TransposeRun<'_>) -> Result<()>,
     ) -> Result<()> {
         let (plan, fl, e) = (self.plan, self.fields, self.e());
-        let field_bytes = (0..plan.npeers())
-            .map(|p| plan.sends[p].count.max(plan.recvs[p].count))
-            .max()
-            .unwrap_or(0)
-            * e;
+        // Every member must go field after field or none (their messages must match):
+        // the size is one all take alike, the largest member's workspace of one field
+        // (its input's and its output's cells) over the chunks it holds.
+        let field_bytes = plan.max_member_elems * e / (2 * plan.npeers() as i64);
         if fl.count == 1 || field_bytes < apart_bytes {
             return one(self);
         }

@@ -676,9 +676,11 @@ mod tests {
                                 .iter()
                                 .all(|&r| !plans[r].send_from_input && !plans[r].recv_into_output);
                             assert_eq!(p.packed_everywhere, want, "{gdims:?} {pdims:?} {d:?}");
-                            // A single-copy writer addresses each member's own output layout.
+                            // A single-copy writer addresses each member's own output layout;
+                            // decisions all members take alike read one bound.
                             for (k, &r) in p.members.iter().enumerate() {
                                 assert_eq!(p.peer_out_layouts[k], plans[r].out_layout);
+                                assert_eq!(p.max_member_elems, plans[r].max_member_elems);
                             }
                             seen[usize::from(want)] = true;
                         }
