@@ -271,7 +271,7 @@ def test_fields_time_a_batch_beside_separate_calls_and_the_bound(
     MPI.COMM_WORLD.Barrier()
 
 
-@collective
+@pytest.mark.mpi(ranks=(1, 2))  # the rows' code is one at every count; tests/test_jax.py takes 4 ranks
 @requires_data_path()
 def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> None:
     """``--jax`` rows time the jitted transposes and FFTs beside the eager calls of the same run."""

@@ -120,7 +120,8 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
 @pytest.mark.parametrize("checking", [True, False], ids=["checking", "unchecked"])
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
 @pytest.mark.parametrize("kind", ["c2c", "r2c"])
-@pytest.mark.parametrize("pdims", PDIMS, ids=lambda p: f"{p[0]}x{p[1]}")
+# A slab grid and the squarest one: the threads' turns do not depend on the grid's shape.
+@pytest.mark.parametrize("pdims", sorted({PDIMS[0], PDIMS[len(PDIMS) // 2]}), ids=lambda p: f"{p[0]}x{p[1]}")
 def test_one_plan_from_two_threads(
     handle: cudecomp.Handle,
     unchecked: cudecomp.Handle,

@@ -518,7 +518,10 @@ def test_halo_gradients_are_the_accumulation_into_owners(handle: cudecomp.Handle
                 return getattr(cj, name)(grid, v, HALO, PERIODS, dim, padding=PADDING)
 
             x = jnp.asarray(halo_field(grid, axis, 3))
-            check_grads(op, (x,), order=2, modes=("fwd", "rev"))
+            if NRANKS <= 2:
+                # The rules' wiring, numerically (as for the transposes, on one and two
+                # ranks); the adjoint below checks every process grid, 2x2 included.
+                check_grads(op, (x,), order=2, modes=("fwd", "rev"))
             # The adjoint, summed over the ranks: <H x, w> = <x, H^T w>.
             w = jnp.asarray(halo_field(grid, axis, 4))
             (ht,) = jax.vjp(op, x)[1](w)
