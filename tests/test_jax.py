@@ -303,6 +303,24 @@ def test_a_jitted_step_traces_once(grid: cudecomp.GridDesc) -> None:
     assert np.array_equal(np.asarray(x), 16 * field(grid, 0, DataType.DOUBLE))
 
 
+def test_only_handles_of_several_ranks_order_their_calls(handle: cudecomp.Handle) -> None:
+    # Calls on a handle of several ranks take the ordered effect (one order on every rank);
+    # a handle of one rank's go without its token, ordered by their data alone.
+    with cudecomp.Handle(MPI.COMM_SELF) as alone:
+        for h in (handle, alone):
+            cfg = cudecomp.GridDescConfig()
+            cfg.gdims, cfg.pdims = GDIMS, (h.nranks, 1)
+            with h.create_grid(cfg) as g:
+                x = jnp.asarray(field(g, 0, DataType.DOUBLE))
+
+                def step(v: Any, g: cudecomp.GridDesc = g) -> Any:
+                    return cj.transpose_y_to_x(g, cj.transpose_x_to_y(g, v))
+
+                traced = jax.make_jaxpr(step)(x)
+                assert bool(traced.effects) == (h.nranks > 1), (h.nranks, traced.effects)
+                assert np.array_equal(np.asarray(jax.jit(step)(x)), np.asarray(x))
+
+
 def test_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
     cfg = cudecomp.GridDescConfig()
     cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[-1]

@@ -22,6 +22,7 @@ import numpy as np
 from .. import _cudecomp
 from .._cudecomp import GridDesc
 from .._errors import InvalidUsageError
+from . import _targets
 from ._linear import Params, linear_primitive
 from ._transpose import DTYPES
 
@@ -141,5 +142,14 @@ def update_halos(grid: GridDesc, x: Any, axis: int, halo_extents: Any, halo_peri
     if halo[dim] == 0:
         return x
     faces = _faces(grid, axis, dim, halo, periods, pad)
-    params = {"grid": grid_id, "axis": axis, "dim": dim, "halo": halo, "periods": periods, "padding": pad, "faces": faces}
+    params = {
+        "grid": grid_id,
+        "axis": axis,
+        "dim": dim,
+        "halo": halo,
+        "periods": periods,
+        "padding": pad,
+        "faces": faces,
+        "ordered": _targets.ordered_for(grid.handle),
+    }
     return primitive().bind(x, out_shape=shape_1, **params)

@@ -1,10 +1,11 @@
 """How every cudecomp primitive is defined: a linear map of one array (or a batch) to another.
 
-Each primitive lowers to the core's handler of its name under the ordered effect, runs
-outside ``jit`` as its own cached program, has a linear transpose (its own kind of map
+Each primitive lowers to the core's handler of its name (under the ordered effect where
+its handle has several ranks, whose calls must meet in one order), runs outside ``jit``
+as its own cached program, has a linear transpose (its own kind of map
 with the parameters of the map back, or a composition the primitive derives), and folds
 ``vmap``'s axis into the batch its handler moves in one exchange. Its parameters always
-hold ``out_shape``, the result of one field.
+hold ``out_shape``, the result of one field, and ``ordered`` (``ordered_for``).
 """
 
 from __future__ import annotations
@@ -47,14 +48,15 @@ def linear_primitive(
     effect = _targets.ordered()
 
     def abstract(x: Any, **params: Any) -> Any:
-        return jax.core.ShapedArray((*x.shape[:-3], *params["out_shape"]), x.dtype), {effect}
+        return jax.core.ShapedArray((*x.shape[:-3], *params["out_shape"]), x.dtype), ({effect} if params["ordered"] else set())
 
     p.def_effectful_abstract_eval(abstract)
     # Called outside jit, the primitive runs as its own compiled program (cached).
     p.def_impl(functools.partial(dispatch.apply_primitive, p))
 
     def lowering(ctx: Any, x: Any, **params: Any) -> Any:
-        return _targets.lower_ordered(ctx, name, [x], in_place=in_place, **attrs(params))
+        lower = _targets.lower_ordered if params["ordered"] else _targets.lower_local
+        return lower(ctx, name, [x], in_place=in_place, **attrs(params))
 
     mlir.register_lowering(p, lowering, platform=_targets.PLATFORM.lower())
     other = "cuda" if _targets.PLATFORM == "cpu" else "cpu"

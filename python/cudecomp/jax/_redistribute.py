@@ -17,6 +17,7 @@ import numpy as np
 from .. import _cudecomp
 from .._cudecomp import Handle
 from .._errors import InvalidUsageError
+from . import _targets
 from ._linear import linear_primitive
 from ._transpose import DTYPES
 
@@ -27,7 +28,7 @@ def primitive() -> Any:
     return linear_primitive(
         "cudecomp_redistribute",
         lambda q: {"redistribution": np.int64(q["forward"])},
-        lambda q, in_shape: {"forward": q["back"], "back": q["forward"], "out_shape": in_shape},
+        lambda q, in_shape: {**q, "forward": q["back"], "back": q["forward"], "out_shape": in_shape},
     )
 
 
@@ -48,6 +49,7 @@ class Redistribution:
     def __init__(self, handle: Handle, src: Any, dst: Any, backend: Any = None) -> None:
         if not isinstance(handle, Handle):
             raise TypeError(f"handle: expected a cudecomp.Handle, got {type(handle).__name__}")
+        self._ordered = _targets.ordered_for(handle)
         self._forward = handle.create_redistribution(src, dst, backend=backend)
         try:
             self._back = handle.create_redistribution(dst, src, backend=backend)
@@ -91,7 +93,7 @@ class Redistribution:
             )
         if np.dtype(x.dtype) not in DTYPES:
             raise TypeError(f"run: expected float32, float64, complex64 or complex128 data, got {np.dtype(x.dtype)}")
-        return primitive().bind(jnp.asarray(x), forward=forward, back=back, out_shape=dst)
+        return primitive().bind(jnp.asarray(x), forward=forward, back=back, out_shape=dst, ordered=self._ordered)
 
     def destroy(self) -> None:
         """Destroy both directions (collective); later use raises ``InvalidUsageError``."""

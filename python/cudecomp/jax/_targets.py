@@ -32,7 +32,7 @@ _effect: Any = None
 
 
 def ordered() -> Any:
-    """Return the effect that orders every cudecomp call of a program (JAX threads a token through them).
+    """Return the effect that orders every cudecomp call of a program on a handle of several ranks (JAX threads a token through them).
 
     Collectives must run in the same order on every rank; without an order XLA could run
     two independent calls of one grid in either order, or at once.
@@ -55,6 +55,26 @@ def ordered() -> Any:
             kind.add_type(CudecompOrdered)
         _effect = CudecompOrdered()
     return _effect
+
+
+def ordered_for(handle: Any) -> bool:
+    """Whether the calls on ``handle`` take the ordered effect: where it has several ranks.
+
+    A handle of one rank meets no other rank: its calls need no common order, only their
+    data's, and go without the effect's runtime token and slower dispatch.
+    """
+    return int(handle.nranks) > 1
+
+
+def lower_local(ctx: Any, target: str, operands: list[Any], *, in_place: bool = False, **attrs: Any) -> list[Any]:
+    """Lower a call of handler ``target`` on a handle of one rank: no token, ordered by its data alone.
+
+    ``in_place`` as for ``lower_ordered``.
+    """
+    import jax
+
+    aliases = {0: 0} if in_place else None
+    return list(jax.ffi.ffi_lowering(target, operand_output_aliases=aliases)(ctx, *operands, **attrs))
 
 
 def lower_ordered(ctx: Any, target: str, operands: list[Any], *, in_place: bool = False, **attrs: Any) -> list[Any]:

@@ -18,6 +18,7 @@ import numpy as np
 from .. import _cudecomp
 from .._cudecomp import GridDesc
 from .._errors import InvalidUsageError
+from . import _targets
 from ._linear import linear_primitive
 
 #: Direction -> (from pencil, to pencil), in the core's numbering.
@@ -57,4 +58,4 @@ def transpose(grid: GridDesc, x: Any, direction: int, name: str) -> Any:
     if len(shape) == 4 and shape[0] < 1:
         raise InvalidUsageError(f"{name}: a batch holds at least 1 field, got shape {shape}")
     x = jax.numpy.asarray(x)
-    return primitive().bind(x, grid=grid_id, direction=direction, out_shape=dst)
+    return primitive().bind(x, grid=grid_id, direction=direction, out_shape=dst, ordered=_targets.ordered_for(grid.handle))
