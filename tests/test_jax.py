@@ -319,6 +319,12 @@ def test_only_handles_of_several_ranks_order_their_calls(handle: cudecomp.Handle
                 traced = jax.make_jaxpr(step)(x)
                 assert bool(traced.effects) == (h.nranks > 1), (h.nranks, traced.effects)
                 assert np.array_equal(np.asarray(jax.jit(step)(x)), np.asarray(x))
+                # Independent calls of one grid, which XLA may run at once where unordered.
+                apart = jax.jit(lambda v, g=g: [cj.transpose_x_to_y(g, v * k) for k in range(1, 5)])
+                want = np.asarray(cj.transpose_x_to_y(g, x))
+                for _ in range(5):
+                    for k, y in enumerate(apart(x), start=1):
+                        assert np.array_equal(np.asarray(y), k * want)
 
 
 def test_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
