@@ -35,7 +35,9 @@ make_venv() {
     esac
     local v="$VENVS/$name"
     [ -x "$v/bin/python" ] || "$PYTHON" -m venv "$v"
-    "$v/bin/pip" install -q "${pkgs[@]}" "$pkg"
+    # No byte-compiling at install: most of SciPy's and JAX's modules are never imported,
+    # and the ones that are get compiled (and cached) on first import.
+    "$v/bin/pip" install -q --no-compile "${pkgs[@]}" "$pkg"
 }
 
 # launcher FAMILY: the mpiexec command of that family (oversubscribing, root allowed).
@@ -62,7 +64,8 @@ variant() {
 }
 
 # build_wheel VARIANT [PROFILE]: builds dist/VARIANT/*.whl with the first venv's maturin,
-# in cargo's PROFILE (default release; dev compiles faster, for a suite that runs no GPU).
+# in cargo's PROFILE (default release; test-wheel compiles sooner, for the test suite; dev
+# sooner still, for a suite that runs no GPU).
 build_wheel() {
     local variant=$1 out="$ROOT/dist/$1" profile=${2:-release}
     rm -rf "$out"

@@ -25,7 +25,7 @@ if [ "${1:-}" = --only ]; then
     [ -x "$py" ] || make_venv "$fam"
     if [ "${CUDECOMP_REBUILD:-0}" = 1 ] || ! "$py" -c "import cudecomp" 2>/dev/null; then
         [ -x "$VENVS/mpich/bin/maturin" ] || make_venv mpich  # build_wheel uses MPICH's maturin
-        build_wheel cpu
+        build_wheel cpu test-wheel
         install_wheel "$fam" cpu
     fi
     if [ "$n" = 1 ]; then
@@ -81,14 +81,14 @@ tail -n 4 "$VENVS/rust-tests.log"
 RUSTDOCFLAGS="-D warnings" cargo doc -p cudecomp-core --no-deps -q
 
 await_venv mpich "$VENV_MPICH"
-log "Python: lint"
+# The build leaves a core idle at times; the lint, on one core, runs meanwhile.
+log "building the CPU variant, and beside it, Python: lint"
+build_wheel cpu test-wheel >"$VENVS/cpu-wheel.log" 2>&1 & CPU_WHEEL=$!
 PY_SOURCES=(python tests examples docs build_backend scripts bench)
 "$VENVS/mpich/bin/ruff" check "${PY_SOURCES[@]}"
 "$VENVS/mpich/bin/ruff" format --check "${PY_SOURCES[@]}"
 "$VENVS/mpich/bin/mypy"  # the package's annotations ([tool.mypy] in pyproject.toml)
-
-log "building the CPU variant"
-build_wheel cpu
+wait "$CPU_WHEEL" || { echo "building the CPU variant failed:" >&2; cat "$VENVS/cpu-wheel.log" >&2; exit 1; }
 await_venv openmpi "$VENV_OPENMPI"
 for fam in mpich openmpi; do install_wheel "$fam" cpu; done
 
