@@ -6,7 +6,7 @@ import functools
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -147,13 +147,22 @@ def _finished(f: Callable[[Any], Any], x: Any) -> Any:
     return f(x).block_until_ready()
 
 
+def _waited(s: Session, calls: Sequence[Callable[[], object]]) -> None:
+    """Make the eager ``calls`` one after another and wait for the last one's result."""
+    for call in calls:
+        call()
+    s.xp.sync()
+
+
 def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[Row]) -> list[Row]:
     """``--jax``: each eager transpose row again as a jitted ``cudecomp.jax`` operation on JAX arrays (collective).
 
     Rows ``op-jax`` time one call of the compiled program (its output allocated by XLA,
-    as a JAX program's are) to its result, beside the eager row's time (``eager_ms``).
-    Where ``xy`` and ``yz`` were timed, row ``xyz-jax`` times one program of both, beside
-    the two eager calls' times added (a solver's step is a program of several calls).
+    as a JAX program's are) to its result, beside the eager row's time (``eager_ms``) and
+    the eager call timed as the jitted one is, to its result (``eager_waited_ms``: the
+    stream waited for). Where ``xy`` and ``yz`` were timed, row ``xyz-jax`` times one
+    program of both, beside the two eager calls' times added and the two eager calls
+    waited for together (a solver's step is a program of several calls).
     """
     _prepare_jax(s)
     import jax
@@ -165,11 +174,12 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     for row in eager:
         if row.note or row.op not in OPS:
             continue
-        name, a, _ = OPS[row.op]
+        name, a, b = OPS[row.op]
+        waited, _ = s.time(functools.partial(_waited, s, [functools.partial(getattr(grid, name), bufs[a], bufs[b])]))
         f = jax.jit(functools.partial(getattr(cj, name), grid))
         x = jnp.asarray(s.xp.host(bufs[a]))
         med, mn = s.time(functools.partial(_finished, f, x))
-        base = with_ratios({"eager_ms": row.ms}, med)
+        base = with_ratios({"eager_ms": row.ms, "eager_waited_ms": waited * 1e3}, med)
         gbps = row.gbps_per_rank * row.ms / (med * 1e3)
         out.append(
             replace(
@@ -185,6 +195,8 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     timed = {row.op: row for row in eager if not row.note and row.op in OPS}
     if "xy" in timed and "yz" in timed:
         xy, yz = timed["xy"], timed["yz"]
+        calls = [functools.partial(grid.transpose_x_to_y, bufs[0], bufs[1]), functools.partial(grid.transpose_y_to_z, bufs[1], bufs[2])]
+        waited, _ = s.time(functools.partial(_waited, s, calls))
         f = jax.jit(lambda v: cj.transpose_y_to_z(grid, cj.transpose_x_to_y(grid, v)))
         x = jnp.asarray(s.xp.host(bufs[0]))
         med, mn = s.time(functools.partial(_finished, f, x))
@@ -197,17 +209,18 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
                 gbps_per_rank=math.nan,
                 pct_of_ceiling=math.nan,
                 ceiling="",
-                baseline=with_ratios({"eager_xy_then_yz_ms": xy.ms + yz.ms}, med),
+                baseline=with_ratios({"eager_xy_then_yz_ms": xy.ms + yz.ms, "eager_waited_ms": waited * 1e3}, med),
             )
         )
     return out
 
 
-def jax_fft_rows(s: Session, plan: FFT, eager: list[Row]) -> list[Row]:
+def jax_fft_rows(s: Session, plan: FFT, eager: list[Row], waited: list[float]) -> list[Row]:
     """``--jax``: the eager forward and backward rows of ``plan`` again as jitted ``cudecomp.jax`` FFTs (collective).
 
     Rows ``fft-jax`` and ``ifft-jax`` (with the eager row's tag) time one call of the
-    compiled transform to its result, beside the eager row's time (``eager_ms``).
+    compiled transform to its result, beside the eager row's time (``eager_ms``) and the
+    eager call waited for (``waited``, seconds per row: ``eager_waited_ms``).
     """
     _prepare_jax(s)
     import jax
@@ -221,11 +234,12 @@ def jax_fft_rows(s: Session, plan: FFT, eager: list[Row]) -> list[Row]:
     x = jnp.full(tuple(plan.input_info.array_shape), 2, plan.input_dtype)
     y = _finished(f, x)
     out: list[Row] = []
-    for row, fn, arg in zip(eager, (f, b), (x, y), strict=True):
+    for row, fn, arg, w in zip(eager, (f, b), (x, y), waited, strict=True):
         med, mn = s.time(functools.partial(_finished, fn, arg))
         op, _, tag = row.op.partition("-")
         name = f"{op}-jax" + (f"-{tag}" if tag else "")
-        out.append(replace(row, op=name, ms=med * 1e3, ms_min=mn * 1e3, baseline=with_ratios({"eager_ms": row.ms}, med)))
+        base = with_ratios({"eager_ms": row.ms, "eager_waited_ms": w * 1e3}, med)
+        out.append(replace(row, op=name, ms=med * 1e3, ms_min=mn * 1e3, baseline=base))
     del x, y
     return out
 
@@ -480,7 +494,10 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
             back = plan.empty_input()
             calls = (("fft", functools.partial(plan.forward, a, spec)), ("ifft", functools.partial(plan.backward, spec, back)))
             forward_ms = math.nan
+            waited: list[float] = []  # ``--jax``: each call waited for, as a jitted call is
             for op, fn in calls:
+                if s.args.jax:
+                    waited.append(s.time(functools.partial(_waited, s, [fn]))[0])
                 med, mn = s.time(fn)
                 base = {k[len(op) + 1 :]: v for k, v in one_device.get(key, {}).items() if k.startswith(op + ":")}
                 row = case.row(op + (f"-{tag}" if tag else ""), bname, False, ms=med * 1e3, ms_min=mn * 1e3)
@@ -490,7 +507,7 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
                 forward_ms = row.ms if op == "fft" else forward_ms
             del a, spec, back
             if s.args.jax:
-                rows += jax_fft_rows(s, plan, rows[-2:])
+                rows += jax_fft_rows(s, plan, rows[-2:], waited)
             if s.args.fft_stages and transposed:
                 rows += stage_rows(s, case, bname, plan, forward_ms)
         finally:
