@@ -67,6 +67,9 @@ await_venv() {  # await_venv NAME PID: wait for a background venv; show its log 
 }
 
 log "Rust: format, lint, unit tests"
+# The suite's unoptimised builds (the unit tests, the GPU variant's wheel) are run once and
+# debugged never: without debug info and incremental caches they compile sooner.
+export CARGO_PROFILE_DEV_DEBUG=0 CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
 # The `testing` feature builds the in-process communicator, the oracles, the integration
 # tests and the example.
