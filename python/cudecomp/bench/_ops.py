@@ -87,7 +87,9 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
         if comm.allreduce(any(i.size == 0 for i in infos), op=MPI.LOR):
             return [case.row("all", bname, ac, note=f"skipped: {empty_pencils(case)}")]
         k = args.fields
-        bufs = [pencil_array(s, grid, a, case.np_dtype, k if k > 1 else None) for a in range(3)]
+        # Only the pencils the operations move: three of the largest grids may not fit.
+        used = {axis for key in args.ops if key in OPS for axis in OPS[key][1:]}
+        bufs: list[Any] = [pencil_array(s, grid, a, case.np_dtype, k if k > 1 else None) if a in used else None for a in range(3)]
         for key in args.ops:
             if key not in OPS:
                 continue
