@@ -60,12 +60,20 @@ impl HostMover {
     }
 }
 
+impl HostMover {
+    /// Whether rows written into `dst` bypass the cache: `dst` is any part of the
+    /// streamed output (a batch run field after field writes each field's slice of it).
+    fn streams_into(&self, dst: &Buf) -> bool {
+        self.streamed.is_some_and(|o| o.overlaps(dst))
+    }
+}
+
 impl Mover for HostMover {
     fn copy(&self, elem: usize, src: Buf, dst: Buf, c: &Copy3) -> Result<()> {
         if !super::check_copy(elem, src, dst, c)? {
             return Ok(());
         }
-        let stream = self.streamed.is_some_and(|o| o.ptr() == dst.ptr());
+        let stream = self.streams_into(&dst);
         let bytes = c.cells() as usize * elem;
         // Parts run concurrently: only where what the copy reads and what it writes lie in
         // separate byte ranges, so that no thread can read what another one writes even
@@ -400,6 +408,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every field's slice of a streamed output streams, as the whole output does; other
+    /// buffers (the workspace) go through the cache.
+    #[test]
+    fn slices_of_the_streamed_output_stream() {
+        let mut out = vec![0u8; STREAM_MIN_BYTES * 3];
+        let mut work = vec![0u8; 64];
+        let o = crate::mem::test_buf(&mut out);
+        let m = HostMover::new(1).streaming_into(o);
+        let field = STREAM_MIN_BYTES as i64;
+        assert!(m.streams_into(&o));
+        assert!(m.streams_into(&o.slice(2 * field, field).unwrap()));
+        assert!(!m.streams_into(&crate::mem::test_buf(&mut work)));
+        assert!(!HostMover::new(1)
+            .streaming(false)
+            .streaming_into(o)
+            .streams_into(&o));
     }
 
     /// A periodic wrap's shape: the left half of every row copied onto its right half,
