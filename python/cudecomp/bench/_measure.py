@@ -6,7 +6,7 @@ import argparse
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -74,16 +74,27 @@ class Xp:
 
 def measure(xp: Xp, comm: MPI.Comm, fn: Callable[[], object], warmup: int, reps: int) -> tuple[float, float]:
     """(median, min) seconds of ``fn``: median per rank, then the slowest rank."""
+    return measure_in_turn(xp, comm, [fn], warmup, reps)[0]
+
+
+def measure_in_turn(xp: Xp, comm: MPI.Comm, fns: Sequence[Callable[[], object]], warmup: int, reps: int) -> list[tuple[float, float]]:
+    """(median, min) seconds of each of ``fns``, timed in turn within every repetition (collective).
+
+    Timed in turn, the functions see the same state of the machine (clock, caches, the
+    other processes' load), so their ratios hold on a machine whose speed drifts during
+    the run, where timing one after the other would compare different moments.
+    """
     for _ in range(warmup):
-        fn()
+        for fn in fns:
+            fn()
     xp.sync()
     timer = xp.timer()
-    times = []
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(reps):
-        comm.Barrier()
-        times.append(timer(fn))
-    med = float(np.median(times))
-    return comm.allreduce(med, op=MPI.MAX), comm.allreduce(min(times), op=MPI.MAX)
+        for fn, t in zip(fns, times, strict=True):
+            comm.Barrier()
+            t.append(timer(fn))
+    return [(comm.allreduce(float(np.median(t)), op=MPI.MAX), comm.allreduce(min(t), op=MPI.MAX)) for t in times]
 
 
 def on_root(comm: MPI.Comm, fn: Callable[[], _T]) -> _T:
@@ -278,6 +289,10 @@ class Session:
     def time(self, fn: Callable[[], object]) -> tuple[float, float]:
         """(median, min) seconds of ``fn`` after the run's warm-up, over its repetitions (collective)."""
         return measure(self.xp, self.comm, fn, self.args.warmup, self.args.reps)
+
+    def time_in_turn(self, *fns: Callable[[], object]) -> list[tuple[float, float]]:
+        """(median, min) seconds of each of ``fns``, timed in turn within each repetition (collective)."""
+        return measure_in_turn(self.xp, self.comm, fns, self.args.warmup, self.args.reps)
 
     def measured_row(self, ident: Row, med: float, mn: float, off: int, local_bytes: int, distributed: bool) -> Row:
         """Fill ``ident`` (a row naming the configuration) with its timings and bandwidth (collective).

@@ -96,8 +96,13 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             name, a, b = OPS[key]
             fn = getattr(grid, name)
             inp, out = bufs[a], bufs[b]
+            call = functools.partial(fn, inp, out)
+            batch_base: dict[str, float] = {}
             try:
-                med, mn = s.time(functools.partial(fn, inp, out))
+                if k > 1:
+                    med, mn, batch_base = batch_timed(s, case, grid, key, bname, ac, halo_backend, call)
+                else:
+                    med, mn = s.time(call)
             except cudecomp.CudecompError as e:  # refused alike on every rank (checked before any exchange)
                 rows.append(case.row(key, bname, ac, note=f"skipped: {type(e).__name__}: {e}"))
                 continue
@@ -107,7 +112,7 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             local_bytes = infos[a].size * case.itemsize * k
             row = s.measured_row(case.row(key, bname, ac), med, mn, k * off, local_bytes, distributed)
             if k > 1:
-                row.baseline = with_ratios(batch_baselines(s, case, grid, key, bname, ac, halo_backend), med)
+                row.baseline = with_ratios(batch_base, med)
             # The baselines are distributed X->Y transposes of the default layout: compare
             # only with the same (a local X->Y has none, see xy_baselines).
             if key == "xy" and not ac and distributed and base:
@@ -260,13 +265,21 @@ def pencil_array(s: Session, grid: cudecomp.GridDesc, axis: int, dtype: Any, fie
     return s.xp.m.ones(shape if fields is None else (fields, *shape), dtype)
 
 
-def batch_baselines(
-    s: Session, case: Case, grid: cudecomp.GridDesc, key: str, bname: str, ac: bool, halo_backend: HaloCommBackend
-) -> dict[str, float]:
-    """Time what a batch of ``--fields`` K fields is compared with (collective).
+def batch_timed(
+    s: Session,
+    case: Case,
+    grid: cudecomp.GridDesc,
+    key: str,
+    bname: str,
+    ac: bool,
+    halo_backend: HaloCommBackend,
+    batched: Callable[[], object],
+) -> tuple[float, float, dict[str, float]]:
+    """Time the batched call of ``--fields`` K fields in turn with what it is compared with (collective).
 
     K calls of one field each on ``grid``, and one call on the grid K times longer along Z
-    (the same bytes in one exchange of one field: the bound).
+    (the same bytes in one exchange of one field: the bound). Returns the batch's (median,
+    min) seconds and the baselines' medians in ms.
     """
     k, (name, a, b) = s.args.fields, OPS[key]
     ins = [pencil_array(s, grid, a, case.np_dtype, None) for _ in range(k)]
@@ -277,15 +290,15 @@ def batch_baselines(
         for x, y in zip(ins, outs, strict=True):
             fn(x, y)
 
-    base = {"separate_calls_ms": s.time(separate)[0] * 1e3}
     gx, gy, gz = case.gdims
     long = s.handle.create_grid(config((gx, gy, gz * k), case.pdims, TransposeCommBackend[bname], ac, halo_backend))
     try:
         x, y = (pencil_array(s, long, p, case.np_dtype, None) for p in (a, b))
-        base["one_exchange_bound_ms"] = s.time(functools.partial(getattr(long, name), x, y))[0] * 1e3
+        timed = s.time_in_turn(batched, separate, functools.partial(getattr(long, name), x, y))
     finally:
         long.destroy()
-    return base
+    (med, mn), (sep, _), (bound, _) = timed
+    return med, mn, {"separate_calls_ms": sep * 1e3, "one_exchange_bound_ms": bound * 1e3}
 
 
 def empty_pencils(case: Case) -> str:
@@ -439,14 +452,17 @@ def halo_rows(s: Session, case: Case, grid: cudecomp.GridDesc, ac: bool, halo_ba
 
         ident = case.row(op, halo_backend.name, ac, halo=(h[0], h[1], h[2]))
         try:
-            med, mn = s.time(functools.partial(update, [data]))
+            if singles:  # the batch in turn with the separate updates, as batched transposes are timed
+                (med, mn), (sep, _) = s.time_in_turn(functools.partial(update, [data]), functools.partial(update, singles))
+            else:
+                med, mn = s.time(functools.partial(update, [data]))
         except cudecomp.CudecompError as e:  # e.g. an extent beyond a rank's cells: refused alike on every rank
             return replace(ident, note=f"skipped: {type(e).__name__}: {e}")
         off = sum(faces[d] for d in dims if remote[d])
         distributed = any(remote[d] for d in dims)
         row = s.measured_row(ident, med, mn, off, sum(faces[d] for d in dims), distributed)
         if singles:
-            row.baseline = with_ratios({"separate_calls_ms": s.time(functools.partial(update, singles))[0] * 1e3}, med)
+            row.baseline = with_ratios({"separate_calls_ms": sep * 1e3}, med)
         return row
 
     ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]
