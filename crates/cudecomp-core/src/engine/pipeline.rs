@@ -397,14 +397,19 @@ impl TransposeRun<'_> {
         // Stream-ordered exchanges (everything packed first) copy this rank's own cells
         // while the slices travel; host ones copy them piece by piece whenever a slice has
         // not arrived yet, and what is left after the last unpacking. Pieces are of one
-        // field each; unpolled, the whole copy of every field is one.
+        // field each, as many in a batch as in one field's run (each field's copy in a
+        // share of them: more would add a copy's fixed cost without filling more waits);
+        // unpolled, the whole copy of every field is one.
         let fl = self.fields;
         let every_field = FieldSteps::new(fl.count, fl.in_stride, fl.out_stride);
         let mut own: Vec<(Copy3, FieldSteps)> = if shape.own_first() || in_place || !self.own_cells
         {
             Vec::new()
         } else if profile.polls {
-            let whole = self.plan.self_copy().split(OWN_PIECES);
+            let whole = self
+                .plan
+                .self_copy()
+                .split(OWN_PIECES.div_ceil(fl.count as usize));
             (0..fl.count)
                 .flat_map(|f| {
                     whole.iter().map(move |&c| {
