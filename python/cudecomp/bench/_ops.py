@@ -452,17 +452,17 @@ def halo_rows(s: Session, case: Case, grid: cudecomp.GridDesc, ac: bool, halo_ba
 
         ident = case.row(op, halo_backend.name, ac, halo=(h[0], h[1], h[2]))
         try:
-            if singles:  # the batch in turn with the separate updates, as batched transposes are timed
-                (med, mn), (sep, _) = s.time_in_turn(functools.partial(update, [data]), functools.partial(update, singles))
-            else:
-                med, mn = s.time(functools.partial(update, [data]))
+            # A batch in turn with its separate updates, as batched transposes are timed.
+            calls = [functools.partial(update, arrays) for arrays in ([data], singles) if arrays]
+            timed = s.time_in_turn(*calls)
         except cudecomp.CudecompError as e:  # e.g. an extent beyond a rank's cells: refused alike on every rank
             return replace(ident, note=f"skipped: {type(e).__name__}: {e}")
         off = sum(faces[d] for d in dims if remote[d])
         distributed = any(remote[d] for d in dims)
+        (med, mn), *separate = timed
         row = s.measured_row(ident, med, mn, off, sum(faces[d] for d in dims), distributed)
-        if singles:
-            row.baseline = with_ratios({"separate_calls_ms": sep * 1e3}, med)
+        if separate:
+            row.baseline = with_ratios({"separate_calls_ms": separate[0][0] * 1e3}, med)
         return row
 
     ops = ["halo"] + [f"h{'xyz'[d]}" for d in range(3) if h[d] > 0]

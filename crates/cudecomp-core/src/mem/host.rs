@@ -58,9 +58,7 @@ impl HostMover {
             ..self
         }
     }
-}
 
-impl HostMover {
     /// Whether rows written into `dst` bypass the cache: `dst` is any part of the
     /// streamed output (a batch run field after field writes each field's slice of it).
     fn streams_into(&self, dst: &Buf) -> bool {
