@@ -111,7 +111,7 @@ def run_config(s: Session, case: Case, ac: bool, bname: str, base: dict[str, flo
             # A local transpose is compared with a copy of the pencil's bytes.
             local_bytes = infos[a].size * case.itemsize * k
             row = s.measured_row(case.row(key, bname, ac), med, mn, k * off, local_bytes, distributed)
-            if k > 1:
+            if batch_base:
                 row.baseline = with_ratios(batch_base, med)
             # The baselines are distributed X->Y transposes of the default layout: compare
             # only with the same (a local X->Y has none, see xy_baselines).
