@@ -167,9 +167,10 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     Rows ``op-jax`` time one call of the compiled program (its output allocated by XLA,
     as a JAX program's are) to its result, beside the eager row's time (``eager_ms``) and
     the eager call timed as the jitted one is, to its result (``eager_waited_ms``: the
-    stream waited for). Where ``xy`` and ``yz`` were timed, row ``xyz-jax`` times one
-    program of both, beside the two eager calls' times added and the two eager calls
-    waited for together (a solver's step is a program of several calls).
+    stream waited for), the two timed in turn within each repetition. Where ``xy`` and
+    ``yz`` were timed, row ``xyz-jax`` times one program of both, beside the two eager
+    calls' times added and the two eager calls waited for together, timed in turn with
+    it (a solver's step is a program of several calls).
     """
     _prepare_jax(s)
     import jax
@@ -182,10 +183,10 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
         if row.note or row.op not in OPS:
             continue
         name, a, b = OPS[row.op]
-        waited, _ = s.time(functools.partial(_waited, s, [functools.partial(getattr(grid, name), bufs[a], bufs[b])]))
+        eager_call = functools.partial(_waited, s, [functools.partial(getattr(grid, name), bufs[a], bufs[b])])
         f = jax.jit(functools.partial(getattr(cj, name), grid))
         x = jnp.asarray(s.xp.host(bufs[a]))
-        med, mn = s.time(functools.partial(_finished, f, x))
+        (waited, _), (med, mn) = s.time_in_turn(eager_call, functools.partial(_finished, f, x))
         base = with_ratios({"eager_ms": row.ms, "eager_waited_ms": waited * 1e3}, med)
         gbps = row.gbps_per_rank * row.ms / (med * 1e3)
         out.append(
@@ -203,10 +204,9 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     if "xy" in timed and "yz" in timed:
         xy, yz = timed["xy"], timed["yz"]
         calls = [functools.partial(grid.transpose_x_to_y, bufs[0], bufs[1]), functools.partial(grid.transpose_y_to_z, bufs[1], bufs[2])]
-        waited, _ = s.time(functools.partial(_waited, s, calls))
         f = jax.jit(lambda v: cj.transpose_y_to_z(grid, cj.transpose_x_to_y(grid, v)))
         x = jnp.asarray(s.xp.host(bufs[0]))
-        med, mn = s.time(functools.partial(_finished, f, x))
+        (waited, _), (med, mn) = s.time_in_turn(functools.partial(_waited, s, calls), functools.partial(_finished, f, x))
         out.append(
             replace(
                 xy,
