@@ -203,6 +203,39 @@ def test_sharded_halo_updates_and_ffts_equal_the_per_process_ones(handle: cudeco
                 forward(plan.spectral_grid, sharded_array(mesh, x, 0), mesh=mesh)
 
 
+@SHARDED_ONLY_CPU
+def test_a_sharded_redistribution_equals_the_per_process_one(handle: cudecomp.Handle, distributed: None) -> None:
+    from jax.sharding import NamedSharding
+
+    # Process grids of different shapes (2x1 -> 1x2, 2x2 -> 1x4 ...): one mesh serves both.
+    pairs = factor_pairs(NRANKS)
+    cfg_a, cfg_b = cudecomp.GridDescConfig(), cudecomp.GridDescConfig()
+    cfg_a.gdims, cfg_a.pdims = SHARDED_GDIMS, pairs[len(pairs) // 2]
+    cfg_b.gdims, cfg_b.pdims = SHARDED_GDIMS, pairs[0]
+    with handle.create_grid(cfg_a) as a, handle.create_grid(cfg_b) as b:
+        mesh_a, mesh_b = cj.pencil_mesh(a), cj.pencil_mesh(b)
+        with cj.Redistribution(handle, a.pencil(0), b.pencil(1)) as r:
+            x = make(a.get_pencil_info(0), SHARDED_GDIMS, DataType.DOUBLE)
+            for local in (x, np.stack([x, -x])):
+                got = jax.jit(lambda v: r.run(v, mesh=mesh_a, out_mesh=mesh_b))(sharded_array(mesh_a, local, 0))
+                assert got.sharding.is_equivalent_to(NamedSharding(mesh_b, cj.pencil_spec(1, local.ndim == 4)), local.ndim)
+                (shard,) = got.addressable_shards
+                assert np.array_equal(np.asarray(shard.data), np.asarray(jax.jit(r.run)(jnp.asarray(local))))
+            # The result moves on as the destination grid's pencil.
+            back = jax.jit(lambda v: cj.transpose_y_to_x(b, v, mesh=mesh_b))(got)
+            (shard,) = back.addressable_shards
+            want = np.stack([eager(b.transpose_y_to_x, f) for f in np.asarray(got.addressable_shards[0].data)])
+            assert np.array_equal(np.asarray(shard.data), want)
+            if tuple(cfg_a.pdims) != tuple(cfg_b.pdims):
+                with pytest.raises(cudecomp.InvalidUsageError, match="mesh"):
+                    r.run(sharded_array(mesh_a, x, 0), mesh=mesh_a)  # out_mesh is the destination grid's
+            with pytest.raises(cudecomp.InvalidUsageError, match="without mesh"):
+                r.run(jnp.asarray(x), out_mesh=mesh_b)
+        whole = cudecomp.BoxLayout.whole(SHARDED_GDIMS) if MPI.COMM_WORLD.rank == 0 else cudecomp.BoxLayout.empty()
+        with cj.Redistribution(handle, a.pencil(0), whole) as gather, pytest.raises(cudecomp.NotSupportedError, match="BoxLayout"):
+            gather.run(sharded_array(mesh_a, x, 0), mesh=mesh_a)
+
+
 @pytest.mark.parametrize("dtype", list(DataType))
 def test_each_transpose_equals_the_eager_one(grid: cudecomp.GridDesc, dtype: DataType) -> None:
     for name, a, _ in OPS:

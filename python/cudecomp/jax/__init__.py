@@ -22,7 +22,7 @@ interpreter.
 - JAX's multi-process model (``jax.distributed``, one device per process): with
   ``mesh=pencil_mesh(grid)`` a transpose, a halo update or an FFT takes the globally
   sharded array whose shards are the pencils (``pencil_spec``), as jaxDecomp's users
-  write it.
+  write it; a redistribution between two grids' pencils takes both grids' meshes.
 - ``jax.vmap``: the mapped axis becomes a batch of fields, moved in one exchange (see
   "Several fields in one exchange" in the docs); an array of shape ``(k, *array_shape)``
   is such a batch already.

@@ -5,6 +5,8 @@ grid's pencil is sharded over a 2-D mesh ``("rows", "cols")`` of the process gri
 X-pencil splits Y over the rows and Z over the columns, the Y-pencil X and Z, the
 Z-pencil X and Y, as cuDecomp's pencils do. Each device's shard is then exactly its
 process's pencil, and a transpose is the per-process primitive inside ``jax.shard_map``.
+A redistribution between two grids' pencils runs on one mesh that both process grids are
+views of (``sharded_between``).
 Only the default layout (no axis-contiguous pencils) and extents the process grid
 divides have such shards.
 """
@@ -124,3 +126,59 @@ def sharded(grid: GridDesc, mesh: Any, x: Any, a: int, b: int, body: Any, what: 
     check_mesh(grid, mesh, what)
     batched = getattr(x, "ndim", 3) == 4
     return jax.shard_map(body, mesh=mesh, in_specs=pencil_spec(a, batched), out_specs=pencil_spec(b, batched), check_vma=False)(x)
+
+
+def _on_axes(spec: Any, rows: tuple[str, ...], cols: tuple[str, ...]) -> Any:
+    """Return ``spec`` (a ``pencil_spec``) with its process-grid axes named by the mesh axes ``rows`` and ``cols``."""
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec(*(rows if s == "rows" else cols if s == "cols" else s for s in spec))
+
+
+def sharded_between(handle: Any, sides: tuple[Any, Any], meshes: tuple[Any, Any], x: Any, body: Any, what: str) -> Any:
+    """Run ``body`` (a per-process redistribution between pencils ``sides``) on the globally sharded ``x`` (collective).
+
+    ``x`` is sharded as the source pencil over ``meshes[0]`` (its grid's ``pencil_mesh``),
+    the result as the destination pencil over ``meshes[1]``. Where the process grids
+    differ, both are views of one mesh ``("hi", "mid", "lo")`` of the ranks in their
+    process-grid order, split at both grids' column counts (the larger a multiple of the
+    smaller): each grid's rows and columns are groups of its axes, so both arrays keep
+    their shards and the body runs once per process, with no data moved by XLA.
+    """
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+
+    from .._collective import collective
+
+    src, dst = sides
+    mesh, out_mesh = meshes
+    with collective(handle, f"cudecomp.jax.{what}: its sides"):
+        if not all(hasattr(s, "grid") and hasattr(s, "axis") for s in sides):
+            raise NotSupportedError(
+                f"{what}: a sharded redistribution moves between pencils of grids (GridDesc.pencil); "
+                "a BoxLayout side has the per-process form only"
+            )
+    check_mesh(src.grid, mesh, what)
+    check_mesh(dst.grid, out_mesh, what)
+    cols = [int(s.grid.config.pdims[1]) for s in sides]
+    big, small = max(cols), min(cols)
+    with collective(handle, f"cudecomp.jax.{what}: the meshes"):
+        if big % small:
+            raise NotSupportedError(
+                f"{what}: a sharded redistribution needs one grid's P_cols to divide the other's, got P_cols {cols[0]} and {cols[1]}"
+            )
+        if tuple(mesh.devices.flat) != tuple(out_mesh.devices.flat):
+            raise NotSupportedError(
+                f"{what}: the two grids order the processes differently (their meshes' devices in row-major order differ)"
+            )
+    n = mesh.devices.size
+    fine = Mesh(mesh.devices.reshape(n // big, big // small, small), ("hi", "mid", "lo"))
+    batched = getattr(x, "ndim", 3) == 4
+
+    def spec(side: Any) -> Any:
+        pc = int(side.grid.config.pdims[1])
+        rows, cols = (("hi",), ("mid", "lo")) if pc == big else (("hi", "mid"), ("lo",))
+        return _on_axes(pencil_spec(side.axis, batched), rows, cols)
+
+    y = jax.shard_map(body, mesh=fine, in_specs=spec(src), out_specs=spec(dst), check_vma=False)(x)
+    return jax.lax.with_sharding_constraint(y, NamedSharding(out_mesh, pencil_spec(dst.axis, batched)))
