@@ -221,6 +221,12 @@ def test_a_sharded_redistribution_equals_the_per_process_one(handle: cudecomp.Ha
                 assert got.sharding.is_equivalent_to(NamedSharding(mesh_b, cj.pencil_spec(1, local.ndim == 4)), local.ndim)
                 (shard,) = got.addressable_shards
                 assert np.array_equal(np.asarray(shard.data), np.asarray(jax.jit(r.run)(jnp.asarray(local))))
+            # Reverse mode: the sharded gradient's shard is the per-process one.
+            w = make(b.get_pencil_info(1), SHARDED_GDIMS, DataType.DOUBLE)
+            loss = jax.grad(lambda v, u: jnp.sum(r.run(v, mesh=mesh_a, out_mesh=mesh_b) * u))
+            (shard,) = jax.jit(loss)(sharded_array(mesh_a, x, 0), sharded_array(mesh_b, w, 1)).addressable_shards
+            alone = jax.jit(jax.grad(lambda v: jnp.sum(r.run(v) * jnp.asarray(w))))(jnp.asarray(x))
+            assert np.array_equal(np.asarray(shard.data), np.asarray(alone))
             # The result moves on as the destination grid's pencil.
             back = jax.jit(lambda v: cj.transpose_y_to_x(b, v, mesh=mesh_b))(got)
             (shard,) = back.addressable_shards
