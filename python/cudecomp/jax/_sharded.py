@@ -167,10 +167,8 @@ def sharded_between(handle: Any, sides: tuple[Any, Any], meshes: tuple[Any, Any]
             raise NotSupportedError(
                 f"{what}: a sharded redistribution needs one grid's P_cols to divide the other's, got P_cols {cols[0]} and {cols[1]}"
             )
-        if tuple(mesh.devices.flat) != tuple(out_mesh.devices.flat):
-            raise NotSupportedError(
-                f"{what}: the two grids order the processes differently (their meshes' devices in row-major order differ)"
-            )
+    # Both meshes list the processes in rank order (row-major, as every grid numbers them;
+    # check_mesh placed each device), so one reshape of either serves both.
     n = mesh.devices.size
     fine = Mesh(mesh.devices.reshape(n // big, big // small, small), ("hi", "mid", "lo"))
     batched = getattr(x, "ndim", 3) == 4
