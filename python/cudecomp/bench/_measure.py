@@ -224,13 +224,37 @@ class Ceilings:
         sizes = tuple(self.comm.allgather(int(nbytes)))
         if sizes not in self._same:
             m = self.xp.m
-            src = m.ones(max(int(nbytes), 1), dtype=np.uint8)
+            share = self._copy_share(int(nbytes))
+            src = m.ones(max(int(nbytes) // share, 1), dtype=np.uint8)
             dst = m.zeros_like(src)
             med, _ = measure(self.xp, self.comm, lambda: m.copyto(dst, src), self.warmup, self.reps)
-            mean = sum(sizes) / len(sizes)
+            mean = sum(sizes) / len(sizes) / share
             self._same[sizes] = mean / med / 1e9 if med > 0 and mean > 0 else math.nan
             del src, dst
         return self.local_name, self._same[sizes]
+
+    def _copy_share(self, nbytes: int) -> int:
+        """Return N such that 1/N of ``nbytes`` (agreed on every rank) fits twice beside the arrays in use (collective).
+
+        Copying the same bytes needs two more arrays of their size; where the device cannot
+        hold them (a 1024^3 complex128 pencil beside its transpose's two pencils), a half, a
+        quarter, ... is copied: from 1 GiB up, a copy runs at the same bandwidth whatever
+        its size.
+        """
+        share = 1
+        while True:
+            try:
+                probe = [self.xp.m.empty(max(nbytes // share, 1), dtype=np.uint8) for _ in range(2)]
+                settled = True
+                del probe
+            except MemoryError:
+                settled = nbytes // share < 2**30  # no smaller part is worth copying: the copy raises
+            pool = getattr(self.xp.m, "get_default_memory_pool", None)
+            if pool is not None:
+                pool().free_all_blocks()
+            if self.comm.allreduce(settled, op=MPI.LAND):
+                return share
+            share *= 2
 
 
 class CopyFloor:

@@ -523,7 +523,7 @@ def fft_rows(s: Session, case: Case, bname: str, one_device: dict[tuple[Any, ...
                 row.baseline = with_ratios(base, med)
                 rows.append(row)
                 forward_ms = row.ms if op == "fft" else forward_ms
-            del a, spec, back
+            del a, spec, back, calls, fn  # the calls hold the arrays: XLA needs their room
             if s.args.jax:
                 rows += jax_fft_rows(s, plan, rows[-2:], waited)
             if s.args.fft_stages and transposed:
