@@ -109,6 +109,28 @@ def test_handle_cycles_are_flat() -> None:
     assert shm_names() <= shm
 
 
+@pytest.mark.mpi(ranks=(1,))  # a grid of one rank, whatever the run's rank count
+def test_a_transpose_within_one_rank_takes_no_workspace() -> None:
+    # Out of place, a 1x1 grid's transpose copies straight into its output: the handle's
+    # workspace (twice a pencil) is never allocated. In place it is.
+    c = cudecomp.GridDescConfig()
+    c.gdims, c.pdims = (128, 128, 64), (1, 1)
+    with cudecomp.Handle(MPI.COMM_SELF) as h, h.create_grid(c) as g:
+        pencil_kib = 128 * 128 * 64 * 8 // 1024
+        x = np.ones(tuple(g.get_pencil_info(0).array_shape))
+        y = np.full(tuple(g.get_pencil_info(1).array_shape), 2.0)  # its pages touched
+        gc.collect()
+        rss = rss_kib()
+        g.transpose_x_to_y(x, y)
+        g.transpose_y_to_x(y, x)
+        grew = rss_kib() - rss
+        assert grew < pencil_kib // 4, f"RSS grew {grew} KiB in two out-of-place transposes of {pencil_kib} KiB pencils"
+        assert np.array_equal(x, np.ones_like(x))
+        rss = rss_kib()
+        g.transpose_x_to_y(x, x)  # in place (equal pencil sizes on one rank)
+        assert rss_kib() - rss >= pencil_kib // 2, "an in-place transpose ran without its workspace"
+
+
 def launcher() -> list[str] | None:
     """The mpiexec of the MPI this interpreter's environment holds, if any."""
     bindir = os.path.dirname(sys.executable)

@@ -36,6 +36,11 @@ impl Exchange for Nothing {
     }
 }
 
+/// Whether the transpose writes its output over its input.
+fn in_place(c: &TransposeCall<'_>) -> bool {
+    c.input.ptr() == c.output.ptr()
+}
+
 /// Operations whose data stays on this rank.
 pub(super) struct LocalBackend;
 
@@ -44,8 +49,15 @@ impl Backend for LocalBackend {
     type HaloHow = Exec;
     const CAPTURE: Capture = Capture::Allowed;
 
-    fn transpose_place(_c: &TransposeCall<'_>, exec: &Exec) -> Place {
-        Place::on(*exec)
+    /// Out of place, the rank's own chunk is copied straight into the output: the handle's
+    /// workspace is not touched (a 1x1 grid's transposes then take no memory beside their
+    /// arrays). In place it goes through the workspace.
+    fn transpose_place(c: &TransposeCall<'_>, exec: &Exec) -> Place {
+        if in_place(c) {
+            Place::on(*exec)
+        } else {
+            Place::Copies(*exec)
+        }
     }
 
     /// Faces that wrap onto this rank need no workspace.
@@ -55,7 +67,11 @@ impl Backend for LocalBackend {
 
     /// A transpose within one rank (in place, its own chunk goes through the workspace).
     fn transpose(s: &Stage<'_, TransposeCall<'_>>, ws: &mut Workspace, _: Exec) -> Result<()> {
-        let work = s.work(ws)?;
+        let work = if in_place(s.call) {
+            s.work(ws)?
+        } else {
+            Buf::empty()
+        };
         s.reported(work, s.call.group, CommTime::PerCall, |run, _| {
             run.run(&Nothing, s.cx.slice_bytes)
         })
