@@ -106,6 +106,11 @@ pub(crate) struct HaloCall<'a> {
 }
 
 impl TransposeCall<'_> {
+    /// Whether the output is written over the input.
+    pub(crate) fn in_place(&self) -> bool {
+        self.input.ptr() == self.output.ptr()
+    }
+
     /// The pipeline of this call with `mover` and `work`.
     pub(crate) fn run<'a>(&'a self, mover: &'a dyn Mover, work: Buf) -> TransposeRun<'a> {
         TransposeRun {

@@ -36,11 +36,6 @@ impl Exchange for Nothing {
     }
 }
 
-/// Whether the transpose writes its output over its input.
-fn in_place(c: &TransposeCall<'_>) -> bool {
-    c.input.ptr() == c.output.ptr()
-}
-
 /// Operations whose data stays on this rank.
 pub(super) struct LocalBackend;
 
@@ -53,7 +48,7 @@ impl Backend for LocalBackend {
     /// workspace is not touched (a 1x1 grid's transposes then take no memory beside their
     /// arrays). In place it goes through the workspace.
     fn transpose_place(c: &TransposeCall<'_>, exec: &Exec) -> Place {
-        if in_place(c) {
+        if c.in_place() {
             Place::on(*exec)
         } else {
             Place::Copies(*exec)
@@ -67,7 +62,7 @@ impl Backend for LocalBackend {
 
     /// A transpose within one rank (in place, its own chunk goes through the workspace).
     fn transpose(s: &Stage<'_, TransposeCall<'_>>, ws: &mut Workspace, _: Exec) -> Result<()> {
-        let work = if in_place(s.call) {
+        let work = if s.call.in_place() {
             s.work(ws)?
         } else {
             Buf::empty()

@@ -136,7 +136,7 @@ pub(crate) fn transpose(cx: &Context<'_>, c: &TransposeCall<'_>, exec: Exec) -> 
         TRANSPOSE_QUERY,
     )?;
     let fields = c.fields.count;
-    let key = || transpose_key(plan, c.dtype, c.input.ptr() == c.output.ptr(), fields);
+    let key = || transpose_key(plan, c.dtype, c.in_place(), fields);
     let sample = PerfSample {
         key: &key,
         bytes: transpose_bytes(plan, elem) * fields as f64,
