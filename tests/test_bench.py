@@ -627,6 +627,17 @@ def test_work_on_rank_0_alone_fails_on_every_rank() -> None:
     assert on_root(comm, lambda: comm.rank + 42) == 42
 
 
+def test_calls_timed_in_turn_take_every_order() -> None:
+    """Calls compared in turn run in every order of them: none always follows the same one."""
+    from cudecomp.bench._measure import Xp, measure_in_turn
+
+    ran: list[str] = []
+    fns = [lambda name=name: ran.append(name) for name in "abc"]
+    measure_in_turn(Xp(), MPI.COMM_SELF, fns, 0, 6)
+    orders = {"".join(ran[i : i + 3]) for i in range(0, len(ran), 3)}
+    assert orders == {"abc", "acb", "bac", "bca", "cab", "cba"}
+
+
 @collective
 @requires_data_path()
 def test_floor_stands_beside_every_distributed_transpose(tmp_path: os.PathLike[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -82,7 +83,11 @@ def measure_in_turn(xp: Xp, comm: MPI.Comm, fns: Sequence[Callable[[], object]],
 
     Timed in turn, the functions see the same state of the machine (clock, caches, the
     other processes' load), so their ratios hold on a machine whose speed drifts during
-    the run, where timing one after the other would compare different moments.
+    the run, where timing one after the other would compare different moments. The
+    repetitions go through every order of the functions in turn: a call is faster or
+    slower by what ran just before it (on 2 CPU ranks, an exchange after three smaller
+    ones is faster than after one of its own size), and in one fixed order that would
+    favour one function throughout.
     """
     for _ in range(warmup):
         for fn in fns:
@@ -90,10 +95,11 @@ def measure_in_turn(xp: Xp, comm: MPI.Comm, fns: Sequence[Callable[[], object]],
     xp.sync()
     timer = xp.timer()
     times: list[list[float]] = [[] for _ in fns]
+    orders = itertools.cycle(itertools.permutations(range(len(fns))))
     for _ in range(reps):
-        for fn, t in zip(fns, times, strict=True):
+        for i in next(orders):
             comm.Barrier()
-            t.append(timer(fn))
+            times[i].append(timer(fns[i]))
     return [(comm.allreduce(float(np.median(t)), op=MPI.MAX), comm.allreduce(min(t), op=MPI.MAX)) for t in times]
 
 
