@@ -16,9 +16,9 @@ from ._common import HALO_OPS, OPS, Row
 OUTPUT_OPTIONS = {"json", "csv", "plot", "progress", "quiet", "record", "machine", "commit", "help"}
 
 #: Prefixes of the environment variables the recorded command shows (the library's and its
-#: communication libraries' settings; ``*_VERSION``, which images set to name what they
-#: installed, is left out).
-COMMAND_ENV = ("CUDECOMP_", "NCCL_", "NVSHMEM_")
+#: communication libraries' settings, and the MPS daemon the processes share a GPU through;
+#: ``*_VERSION``, which images set to name what they installed, is left out).
+COMMAND_ENV = ("CUDECOMP_", "NCCL_", "NVSHMEM_", "CUDA_MPS_PIPE_DIRECTORY")
 
 
 def settings(environ: Mapping[str, str]) -> dict[str, str]:
