@@ -366,6 +366,28 @@ def test_only_handles_of_several_ranks_order_their_calls(handle: cudecomp.Handle
                         assert np.array_equal(np.asarray(y), k * want)
 
 
+@pytest.mark.skipif(NRANKS < 2, reason="programs on a handle of one rank take no token")
+def test_each_program_takes_the_last_ones_token_unmoved(handle: cudecomp.Handle) -> None:
+    # JAX would place the ordered token on the program's devices again before each call,
+    # which on the GPU waits for the program that made it; on the one device it is in place.
+    from jax._src import dispatch
+
+    from cudecomp.jax import _targets
+
+    cfg = cudecomp.GridDescConfig()
+    cfg.gdims, cfg.pdims = GDIMS, (NRANKS, 1)
+    with handle.create_grid(cfg) as g:
+        u = field(g, 0, DataType.DOUBLE)
+        x = jnp.asarray(u)
+        step = jax.jit(lambda v: cj.transpose_x_to_y(g, v))
+        want = eager(g.transpose_x_to_y, u)
+        step(x).block_until_ready()
+        effect = _targets.ordered()
+        token = dispatch.runtime_tokens.current_tokens[effect]
+        assert dispatch.runtime_tokens.get_token_input(effect, list(x.devices())) is token
+        assert np.array_equal(np.asarray(step(x)), want)
+
+
 def test_misuse_raises_when_traced(handle: cudecomp.Handle) -> None:
     cfg = cudecomp.GridDescConfig()
     cfg.gdims, cfg.pdims = GDIMS, factor_pairs(NRANKS)[-1]

@@ -54,7 +54,38 @@ def ordered() -> Any:
         ):
             kind.add_type(CudecompOrdered)
         _effect = CudecompOrdered()
+        _pass_tokens_as_they_are(_effect)
     return _effect
+
+
+def _pass_tokens_as_they_are(effect: Any) -> None:
+    """Give each program of ``effect`` the token the last one returned, unmoved, where both run on the process's one device.
+
+    Before every call of a program with an ordered effect JAX places the effect's last
+    token on the program's devices again (``device_put``, for programs whose devices
+    changed order). On the GPU that waited for the program that made the token: the host
+    dispatched each jitted cudecomp program only once the last one had finished, so a
+    jitted call took the eager call's time and a whole call's latency besides. A process
+    has one device here (the handle refuses more), where the token is already in place;
+    the order is the token's as before, carried by XLA from one program to the next.
+    Other effects, and the first token, take JAX's path.
+    """
+    from jax._src import core, dispatch
+
+    cls = dispatch.RuntimeTokenSet
+    jax_way = getattr(cls, "get_token_input", None)
+    if jax_way is None:
+        return
+
+    def get_token_input(self: Any, eff: Any, devices: Any, *rest: Any, **kw: Any) -> Any:
+        if eff is effect and len(devices) == 1:
+            token = self.current_tokens.get(eff)
+            buf = getattr(token, "_buf", None)
+            if isinstance(token, core.Token) and buf is not None and buf.devices() == {devices[0]}:
+                return token
+        return jax_way(self, eff, devices, *rest, **kw)
+
+    cls.get_token_input = get_token_input  # type: ignore[method-assign]
 
 
 def ordered_for(handle: Any) -> bool:
