@@ -281,7 +281,7 @@ def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> Non
     assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
     if MPI.COMM_WORLD.rank == 0:
         rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
-        jitted = [r for r in rows if r["op"].endswith("-jax") and r["op"] != "xyz-jax"]
+        jitted = [r for r in rows if r["op"].endswith("-jax") and r["op"] != "xyz-jax"]  # not xyz-jax-loop either
         eager = [r for r in rows if r["op"] in ("xy", "yz", "fft", "ifft")]
         assert eager and len(jitted) == len(eager), jitted
         # Each beside the eager call as timed in its row, and waited for as the jitted one is.
@@ -291,6 +291,9 @@ def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> Non
         assert len(chained) == len([r for r in eager if r["op"] == "xy"]), chained
         waited = [min(r["baseline"]["eager_xy_then_yz_ms"], r["baseline"]["eager_waited_ms"]) for r in chained]
         assert all(r["ms"] > 0 for r in chained) and min(waited) > 0, chained
+        # And that program called back to back beside the eager steps made as often.
+        looped = [r for r in rows if r["op"] == "xyz-jax-loop"]
+        assert len(looped) == len(chained) and all(r["ms"] > 0 and r["baseline"]["eager_loop_ms"] > 0 for r in looped), looped
     MPI.COMM_WORLD.Barrier()
 
 

@@ -173,6 +173,10 @@ def _waited(s: Session, calls: Sequence[Callable[[], object]]) -> None:
     s.xp.sync()
 
 
+#: Programs per timed loop of row ``xyz-jax-loop`` (and eager steps per loop beside it).
+STEPS_PER_LOOP = 10
+
+
 def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[Row]) -> list[Row]:
     """``--jax``: each eager transpose row again as a jitted ``cudecomp.jax`` operation on JAX arrays (collective).
 
@@ -182,7 +186,9 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
     stream waited for), the two timed in turn within each repetition. Where ``xy`` and
     ``yz`` were timed, row ``xyz-jax`` times one program of both, beside the two eager
     calls' times added and the two eager calls waited for together, timed in turn with
-    it (a solver's step is a program of several calls).
+    it (a solver's step is a program of several calls); row ``xyz-jax-loop`` times that
+    program called ``STEPS_PER_LOOP`` times back to back (per call) beside the two eager
+    calls made as often (``eager_loop_ms``, per step), the two loops timed in turn.
     """
     _prepare_jax(s)
     import jax
@@ -228,6 +234,31 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
                 pct_of_ceiling=math.nan,
                 ceiling="",
                 baseline=with_ratios({"eager_xy_then_yz_ms": xy.ms + yz.ms, "eager_waited_ms": waited * 1e3}, med),
+            )
+        )
+
+        # A solver's steps run back to back: each program is dispatched while the last one
+        # still runs, as each eager call is enqueued behind the last.
+        def eager_steps() -> None:
+            for _ in range(STEPS_PER_LOOP):
+                for call in calls:
+                    call()
+            s.xp.sync()
+
+        def jitted_steps() -> None:
+            y = None
+            for _ in range(STEPS_PER_LOOP):
+                y = f(x)
+            jax.block_until_ready(y)
+
+        (eager_loop, _), (loop, loop_min) = s.time_in_turn(eager_steps, jitted_steps)
+        out.append(
+            replace(
+                out[-1],
+                op="xyz-jax-loop",
+                ms=loop / STEPS_PER_LOOP * 1e3,
+                ms_min=loop_min / STEPS_PER_LOOP * 1e3,
+                baseline=with_ratios({"eager_loop_ms": eager_loop / STEPS_PER_LOOP * 1e3}, loop / STEPS_PER_LOOP),
             )
         )
     return out
