@@ -281,7 +281,7 @@ def test_jax_rows_stand_beside_the_eager_ones(tmp_path: os.PathLike[str]) -> Non
     assert bench.main([*argv, "--reps", "2", "--warmup", "1", "--no-baselines", "--quiet", "--json", path]) == 0
     if MPI.COMM_WORLD.rank == 0:
         rows = [r for r in json.load(open(path))["rows"] if not r["note"]]
-        jitted = [r for r in rows if r["op"].endswith("-jax") and r["op"] != "xyz-jax"]  # not xyz-jax-loop either
+        jitted = [r for r in rows if r["op"].endswith("-jax") and r["op"] != "xyz-jax"]
         eager = [r for r in rows if r["op"] in ("xy", "yz", "fft", "ifft")]
         assert eager and len(jitted) == len(eager), jitted
         # Each beside the eager call as timed in its row, and waited for as the jitted one is.
