@@ -239,11 +239,7 @@ def jax_rows(s: Session, grid: cudecomp.GridDesc, bufs: list[Any], eager: list[R
 
         # A solver's steps run back to back: each program is dispatched while the last one
         # still runs, as each eager call is enqueued behind the last.
-        def eager_steps() -> None:
-            for _ in range(STEPS_PER_LOOP):
-                for call in calls:
-                    call()
-            s.xp.sync()
+        eager_steps = functools.partial(_waited, s, calls * STEPS_PER_LOOP)
 
         def jitted_steps() -> None:
             y = None

@@ -80,8 +80,7 @@ def _pass_tokens_as_they_are(effect: Any) -> None:
     def get_token_input(self: Any, eff: Any, devices: Any, *rest: Any, **kw: Any) -> Any:
         if eff is effect and len(devices) == 1:
             token = self.current_tokens.get(eff)
-            buf = getattr(token, "_buf", None)
-            if isinstance(token, core.Token) and buf is not None and buf.devices() == {devices[0]}:
+            if isinstance(token, core.Token) and token._buf.devices() == {devices[0]}:
                 return token
         return jax_way(self, eff, devices, *rest, **kw)
 
