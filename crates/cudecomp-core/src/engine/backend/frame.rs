@@ -135,6 +135,8 @@ pub(super) struct Stage<'s, C> {
     pub(super) mover: &'s dyn Mover,
     /// The device's frame (`None` on the host).
     frame: Option<&'s DeviceFrame<'s>>,
+    /// It runs with the handle's workspace (not copies alone, [`Place::Copies`]).
+    workspace: bool,
     sample: PerfSample<'s>,
     clock: Clock,
 }
@@ -147,8 +149,11 @@ impl<'s, C: Call> Stage<'s, C> {
     }
 
     /// The caller's `work`, else the handle's workspace of `need` bytes in the frame's
-    /// memory.
+    /// memory; nothing where the place runs copies alone.
     pub(super) fn work(&self, ws: &mut Workspace) -> Result<Buf> {
+        if !self.workspace {
+            return Ok(Buf::empty());
+        }
         if let Some(w) = self.call.caller_work() {
             return Ok(w);
         }
@@ -184,6 +189,7 @@ impl<'a, C> Op<'a, C> {
         self,
         mover: &'s dyn Mover,
         frame: Option<&'s DeviceFrame<'s>>,
+        workspace: bool,
         clock: Clock,
     ) -> Stage<'s, C>
     where
@@ -195,6 +201,7 @@ impl<'a, C> Op<'a, C> {
             need: self.need,
             mover,
             frame,
+            workspace,
             sample: self.sample,
             clock,
         }
@@ -212,23 +219,26 @@ pub(super) fn framed<C: Call>(
         Place::Host => {
             let mover = op.call.host_mover(cx);
             let mut ws = lock(&cx.slot.ws);
-            body(&op.staged(&mover, None, Clock::Host), &mut ws)
+            body(&op.staged(&mover, None, true, Clock::Host), &mut ws)
         }
         Place::Device { stream, pipe_peers } => {
             cx.on_device(stream, pipe_peers, op.capturing, |f, ws| {
-                body(&op.staged(&f.mover, Some(f), Clock::Device(stream)), ws)
+                body(
+                    &op.staged(&f.mover, Some(f), true, Clock::Device(stream)),
+                    ws,
+                )
             })
         }
         // Nothing of the handle's workspace is touched: an empty one stands in for it.
         Place::Copies(Exec::Host) => {
             let mover = op.call.host_mover(cx);
-            let stage = op.staged(&mover, None, Clock::Host);
+            let stage = op.staged(&mover, None, false, Clock::Host);
             body(&stage, &mut Workspace::default())
         }
         Place::Copies(Exec::Device(stream)) => {
             let kernels = cx.kernels(op.capturing)?.1;
             let mover = cx.device_mover(&kernels, stream);
-            let stage = op.staged(&mover, None, Clock::Device(stream));
+            let stage = op.staged(&mover, None, false, Clock::Device(stream));
             body(&stage, &mut Workspace::default())
         }
     }

@@ -10,7 +10,6 @@ use crate::engine::exchange::{Exchange, Piece, Profile};
 use crate::engine::route::Capture;
 use crate::engine::workspace::Workspace;
 use crate::engine::Exec;
-use crate::mem::Buf;
 use crate::{Error, Result};
 
 /// The exchange of a pipeline with no peers: it is never asked to move anything.
@@ -60,21 +59,16 @@ impl Backend for LocalBackend {
         Place::Copies(*exec)
     }
 
-    /// A transpose within one rank (in place, its own chunk goes through the workspace).
+    /// A transpose within one rank: the workspace, where its place has one.
     fn transpose(s: &Stage<'_, TransposeCall<'_>>, ws: &mut Workspace, _: Exec) -> Result<()> {
-        let work = if s.call.in_place() {
-            s.work(ws)?
-        } else {
-            Buf::empty()
-        };
-        s.reported(work, s.call.group, CommTime::PerCall, |run, _| {
+        s.reported(s.work(ws)?, s.call.group, CommTime::PerCall, |run, _| {
             run.run(&Nothing, s.cx.slice_bytes)
         })
     }
 
     /// A halo update whose faces wrap onto this rank.
-    fn halo(s: &Stage<'_, HaloCall<'_>>, _: &mut Workspace, _: Exec) -> Result<()> {
-        s.reported(Buf::empty(), s.cx.world, CommTime::PerCall, |run, t| {
+    fn halo(s: &Stage<'_, HaloCall<'_>>, ws: &mut Workspace, _: Exec) -> Result<()> {
+        s.reported(s.work(ws)?, s.cx.world, CommTime::PerCall, |run, t| {
             run.run(t)
         })
     }
