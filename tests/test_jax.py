@@ -342,6 +342,18 @@ def test_a_jitted_step_traces_once(grid: cudecomp.GridDesc) -> None:
     assert np.array_equal(np.asarray(x), 16 * field(grid, 0, DataType.DOUBLE))
 
 
+def test_a_step_compiled_ahead_of_time_runs_every_time(grid: cudecomp.GridDesc) -> None:
+    # JAX's C++ dispatch of a program compiled ahead of time, which it takes where the
+    # program's effects are ordered ones alone, passes no ordered token: the second call
+    # would fail. The calls' unordered companion effect keeps it on the Python dispatch.
+    step = jax.jit(lambda v: cj.transpose_y_to_x(grid, cj.transpose_x_to_y(grid, v) * 2.0))
+    x = jnp.asarray(field(grid, 0, DataType.DOUBLE))
+    compiled = step.lower(x).compile()
+    for _ in range(3):
+        x = compiled(x)
+    assert np.array_equal(np.asarray(x), 8 * field(grid, 0, DataType.DOUBLE))
+
+
 def test_only_handles_of_several_ranks_order_their_calls(handle: cudecomp.Handle) -> None:
     # Calls on a handle of several ranks take the ordered effect (one order on every rank);
     # a handle of one rank's go without its token, ordered by their data alone.

@@ -45,10 +45,9 @@ def linear_primitive(
 
     _targets.register()
     p = Primitive(name)
-    effect = _targets.ordered()
 
     def abstract(x: Any, **params: Any) -> Any:
-        return jax.core.ShapedArray((*x.shape[:-3], *params["out_shape"]), x.dtype), ({effect} if params["ordered"] else set())
+        return jax.core.ShapedArray((*x.shape[:-3], *params["out_shape"]), x.dtype), _targets.call_effects(params["ordered"])
 
     p.def_effectful_abstract_eval(abstract)
     # Called outside jit, the primitive runs as its own compiled program (cached).

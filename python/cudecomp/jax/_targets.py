@@ -58,6 +58,39 @@ def ordered() -> Any:
     return _effect
 
 
+_companion: Any = None
+
+
+def call_effects(is_ordered: bool) -> set[Any]:
+    """Return the JAX effects of one cudecomp call: none unordered (a handle of one rank), else the ordered effect and its companion.
+
+    The companion, an unordered effect, keeps a program compiled ahead of time
+    (``jax.jit(f).lower(x).compile()``) on JAX's Python dispatch, which hands the
+    program its ordered token. JAX gives such a program its C++ dispatch wherever it has
+    ordered effects alone, and that passes no token: the compiled program's second call
+    failed ("Execution supplied 1 arguments but compiled program expected 2"). Programs
+    of ``jax.jit`` take the Python dispatch already, so they are not changed by it.
+    """
+    global _companion
+    if not is_ordered:
+        return set()
+    if _companion is None:
+        from jax._src import effects
+
+        class CudecompDispatched(effects.Effect):
+            """A cudecomp call's program hands its token on through JAX's Python dispatch."""
+
+        for kind in (
+            effects.lowerable_effects,
+            effects.control_flow_allowed_effects,
+            effects.custom_derivatives_allowed_effects,
+            effects.remat_allowed_effects,
+        ):
+            kind.add_type(CudecompDispatched)
+        _companion = CudecompDispatched()
+    return {ordered(), _companion}
+
+
 def _pass_tokens_as_they_are(effect: Any) -> None:
     """Give each program of ``effect`` the token the last one returned, unmoved, where both run on the process's one device.
 
