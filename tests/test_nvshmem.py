@@ -117,6 +117,7 @@ def test_explicit_work_checked(handle: cudecomp.Handle) -> None:
         assert np.array_equal(y.get(), make(ib, GDIMS, DataType.DOUBLE))
 
 
+@pytest.mark.skipif(NRANKS == 1, reason="within one rank an out-of-place transpose takes no workspace: nothing grows in a capture")
 def test_capture_before_warm_up_refused(comm: MPI.Comm) -> None:
     # Captures replay (tests/test_graphs.py); one before the first eager run is refused.
     import cupy as cp
