@@ -39,23 +39,30 @@ def ordered() -> Any:
     """
     global _effect
     if _effect is None:
-        from jax._src import effects
-
-        class CudecompOrdered(effects.Effect):
-            """The ranks' common order of cudecomp's collective calls."""
-
-        for kind in (
-            effects.lowerable_effects,
-            effects.ordered_effects,
-            effects.shardable_ordered_effects,
-            effects.control_flow_allowed_effects,
-            effects.custom_derivatives_allowed_effects,
-            effects.remat_allowed_effects,
-        ):
-            kind.add_type(CudecompOrdered)
-        _effect = CudecompOrdered()
+        _effect = _new_effect("CudecompOrdered", "The ranks' common order of cudecomp's collective calls.", ordered=True)
         _pass_tokens_as_they_are(_effect)
     return _effect
+
+
+def _new_effect(name: str, doc: str, *, ordered: bool) -> Any:
+    """Return an effect of a new type ``name``, allowed in lowering, control flow, custom derivatives and remat.
+
+    ``ordered``: the type is one of JAX's ordered effects too.
+    """
+    from jax._src import effects
+
+    kind = type(name, (effects.Effect,), {"__doc__": doc})
+    sets = [
+        effects.lowerable_effects,
+        effects.control_flow_allowed_effects,
+        effects.custom_derivatives_allowed_effects,
+        effects.remat_allowed_effects,
+    ]
+    if ordered:
+        sets += [effects.ordered_effects, effects.shardable_ordered_effects]
+    for allowed in sets:
+        allowed.add_type(kind)
+    return kind()
 
 
 _companion: Any = None
@@ -75,19 +82,8 @@ def call_effects(is_ordered: bool) -> set[Any]:
     if not is_ordered:
         return set()
     if _companion is None:
-        from jax._src import effects
-
-        class CudecompDispatched(effects.Effect):
-            """A cudecomp call's program hands its token on through JAX's Python dispatch."""
-
-        for kind in (
-            effects.lowerable_effects,
-            effects.control_flow_allowed_effects,
-            effects.custom_derivatives_allowed_effects,
-            effects.remat_allowed_effects,
-        ):
-            kind.add_type(CudecompDispatched)
-        _companion = CudecompDispatched()
+        doc = "A cudecomp call's program hands its token on through JAX's Python dispatch."
+        _companion = _new_effect("CudecompDispatched", doc, ordered=False)
     return {ordered(), _companion}
 
 
